@@ -1,0 +1,64 @@
+// Scaled dot-product attention softmax(Q·Kᵀ·scale)·V, computed in blocks with an online
+// softmax (flash-attention style): no [q_len × kv_len] matrix is ever materialised. It
+// returns the output and the per-row log-sum-exp of the scaled logits, so that results
+// over different K/V blocks can be merged exactly (ring attention):
+//
+//   Attention attn({.batch = 2, .heads = 16, .q_len = 256, .kv_len = 256, .head_dim = 72});
+//   attn.run(q, k, v, out, lse);            // layouts below
+//   attention_merge(out, lse, out2, lse2, rows, 72);   // out/lse now cover both K/V sets
+//
+// Layout of q, k, v and out: element (b, h, t, i) at b*batch_stride + h*head_stride +
+// t*token_stride + i (i < head_dim contiguous), so the fused QKV projection output
+// [b, t, 3, h, d] can be read in place. lse is [batch, heads, q_len] contiguous.
+#pragma once
+
+#include <memory>
+
+#include "runtime/tensor.h"
+
+namespace dit {
+
+struct AttnLayout {
+  int64_t batch_stride = 0, head_stride = 0, token_stride = 0;
+  // Dense [batch, heads, tokens, head_dim].
+  static AttnLayout bhtd(int64_t heads, int64_t tokens, int64_t head_dim) {
+    return {heads * tokens * head_dim, tokens * head_dim, head_dim};
+  }
+  // Dense [batch, tokens, heads, head_dim] with `row` elements per token (e.g. 3·H·d in a QKV buffer).
+  static AttnLayout bthd(int64_t tokens, int64_t head_dim, int64_t heads, int64_t row) {
+    return {tokens * row, head_dim, row};
+  }
+};
+
+struct AttentionSpec {
+  int64_t batch = 1, heads = 1, q_len = 1, kv_len = 1, head_dim = 1;
+  float scale = 0;  // 0 -> 1/sqrt(head_dim)
+  AttnLayout q, k, v, out;  // all-zero -> dense bhtd
+  DType compute = DType::F32;
+};
+
+class Attention {
+ public:
+  Attention();
+  explicit Attention(const AttentionSpec& spec);  // creates primitives and scratch once
+  Attention(Attention&&) noexcept;
+  Attention& operator=(Attention&&) noexcept;
+  ~Attention();
+  // lse may be null when not needed.
+  void run(const float* q, const float* k, const float* v, float* out, float* lse) const;
+  const AttentionSpec& spec() const;
+  double flops() const;  // 4·batch·heads·q_len·kv_len·head_dim
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Merges attention over a second K/V set into (out_a, lse_a), in float32:
+// lse = log(exp(lse_a) + exp(lse_b)); out_a = out_a·exp(lse_a - lse) + out_b·exp(lse_b - lse).
+// out_*: `rows` rows of `dim` floats, each at row*out_stride; lse_*: `rows` floats.
+// An lse of -inf (no keys yet) is handled.
+void attention_merge(float* out_a, float* lse_a, const float* out_b, const float* lse_b, int64_t rows,
+                     int64_t dim, int64_t out_stride_a = 0, int64_t out_stride_b = 0);
+
+}  // namespace dit

@@ -1,0 +1,36 @@
+// 2-D convolution (NCHW, PyTorch [out, in, kh, kw] weights, bias, stride, zero padding)
+// on oneDNN, created once and reused; optional fused residual y = conv(x) + y.
+#pragma once
+
+#include <memory>
+
+#include "runtime/tensor.h"
+
+namespace dit {
+
+struct Conv2dSpec {
+  int64_t batch = 1, in_channels = 0, out_channels = 0, height = 0, width = 0;
+  int64_t kernel = 3, stride = 1, padding = 1;
+  bool accumulate = false;  // y = conv(x) + b + y (residual add fused as a sum post-op)
+  int64_t out_height() const { return (height + 2 * padding - kernel) / stride + 1; }
+  int64_t out_width() const { return (width + 2 * padding - kernel) / stride + 1; }
+};
+
+class Conv2d {
+ public:
+  Conv2d();
+  // weight [out, in, k, k] f32 (or bf16, converted), bias [out] or undefined.
+  Conv2d(const Conv2dSpec& spec, const Tensor& weight, const Tensor& bias);
+  Conv2d(Conv2d&&) noexcept;
+  Conv2d& operator=(Conv2d&&) noexcept;
+  ~Conv2d();
+  // x: [batch, in, H, W]; y: [batch, out, H', W'] (plain NCHW f32).
+  void run(const float* x, float* y) const;
+  const Conv2dSpec& spec() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dit

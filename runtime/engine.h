@@ -1,0 +1,34 @@
+// The oneDNN CPU engine and stream shared by every kernel in the process, and the
+// boundary where dnnl::error becomes dit::Error.
+#pragma once
+
+#include <dnnl.hpp>
+#include <string>
+
+namespace dit {
+
+struct Engine {
+  dnnl::engine engine;
+  dnnl::stream stream;
+  static Engine& get();  // created on first use
+};
+
+// Threads used by oneDNN and the OpenMP loops of the hand-written kernels.
+void set_num_threads(int n);
+int num_threads();
+
+// Runs f(); a dnnl::error thrown inside becomes dit::Error("<what>: oneDNN: <message> (status N)").
+template <class F>
+auto dnnl_call(const char* what, F&& f) -> decltype(f());
+[[noreturn]] void rethrow_dnnl(const char* what, const dnnl::error& e);
+
+template <class F>
+auto dnnl_call(const char* what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const dnnl::error& e) {
+    rethrow_dnnl(what, e);
+  }
+}
+
+}  // namespace dit

@@ -1,0 +1,58 @@
+// Linear layer y = act(x·Wᵀ + b) on oneDNN matmul, with PyTorch [out, in] weights read in
+// place (no copy for f32), fused bias and activation, and an optional fused gated
+// residual: y += gate[b] ⊙ act(x·Wᵀ + b) (the adaLN-zero "x + gate·f(x)" of DiT).
+//
+//   LinearWeight w = LinearWeight::prepare(store.get("ff.net.0.proj.weight"), bias, DType::F32);
+//   Linear fc1({.batch = 2, .rows = 256, .in = 1152, .out = 4608, .act = Act::GeluTanh}, w);
+//   fc1.run(x, h);                       // x [2,256,1152] -> h [2,256,4608]
+//
+// The primitive is created in the constructor; run() creates nothing and allocates nothing.
+#pragma once
+
+#include <memory>
+
+#include "runtime/tensor.h"
+
+namespace dit {
+
+enum class Act { None, GeluTanh, Silu };
+
+// Weights prepared once for a compute type: f32 weights are used from wherever they live
+// (a memory map) without copying; bf16 compute converts them once (or uses bf16 storage
+// in place). Shared by every Linear that uses the same weights.
+struct LinearWeight {
+  Tensor weight;  // [out, in], dtype == compute
+  Tensor bias;    // [out] f32, or undefined
+  DType compute = DType::F32;
+  int64_t in() const { return weight.dim(1); }
+  int64_t out() const { return weight.dim(0); }
+  static LinearWeight prepare(const Tensor& weight, const Tensor& bias, DType compute);
+};
+
+struct LinearSpec {
+  int64_t batch = 1;      // batch elements (each may have its own gate)
+  int64_t rows = 1;       // rows (tokens) per batch element
+  int64_t in = 0, out = 0;
+  Act act = Act::None;
+  bool gated_residual = false;  // y += gate ⊙ act(x·Wᵀ + b) instead of y = ...
+};
+
+class Linear {
+ public:
+  Linear();
+  Linear(const LinearSpec& spec, const LinearWeight& w);
+  Linear(Linear&&) noexcept;
+  Linear& operator=(Linear&&) noexcept;
+  ~Linear();
+  // x: [batch, rows, in] f32 contiguous; y: [batch, rows, out] f32 contiguous;
+  // gate: [batch, out] f32 when spec.gated_residual (else ignored).
+  void run(const float* x, float* y, const float* gate = nullptr) const;
+  const LinearSpec& spec() const;
+  double flops() const;  // 2·batch·rows·in·out
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dit

@@ -1,0 +1,102 @@
+#include "runtime/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "runtime/error.h"
+
+namespace dit {
+
+DType parse_dtype(const std::string& s) {
+  if (s == "f32" || s == "float32" || s == "fp32") return DType::F32;
+  if (s == "bf16" || s == "bfloat16") return DType::BF16;
+  DIT_FAIL("unknown dtype '" << s << "' (expected f32 or bf16)");
+}
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  os << "]";
+  return os.str();
+}
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype) {
+  for (int64_t d : shape) DIT_CHECK(d >= 0, "tensor shape " << shape_str(shape) << " has a negative dimension");
+  Tensor t;
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  size_t bytes = t.nbytes();
+  size_t alloc = ((bytes + 63) / 64) * 64;
+  if (alloc == 0) alloc = 64;
+  void* p = std::aligned_alloc(64, alloc);
+  if (!p) DIT_FAIL("out of memory allocating " << bytes << " bytes for a tensor of shape " << shape_str(shape));
+  std::memset(p, 0, alloc);
+  t.owner_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  t.data_ = p;
+  return t;
+}
+
+Tensor Tensor::view(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> owner) {
+  Tensor t;
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  t.data_ = data;
+  t.owner_ = std::move(owner);
+  return t;
+}
+
+Tensor Tensor::to(DType dtype) const {
+  Tensor out = empty(shape_, dtype);
+  const int64_t n = numel();
+  if (dtype == dtype_) {
+    std::memcpy(out.data_, data_, nbytes());
+  } else if (dtype == DType::BF16) {
+    const float* s = f32();
+    uint16_t* d = out.bf16();
+    for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(s[i]);
+  } else {
+    const uint16_t* s = bf16();
+    float* d = out.f32();
+    for (int64_t i = 0; i < n; ++i) d[i] = bf16_to_f32(s[i]);
+  }
+  return out;
+}
+
+float* Tensor::f32() {
+  DIT_CHECK(dtype_ == DType::F32, "tensor " << shape_str(shape_) << " is " << dtype_name(dtype_) << ", not f32");
+  return static_cast<float*>(data_);
+}
+const float* Tensor::f32() const { return const_cast<Tensor*>(this)->f32(); }
+uint16_t* Tensor::bf16() {
+  DIT_CHECK(dtype_ == DType::BF16, "tensor " << shape_str(shape_) << " is " << dtype_name(dtype_) << ", not bf16");
+  return static_cast<uint16_t*>(data_);
+}
+const uint16_t* Tensor::bf16() const { return const_cast<Tensor*>(this)->bf16(); }
+
+Tensor Tensor::reshape(const Shape& shape) const {
+  DIT_CHECK(shape_numel(shape) == numel(),
+            "cannot reshape " << shape_str(shape_) << " to " << shape_str(shape));
+  Tensor t = *this;
+  t.shape_ = shape;
+  return t;
+}
+
+Tensor Tensor::slice0(int64_t begin, int64_t end) const {
+  DIT_CHECK(ndim() >= 1 && begin >= 0 && begin <= end && end <= shape_[0],
+            "slice [" << begin << ", " << end << ") out of range for " << shape_str(shape_));
+  Tensor t = *this;
+  t.shape_[0] = end - begin;
+  int64_t row = numel() / (shape_[0] ? shape_[0] : 1);
+  t.data_ = static_cast<char*>(data_) + size_t(begin * row) * dtype_size(dtype_);
+  return t;
+}
+
+}  // namespace dit

@@ -1,0 +1,62 @@
+// Tensor: a shape, an element type and 64-byte aligned storage, or a view into storage
+// owned by someone else (a memory-mapped checkpoint, a larger buffer). Row-major, dense.
+//
+//   Tensor x = Tensor::empty({2, 256, 1152});          // owns aligned memory
+//   float* p = x.f32();
+//   Tensor row = x.slice0(1, 2);                        // view of batch element 1, no copy
+//   Tensor w = Tensor::view(ptr, {1152, 1152}, DType::BF16, keepalive);
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/dtype.h"
+
+namespace dit {
+
+using Shape = std::vector<int64_t>;
+std::string shape_str(const Shape& s);  // "[2, 256, 1152]"
+int64_t shape_numel(const Shape& s);
+
+class Tensor {
+ public:
+  Tensor() = default;
+
+  // New zero-filled storage, 64-byte aligned.
+  static Tensor empty(const Shape& shape, DType dtype = DType::F32);
+  // A view of memory owned by `owner` (kept alive as long as the view lives).
+  static Tensor view(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> owner);
+  // A deep copy converted to `dtype` (f32 <-> bf16).
+  Tensor to(DType dtype) const;
+  Tensor clone() const { return to(dtype_); }
+
+  const Shape& shape() const { return shape_; }
+  int64_t dim(int i) const { return shape_.at(i < 0 ? shape_.size() + i : i); }
+  int ndim() const { return int(shape_.size()); }
+  int64_t numel() const { return shape_numel(shape_); }
+  size_t nbytes() const { return size_t(numel()) * dtype_size(dtype_); }
+  DType dtype() const { return dtype_; }
+  bool defined() const { return data_ != nullptr || (owner_ && numel() == 0); }
+
+  void* data() { return data_; }
+  const void* data() const { return data_; }
+  float* f32();  // throws dit::Error if the dtype is not f32
+  const float* f32() const;
+  uint16_t* bf16();  // throws dit::Error if the dtype is not bf16
+  const uint16_t* bf16() const;
+
+  // Same storage, another shape with the same element count.
+  Tensor reshape(const Shape& shape) const;
+  // Rows [begin, end) along dimension 0, no copy.
+  Tensor slice0(int64_t begin, int64_t end) const;
+
+ private:
+  Shape shape_;
+  DType dtype_ = DType::F32;
+  void* data_ = nullptr;
+  std::shared_ptr<void> owner_;
+};
+
+}  // namespace dit
