@@ -13,6 +13,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "runtime/tensor.h"
 
@@ -35,6 +36,7 @@ struct AttentionSpec {
   float scale = 0;  // 0 -> 1/sqrt(head_dim)
   AttnLayout q, k, v, out;  // all-zero -> dense bhtd
   DType compute = DType::F32;
+  int64_t q_block = 0, kv_block = 0;  // rows of Q / K,V per block; 0 -> defaults (tuned here)
 };
 
 class Attention {
@@ -48,6 +50,7 @@ class Attention {
   void run(const float* q, const float* k, const float* v, float* out, float* lse) const;
   const AttentionSpec& spec() const;
   double flops() const;  // 4·batch·heads·q_len·kv_len·head_dim
+  const std::string& impl_info() const;  // oneDNN implementation of the block matmuls
 
  private:
   struct Impl;

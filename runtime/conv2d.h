@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "runtime/tensor.h"
 
@@ -12,6 +13,9 @@ struct Conv2dSpec {
   int64_t batch = 1, in_channels = 0, out_channels = 0, height = 0, width = 0;
   int64_t kernel = 3, stride = 1, padding = 1;
   bool accumulate = false;  // y = conv(x) + b + y (residual add fused as a sum post-op)
+  // true: let oneDNN choose the activation layout (x and y are reordered through buffers
+  // allocated in the constructor when it picks a blocked one); false: plain NCHW in place.
+  bool blocked = true;
   int64_t out_height() const { return (height + 2 * padding - kernel) / stride + 1; }
   int64_t out_width() const { return (width + 2 * padding - kernel) / stride + 1; }
 };
@@ -27,6 +31,7 @@ class Conv2d {
   // x: [batch, in, H, W]; y: [batch, out, H', W'] (plain NCHW f32).
   void run(const float* x, float* y) const;
   const Conv2dSpec& spec() const;
+  const std::string& impl_info() const;  // oneDNN implementation name, for diagnostics
 
  private:
   struct Impl;

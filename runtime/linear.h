@@ -10,6 +10,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "runtime/tensor.h"
 
@@ -49,6 +50,8 @@ class Linear {
   void run(const float* x, float* y, const float* gate = nullptr) const;
   const LinearSpec& spec() const;
   double flops() const;  // 2·batch·rows·in·out
+  // The oneDNN implementation chosen for the matmul (pd.impl_info_str()), for diagnostics.
+  const std::string& impl_info() const;
 
  private:
   struct Impl;

@@ -1,0 +1,390 @@
+#include "runtime/attention.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/engine.h"
+#include "runtime/error.h"
+#include "runtime/simd_math.h"
+
+namespace dit {
+
+using dnnl::memory;
+using dt = dnnl::memory::data_type;
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// One block matmul shape (rows of Q × columns of K) for Q·Kᵀ and for P·V.
+struct BlockPrims {
+  dnnl::matmul qk, pv;
+  memory::desc qk_src, qk_wei, qk_dst, pv_src, pv_wei, pv_dst;
+  memory::desc qk_sp, pv_sp;
+};
+
+// Per-thread memory objects (handles are set per block) and buffers.
+struct ThreadState {
+  dnnl::stream stream;
+  struct Args {
+    memory qk_src, qk_wei, qk_dst, pv_src, pv_wei, pv_dst;
+    std::unordered_map<int, memory> qk, pv;
+  } args[2][2];
+  float* S = nullptr;   // [QB, KB] scaled logits
+  void* P = nullptr;    // [QB, KB] probabilities in the compute type
+  float* PV = nullptr;  // [QB, D]
+  float* O = nullptr;   // [QB, D] running output
+  float* m = nullptr;   // [QB] running max
+  float* l = nullptr;   // [QB] running sum
+  float* a = nullptr;   // [QB] rescale factor of this block
+};
+
+// Online-softmax update of one block: S (logits, already scaled) -> P, running m/l, alpha.
+DIT_MULTIVERSION void softmax_block(const float* S, float* P, int64_t rows, int64_t cols, int64_t ld, float* m,
+                                    float* l, float* a) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* s = S + i * ld;
+    float* p = P + i * ld;
+    float mx = kNegInf;
+#pragma omp simd reduction(max : mx)
+    for (int64_t j = 0; j < cols; ++j) mx = std::max(mx, s[j]);
+    const float mnew = std::max(m[i], mx);
+    float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < cols; ++j) {
+      float e = simd::exp_f(s[j] - mnew);
+      p[j] = e;
+      sum += e;
+    }
+    const float alpha = m[i] == kNegInf ? 0.f : simd::exp_f(m[i] - mnew);
+    l[i] = l[i] * alpha + sum;
+    m[i] = mnew;
+    a[i] = alpha;
+  }
+}
+
+DIT_MULTIVERSION void softmax_block_bf16(const float* S, uint16_t* P, int64_t rows, int64_t cols, int64_t ld,
+                                         float* m, float* l, float* a) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* s = S + i * ld;
+    uint16_t* p = P + i * ld;
+    float mx = kNegInf;
+#pragma omp simd reduction(max : mx)
+    for (int64_t j = 0; j < cols; ++j) mx = std::max(mx, s[j]);
+    const float mnew = std::max(m[i], mx);
+    float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < cols; ++j) {
+      // round to bf16 and sum the rounded values, so that l matches what P·V sees
+      float e = simd::exp_f(s[j] - mnew);
+      uint32_t u;
+      std::memcpy(&u, &e, 4);
+      u += 0x7fffu + ((u >> 16) & 1u);
+      uint16_t h = uint16_t(u >> 16);
+      p[j] = h;
+      uint32_t w = uint32_t(h) << 16;
+      float r;
+      std::memcpy(&r, &w, 4);
+      sum += r;
+    }
+    const float alpha = m[i] == kNegInf ? 0.f : simd::exp_f(m[i] - mnew);
+    l[i] = l[i] * alpha + sum;
+    m[i] = mnew;
+    a[i] = alpha;
+  }
+}
+
+DIT_MULTIVERSION void rescale_add(float* O, const float* PV, const float* a, int64_t rows, int64_t D, bool first) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* o = O + i * D;
+    const float* pv = PV + i * D;
+    if (first) {
+#pragma omp simd
+      for (int64_t j = 0; j < D; ++j) o[j] = pv[j];
+    } else {
+      const float al = a[i];
+#pragma omp simd
+      for (int64_t j = 0; j < D; ++j) o[j] = o[j] * al + pv[j];
+    }
+  }
+}
+
+DIT_MULTIVERSION void to_bf16_row(const float* x, uint16_t* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &x[i], 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    y[i] = uint16_t(u >> 16);
+  }
+}
+
+}  // namespace
+
+struct Attention::Impl {
+  AttentionSpec spec;
+  std::string what, impl_name;
+  int64_t QB = 0, KB = 0, nqb = 0, nkb = 0, q_tail = 0, kv_tail = 0;
+  AttnLayout eq, ek, ev;  // layouts the matmuls read (user's for f32, dense bhtd bf16 copies for bf16)
+  BlockPrims prims[2][2];  // [q tail?][kv tail?]
+  int nthr = 1;
+  std::vector<ThreadState> th;
+  Tensor thread_buf, scratch_buf;
+  size_t scratch_per_thread = 0, thread_floats = 0;
+  Tensor qb, kb, vb;  // bf16 copies (bf16 compute only)
+};
+
+Attention::Attention() = default;
+Attention::Attention(Attention&&) noexcept = default;
+Attention& Attention::operator=(Attention&&) noexcept = default;
+Attention::~Attention() = default;
+
+Attention::Attention(const AttentionSpec& spec_in) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  AttentionSpec s = spec_in;
+  std::ostringstream os;
+  os << "Attention batch " << s.batch << " heads " << s.heads << " q_len " << s.q_len << " kv_len " << s.kv_len
+     << " head_dim " << s.head_dim << " " << dtype_name(s.compute);
+  m.what = os.str();
+  DIT_CHECK(s.batch > 0 && s.heads > 0 && s.q_len > 0 && s.kv_len > 0 && s.head_dim > 0, m.what << ": bad sizes");
+  auto is_zero = [](const AttnLayout& l) { return l.batch_stride == 0 && l.head_stride == 0 && l.token_stride == 0; };
+  if (is_zero(s.q)) s.q = AttnLayout::bhtd(s.heads, s.q_len, s.head_dim);
+  if (is_zero(s.k)) s.k = AttnLayout::bhtd(s.heads, s.kv_len, s.head_dim);
+  if (is_zero(s.v)) s.v = AttnLayout::bhtd(s.heads, s.kv_len, s.head_dim);
+  if (is_zero(s.out)) s.out = AttnLayout::bhtd(s.heads, s.q_len, s.head_dim);
+  if (s.scale == 0) s.scale = 1.f / std::sqrt(float(s.head_dim));
+  m.spec = s;
+  const int64_t D = s.head_dim;
+  const bool bf16 = s.compute == DType::BF16;
+  const dt cdt = bf16 ? dt::bf16 : dt::f32;
+
+  m.QB = std::min(s.q_block > 0 ? s.q_block : int64_t(64), s.q_len);
+  m.KB = std::min(s.kv_block > 0 ? s.kv_block : int64_t(256), s.kv_len);
+  m.nqb = (s.q_len + m.QB - 1) / m.QB;
+  m.nkb = (s.kv_len + m.KB - 1) / m.KB;
+  m.q_tail = s.q_len - (m.nqb - 1) * m.QB;
+  m.kv_tail = s.kv_len - (m.nkb - 1) * m.KB;
+  if (bf16) {
+    m.eq = AttnLayout::bhtd(s.heads, s.q_len, D);
+    m.ek = AttnLayout::bhtd(s.heads, s.kv_len, D);
+    m.ev = AttnLayout::bhtd(s.heads, s.kv_len, D);
+    m.qb = Tensor::empty({s.batch, s.heads, s.q_len, D}, DType::BF16);
+    m.kb = Tensor::empty({s.batch, s.heads, s.kv_len, D}, DType::BF16);
+    m.vb = Tensor::empty({s.batch, s.heads, s.kv_len, D}, DType::BF16);
+  } else {
+    m.eq = s.q;
+    m.ek = s.k;
+    m.ev = s.v;
+  }
+  m.nthr = std::max(1, omp_get_max_threads());
+
+  dnnl_call(m.what.c_str(), [&] {
+    auto& eng = Engine::get().engine;
+    // The block matmuls run inside our OpenMP parallel region, where oneDNN runs single-threaded;
+    // create them for one thread so that their work partition matches.
+    const int saved_threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    struct Restore {
+      int n;
+      ~Restore() { omp_set_num_threads(n); }
+    } restore{saved_threads};
+    size_t sp_max = 0;
+    for (int qi = 0; qi < 2; ++qi)
+      for (int ki = 0; ki < 2; ++ki) {
+        const int64_t qr = qi ? m.q_tail : m.QB, kc = ki ? m.kv_tail : m.KB;
+        if ((qi && qr == m.QB) || (ki && kc == m.KB)) continue;  // no distinct tail
+        BlockPrims& p = m.prims[qi][ki];
+        p.qk_src = memory::desc({qr, D}, cdt, memory::dims{m.eq.token_stride, 1});
+        p.qk_wei = memory::desc({D, kc}, cdt, memory::dims{1, m.ek.token_stride});
+        p.qk_dst = memory::desc({qr, kc}, dt::f32, memory::dims{m.KB, 1});
+        p.pv_src = memory::desc({qr, kc}, cdt, memory::dims{m.KB, 1});
+        p.pv_wei = memory::desc({kc, D}, cdt, memory::dims{m.ev.token_stride, 1});
+        p.pv_dst = memory::desc({qr, D}, dt::f32, memory::dims{D, 1});
+        dnnl::primitive_attr qk_attr;
+        qk_attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+        qk_attr.set_output_scales(0, {s.scale});
+        dnnl::matmul::primitive_desc qk_pd(dnnl::matmul::desc(p.qk_src, p.qk_wei, p.qk_dst), qk_attr, eng);
+        dnnl::primitive_attr pv_attr;
+        pv_attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+        dnnl::matmul::primitive_desc pv_pd(dnnl::matmul::desc(p.pv_src, p.pv_wei, p.pv_dst), pv_attr, eng);
+        p.qk = dnnl::matmul(qk_pd);
+        p.pv = dnnl::matmul(pv_pd);
+        p.qk_sp = qk_pd.scratchpad_desc();
+        p.pv_sp = pv_pd.scratchpad_desc();
+        sp_max = std::max({sp_max, p.qk_sp.get_size(), p.pv_sp.get_size()});
+        if (qi == 0 && ki == 0)
+          m.impl_name = std::string("qk: ") + qk_pd.impl_info_str() + ", pv: " + pv_pd.impl_info_str();
+      }
+    m.scratch_per_thread = (sp_max + 63) / 64 * 64;
+    if (m.scratch_per_thread)
+      m.scratch_buf = Tensor::empty({int64_t(m.scratch_per_thread / 4) * m.nthr});
+    const size_t pf = bf16 ? (size_t(m.QB * m.KB) + 1) / 2 : size_t(m.QB * m.KB);
+    auto r16 = [](size_t n) { return (n + 15) / 16 * 16; };  // keep each buffer 64-byte aligned
+    m.thread_floats = r16(m.QB * m.KB) + r16(pf) + 2 * r16(m.QB * D) + 3 * r16(m.QB);
+    m.thread_buf = Tensor::empty({int64_t(m.thread_floats) * m.nthr});
+    m.th.resize(m.nthr);
+    for (int t = 0; t < m.nthr; ++t) {
+      ThreadState& T = m.th[t];
+      T.stream = dnnl::stream(eng);
+      float* b = m.thread_buf.f32() + t * m.thread_floats;
+      T.S = b;
+      b += r16(m.QB * m.KB);
+      T.P = b;
+      b += r16(pf);
+      T.PV = b;
+      b += r16(m.QB * D);
+      T.O = b;
+      b += r16(m.QB * D);
+      T.m = b;
+      b += r16(m.QB);
+      T.l = b;
+      b += r16(m.QB);
+      T.a = b;
+      void* sp = m.scratch_per_thread ? static_cast<char*>(m.scratch_buf.data()) + t * m.scratch_per_thread : nullptr;
+      for (int qi = 0; qi < 2; ++qi)
+        for (int ki = 0; ki < 2; ++ki) {
+          BlockPrims& p = m.prims[qi][ki];
+          if (!p.qk) continue;
+          auto& A = T.args[qi][ki];
+          A.qk_src = memory(p.qk_src, eng, nullptr);
+          A.qk_wei = memory(p.qk_wei, eng, nullptr);
+          A.qk_dst = memory(p.qk_dst, eng, T.S);
+          A.pv_src = memory(p.pv_src, eng, T.P);
+          A.pv_wei = memory(p.pv_wei, eng, nullptr);
+          A.pv_dst = memory(p.pv_dst, eng, T.PV);
+          A.qk = {{DNNL_ARG_SRC, A.qk_src}, {DNNL_ARG_WEIGHTS, A.qk_wei}, {DNNL_ARG_DST, A.qk_dst}};
+          A.pv = {{DNNL_ARG_SRC, A.pv_src}, {DNNL_ARG_WEIGHTS, A.pv_wei}, {DNNL_ARG_DST, A.pv_dst}};
+          if (p.qk_sp.get_size()) A.qk[DNNL_ARG_SCRATCHPAD] = memory(p.qk_sp, eng, sp);
+          if (p.pv_sp.get_size()) A.pv[DNNL_ARG_SCRATCHPAD] = memory(p.pv_sp, eng, sp);
+        }
+    }
+  });
+}
+
+void Attention::run(const float* q, const float* k, const float* v, float* out, float* lse) const {
+  DIT_CHECK(impl_, "Attention::run on an empty Attention");
+  Impl& m = *impl_;
+  const AttentionSpec& s = m.spec;
+  const int64_t D = s.head_dim, H = s.heads;
+  const bool bf16 = s.compute == DType::BF16;
+  const int nthr = std::min(m.nthr, std::max(1, omp_get_max_threads()));
+  const void *qbase = q, *kbase = k, *vbase = v;
+  const size_t esz = bf16 ? 2 : 4;
+
+  if (bf16) {
+    // Dense bf16 copies of Q, K and V ([batch, heads, tokens, head_dim]), converted once per call.
+    auto convert = [&](const float* src, const AttnLayout& L, int64_t T, uint16_t* dst) {
+      const int64_t rows = s.batch * H * T;
+#pragma omp parallel for schedule(static) num_threads(nthr)
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t b = r / (H * T), h = (r / T) % H, t = r % T;
+        to_bf16_row(src + b * L.batch_stride + h * L.head_stride + t * L.token_stride, dst + r * D, D);
+      }
+    };
+    convert(q, s.q, s.q_len, m.qb.bf16());
+    convert(k, s.k, s.kv_len, m.kb.bf16());
+    convert(v, s.v, s.kv_len, m.vb.bf16());
+    qbase = m.qb.data();
+    kbase = m.kb.data();
+    vbase = m.vb.data();
+  }
+
+  const int64_t tasks = s.batch * H * m.nqb;
+  std::string error;
+#pragma omp parallel num_threads(nthr)
+  {
+    ThreadState& T = m.th[omp_get_thread_num()];
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < tasks; ++task) {
+      try {
+        const int64_t b = task / (H * m.nqb), h = (task / m.nqb) % H, qi = task % m.nqb;
+        const int64_t q0 = qi * m.QB;
+        const int qt = (qi == m.nqb - 1 && m.q_tail != m.QB) ? 1 : 0;
+        const int64_t qr = qt ? m.q_tail : m.QB;
+        const char* qp = static_cast<const char*>(qbase) +
+                         (b * m.eq.batch_stride + h * m.eq.head_stride + q0 * m.eq.token_stride) * esz;
+        const char* kp = static_cast<const char*>(kbase) + (b * m.ek.batch_stride + h * m.ek.head_stride) * esz;
+        const char* vp = static_cast<const char*>(vbase) + (b * m.ev.batch_stride + h * m.ev.head_stride) * esz;
+        for (int64_t i = 0; i < qr; ++i) {
+          T.m[i] = kNegInf;
+          T.l[i] = 0.f;
+        }
+        for (int64_t kj = 0; kj < m.nkb; ++kj) {
+          const int64_t k0 = kj * m.KB;
+          const int kt = (kj == m.nkb - 1 && m.kv_tail != m.KB) ? 1 : 0;
+          const int64_t kc = kt ? m.kv_tail : m.KB;
+          auto& A = T.args[qt][kt];
+          const BlockPrims& p = m.prims[qt][kt];
+          A.qk_src.set_data_handle(const_cast<char*>(qp));
+          A.qk_wei.set_data_handle(const_cast<char*>(kp + k0 * m.ek.token_stride * esz));
+          p.qk.execute(T.stream, A.qk);
+          if (bf16)
+            softmax_block_bf16(T.S, static_cast<uint16_t*>(T.P), qr, kc, m.KB, T.m, T.l, T.a);
+          else
+            softmax_block(T.S, static_cast<float*>(T.P), qr, kc, m.KB, T.m, T.l, T.a);
+          A.pv_wei.set_data_handle(const_cast<char*>(vp + k0 * m.ev.token_stride * esz));
+          p.pv.execute(T.stream, A.pv);
+          rescale_add(T.O, T.PV, T.a, qr, D, kj == 0);
+        }
+        float* op = out + b * s.out.batch_stride + h * s.out.head_stride + q0 * s.out.token_stride;
+        for (int64_t i = 0; i < qr; ++i) {
+          const float inv = 1.f / T.l[i];
+          float* o = op + i * s.out.token_stride;
+          const float* src = T.O + i * D;
+#pragma omp simd
+          for (int64_t j = 0; j < D; ++j) o[j] = src[j] * inv;
+        }
+        if (lse) {
+          float* lp = lse + (b * H + h) * s.q_len + q0;
+          for (int64_t i = 0; i < qr; ++i) lp[i] = T.m[i] + std::log(T.l[i]);
+        }
+      } catch (const dnnl::error& e) {
+#pragma omp critical(dit_attention_error)
+        if (error.empty()) error = std::string(e.what()) + " (status " + std::to_string(int(e.status)) + ")";
+      } catch (const std::exception& e) {
+#pragma omp critical(dit_attention_error)
+        if (error.empty()) error = e.what();
+      }
+    }
+  }
+  if (!error.empty()) throw Error(m.what + ": oneDNN: " + error);
+}
+
+const AttentionSpec& Attention::spec() const { return impl_->spec; }
+const std::string& Attention::impl_info() const { return impl_->impl_name; }
+double Attention::flops() const {
+  const auto& s = impl_->spec;
+  return 4.0 * s.batch * s.heads * s.q_len * s.kv_len * s.head_dim;
+}
+
+void attention_merge(float* out_a, float* lse_a, const float* out_b, const float* lse_b, int64_t rows, int64_t dim,
+                     int64_t out_stride_a, int64_t out_stride_b) {
+  if (out_stride_a == 0) out_stride_a = dim;
+  if (out_stride_b == 0) out_stride_b = dim;
+#pragma omp parallel for schedule(static) if (rows * dim > 16384)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float la = lse_a[r], lb = lse_b[r];
+    float* oa = out_a + r * out_stride_a;
+    const float* ob = out_b + r * out_stride_b;
+    if (lb == kNegInf) continue;  // nothing to add
+    if (la == kNegInf) {          // nothing yet: take b
+      for (int64_t j = 0; j < dim; ++j) oa[j] = ob[j];
+      lse_a[r] = lb;
+      continue;
+    }
+    const float mx = std::max(la, lb);
+    const float lse = mx + std::log(std::exp(la - mx) + std::exp(lb - mx));
+    const float wa = std::exp(la - lse), wb = std::exp(lb - lse);
+#pragma omp simd
+    for (int64_t j = 0; j < dim; ++j) oa[j] = oa[j] * wa + ob[j] * wb;
+    lse_a[r] = lse;
+  }
+}
+
+}  // namespace dit

@@ -1,0 +1,141 @@
+#include "runtime/conv2d.h"
+
+#include <sstream>
+#include <unordered_map>
+
+#include "runtime/engine.h"
+#include "runtime/error.h"
+
+namespace dit {
+
+using dnnl::memory;
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+struct Conv2d::Impl {
+  Conv2dSpec spec;
+  std::string what, impl_name;
+  dnnl::convolution_forward prim;
+  Tensor weight, bias;  // weight in the primitive's layout (owned), bias f32
+  memory user_src, user_dst, src, dst, scratch;
+  bool reorder_src = false, reorder_dst = false;
+  Tensor src_buf, dst_buf, scratch_buf;
+  dnnl::reorder src_in, dst_in, dst_out;
+  std::unordered_map<int, memory> args, src_in_args, dst_in_args, dst_out_args;
+};
+
+Conv2d::Conv2d() = default;
+Conv2d::Conv2d(Conv2d&&) noexcept = default;
+Conv2d& Conv2d::operator=(Conv2d&&) noexcept = default;
+Conv2d::~Conv2d() = default;
+
+Conv2d::Conv2d(const Conv2dSpec& spec, const Tensor& weight, const Tensor& bias) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.spec = spec;
+  const auto& s = spec;
+  std::ostringstream os;
+  os << "Conv2d x[" << s.batch << ", " << s.in_channels << ", " << s.height << ", " << s.width << "] w["
+     << s.out_channels << ", " << s.in_channels << ", " << s.kernel << ", " << s.kernel << "] stride " << s.stride
+     << " pad " << s.padding << (s.accumulate ? " accumulate" : "");
+  m.what = os.str();
+  DIT_CHECK(s.batch > 0 && s.in_channels > 0 && s.out_channels > 0 && s.kernel > 0 && s.stride > 0 &&
+                s.padding >= 0 && s.out_height() > 0 && s.out_width() > 0,
+            m.what << ": bad sizes");
+  DIT_CHECK(weight.defined() && weight.shape() == Shape({s.out_channels, s.in_channels, s.kernel, s.kernel}),
+            m.what << ": weight is " << shape_str(weight.shape()));
+  Tensor wf = weight.dtype() == DType::F32 ? weight : weight.to(DType::F32);
+  if (bias.defined()) {
+    DIT_CHECK(bias.numel() == s.out_channels, m.what << ": bias has " << bias.numel() << " elements");
+    m.bias = bias.dtype() == DType::F32 ? bias : bias.to(DType::F32);
+  }
+  const int64_t OH = s.out_height(), OW = s.out_width();
+  dnnl_call(m.what.c_str(), [&] {
+    auto& eng = Engine::get().engine;
+    auto& st = Engine::get().stream;
+    memory::desc src_user({s.batch, s.in_channels, s.height, s.width}, dt::f32, tag::nchw);
+    memory::desc dst_user({s.batch, s.out_channels, OH, OW}, dt::f32, tag::nchw);
+    memory::desc w_user({s.out_channels, s.in_channels, s.kernel, s.kernel}, dt::f32, tag::oihw);
+    memory::desc src_any({s.batch, s.in_channels, s.height, s.width}, dt::f32, tag::any);
+    memory::desc dst_any({s.batch, s.out_channels, OH, OW}, dt::f32, tag::any);
+    memory::desc w_any({s.out_channels, s.in_channels, s.kernel, s.kernel}, dt::f32, tag::any);
+    memory::desc b_md({s.out_channels}, dt::f32, tag::a);
+    dnnl::post_ops po;
+    if (s.accumulate) po.append_sum(1.f);
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(po);
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    const memory::dims strides{s.stride, s.stride}, pad{s.padding, s.padding};
+    const bool has_bias = m.bias.defined();
+    const auto& src_md = s.blocked ? src_any : src_user;
+    const auto& dst_md = s.blocked ? dst_any : dst_user;
+    auto d = has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                        dnnl::algorithm::convolution_direct, src_md, w_any, b_md,
+                                                        dst_md, strides, pad, pad)
+                      : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                        dnnl::algorithm::convolution_direct, src_md, w_any, dst_md,
+                                                        strides, pad, pad);
+    dnnl::convolution_forward::primitive_desc pd(d, attr, eng);
+    m.impl_name = pd.impl_info_str();
+    m.prim = dnnl::convolution_forward(pd);
+    // Weights: reorder once into the primitive's layout (an owned copy).
+    m.weight = Tensor::empty({int64_t((pd.weights_desc().get_size() + 3) / 4)});
+    memory w_mem(pd.weights_desc(), eng, m.weight.data());
+    {
+      memory w_src(w_user, eng, const_cast<void*>(wf.data()));
+      dnnl::reorder(w_src, w_mem).execute(st, w_src, w_mem);
+      st.wait();
+    }
+    m.user_src = memory(src_user, eng, nullptr);
+    m.user_dst = memory(dst_user, eng, nullptr);
+    m.reorder_src = pd.src_desc() != src_user;
+    m.reorder_dst = pd.dst_desc() != dst_user;
+    if (m.reorder_src) {
+      m.src_buf = Tensor::empty({int64_t((pd.src_desc().get_size() + 3) / 4)});
+      m.src = memory(pd.src_desc(), eng, m.src_buf.data());
+      m.src_in = dnnl::reorder(m.user_src, m.src);
+      m.src_in_args = {{DNNL_ARG_FROM, m.user_src}, {DNNL_ARG_TO, m.src}};
+    } else {
+      m.src = m.user_src;
+    }
+    if (m.reorder_dst) {
+      m.dst_buf = Tensor::empty({int64_t((pd.dst_desc().get_size() + 3) / 4)});
+      m.dst = memory(pd.dst_desc(), eng, m.dst_buf.data());
+      m.dst_out = dnnl::reorder(m.dst, m.user_dst);
+      m.dst_out_args = {{DNNL_ARG_FROM, m.dst}, {DNNL_ARG_TO, m.user_dst}};
+      if (s.accumulate) {
+        m.dst_in = dnnl::reorder(m.user_dst, m.dst);
+        m.dst_in_args = {{DNNL_ARG_FROM, m.user_dst}, {DNNL_ARG_TO, m.dst}};
+      }
+    } else {
+      m.dst = m.user_dst;
+    }
+    m.args = {{DNNL_ARG_SRC, m.src}, {DNNL_ARG_WEIGHTS, w_mem}, {DNNL_ARG_DST, m.dst}};
+    if (has_bias) m.args[DNNL_ARG_BIAS] = memory(b_md, eng, const_cast<float*>(m.bias.f32()));
+    size_t sp = pd.scratchpad_desc().get_size();
+    if (sp) {
+      m.scratch_buf = Tensor::empty({int64_t((sp + 3) / 4)});
+      m.scratch = memory(pd.scratchpad_desc(), eng, m.scratch_buf.data());
+      m.args[DNNL_ARG_SCRATCHPAD] = m.scratch;
+    }
+  });
+}
+
+void Conv2d::run(const float* x, float* y) const {
+  DIT_CHECK(impl_, "Conv2d::run on an empty Conv2d");
+  Impl& m = *impl_;
+  dnnl_call(m.what.c_str(), [&] {
+    auto& st = Engine::get().stream;
+    m.user_src.set_data_handle(const_cast<float*>(x));
+    m.user_dst.set_data_handle(y);
+    if (m.reorder_src) m.src_in.execute(st, m.src_in_args);
+    if (m.reorder_dst && m.spec.accumulate) m.dst_in.execute(st, m.dst_in_args);
+    m.prim.execute(st, m.args);
+    if (m.reorder_dst) m.dst_out.execute(st, m.dst_out_args);
+    st.wait();
+  });
+}
+
+const Conv2dSpec& Conv2d::spec() const { return impl_->spec; }
+const std::string& Conv2d::impl_info() const { return impl_->impl_name; }
+
+}  // namespace dit

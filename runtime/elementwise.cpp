@@ -1,0 +1,117 @@
+#include "runtime/elementwise.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "runtime/simd_math.h"
+
+namespace dit {
+
+namespace {
+constexpr int64_t kChunk = 16384;  // elements per OpenMP work item
+}
+
+DIT_MULTIVERSION static void silu_chunk(const float* x, float* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = simd::silu_f(x[i]);
+}
+DIT_MULTIVERSION static void gelu_chunk(const float* x, float* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = simd::gelu_tanh_f(x[i]);
+}
+
+template <class F>
+static void chunked(int64_t n, F f) {
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t b = c * kChunk;
+    f(b, std::min(n, b + kChunk) - b);
+  }
+}
+
+void silu(const float* x, float* y, int64_t n) {
+  chunked(n, [&](int64_t b, int64_t len) { silu_chunk(x + b, y + b, len); });
+}
+
+void gelu_tanh(const float* x, float* y, int64_t n) {
+  chunked(n, [&](int64_t b, int64_t len) { gelu_chunk(x + b, y + b, len); });
+}
+
+void add(const float* a, const float* b, float* y, int64_t n) {
+  chunked(n, [&](int64_t s, int64_t len) {
+    const float* pa = a + s;
+    const float* pb = b + s;
+    float* py = y + s;
+#pragma omp simd
+    for (int64_t i = 0; i < len; ++i) py[i] = pa[i] + pb[i];
+  });
+}
+
+void gated_residual_add(const float* f, const float* gate, float* x, int64_t batch, int64_t rows, int64_t dim) {
+#pragma omp parallel for schedule(static) collapse(2) if (batch * rows * dim > kChunk)
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* g = gate + b * dim;
+      const float* pf = f + (b * rows + r) * dim;
+      float* px = x + (b * rows + r) * dim;
+#pragma omp simd
+      for (int64_t i = 0; i < dim; ++i) px[i] += g[i] * pf[i];
+    }
+}
+
+void modulate(const float* x, const float* shift, const float* scale, float* y, int64_t batch, int64_t rows,
+              int64_t dim) {
+#pragma omp parallel for schedule(static) collapse(2) if (batch * rows * dim > kChunk)
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* sc = scale + b * dim;
+      const float* sh = shift + b * dim;
+      const float* px = x + (b * rows + r) * dim;
+      float* py = y + (b * rows + r) * dim;
+#pragma omp simd
+      for (int64_t i = 0; i < dim; ++i) py[i] = px[i] * (1.f + sc[i]) + sh[i];
+    }
+}
+
+void upsample_nearest2x(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w) {
+  const int64_t rows = n * c * h;
+#pragma omp parallel for schedule(static) if (rows * w > kChunk)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* px = x + r * w;
+    float* py0 = y + r * 4 * w;  // output rows 2r and 2r+1 (same plane since h rows map to 2h)
+    float* py1 = py0 + 2 * w;
+    for (int64_t j = 0; j < w; ++j) {
+      py0[2 * j] = px[j];
+      py0[2 * j + 1] = px[j];
+    }
+    std::copy(py0, py0 + 2 * w, py1);
+  }
+}
+
+DIT_MULTIVERSION static void softmax_row(float* p, int64_t cols) {
+  float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
+  for (int64_t i = 0; i < cols; ++i) mx = std::max(mx, p[i]);
+  if (mx == -std::numeric_limits<float>::infinity()) mx = 0.f;  // all -inf: avoid NaN from -inf - -inf
+  float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < cols; ++i) {
+    float e = simd::exp_f(p[i] - mx);
+    p[i] = e;
+    sum += e;
+  }
+  const float inv = 1.f / sum;
+#pragma omp simd
+  for (int64_t i = 0; i < cols; ++i) p[i] *= inv;
+}
+
+void softmax_rows(float* x, int64_t rows, int64_t cols) {
+#pragma omp parallel for schedule(static) if (rows * cols > kChunk)
+  for (int64_t r = 0; r < rows; ++r) softmax_row(x + r * cols, cols);
+}
+
+}  // namespace dit

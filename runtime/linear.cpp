@@ -1,0 +1,161 @@
+#include "runtime/linear.h"
+
+#include <sstream>
+#include <unordered_map>
+
+#include "runtime/engine.h"
+#include "runtime/error.h"
+
+namespace dit {
+
+using dnnl::memory;
+using dt = dnnl::memory::data_type;
+
+LinearWeight LinearWeight::prepare(const Tensor& weight, const Tensor& bias, DType compute) {
+  DIT_CHECK(weight.defined() && weight.ndim() == 2,
+            "Linear weight must be a 2-D [out, in] tensor, got " << shape_str(weight.shape()));
+  LinearWeight w;
+  w.compute = compute;
+  // Used in place when the stored type is the compute type (a view into the mmap, never written).
+  w.weight = weight.dtype() == compute ? weight : weight.to(compute);
+  if (bias.defined()) {
+    DIT_CHECK(bias.numel() == weight.dim(0), "Linear bias has " << bias.numel() << " elements, weight "
+                                                                << shape_str(weight.shape()) << " needs " << weight.dim(0));
+    w.bias = bias.dtype() == DType::F32 ? bias : bias.to(DType::F32);
+  }
+  return w;
+}
+
+static const char* act_name(Act a) {
+  switch (a) {
+    case Act::None: return "none";
+    case Act::GeluTanh: return "gelu_tanh";
+    case Act::Silu: return "silu";
+  }
+  return "?";
+}
+
+struct Linear::Impl {
+  LinearSpec spec;
+  LinearWeight w;
+  std::string what;
+  dnnl::matmul prim;
+  memory src, wei, bias, dst, gate, scratch;
+  std::unordered_map<int, memory> args;
+  Tensor scratch_buf;
+  // bf16 compute: x (f32) -> xb (bf16) through a reorder created once.
+  dnnl::reorder cvt;
+  memory cvt_src;
+  Tensor xb;
+  std::unordered_map<int, memory> cvt_args;
+  std::string impl_name;
+};
+
+Linear::Linear() = default;
+Linear::Linear(Linear&&) noexcept = default;
+Linear& Linear::operator=(Linear&&) noexcept = default;
+Linear::~Linear() = default;
+
+Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.spec = spec;
+  m.w = w;
+  std::ostringstream os;
+  os << "Linear [" << spec.batch << "x" << spec.rows << ", " << spec.in << "] x [" << spec.in << ", " << spec.out
+     << "] act=" << act_name(spec.act) << (spec.gated_residual ? " gated_residual" : "") << " "
+     << dtype_name(w.compute);
+  m.what = os.str();
+  DIT_CHECK(spec.batch > 0 && spec.rows > 0 && spec.in > 0 && spec.out > 0, m.what << ": bad sizes");
+  DIT_CHECK(w.weight.defined() && w.in() == spec.in && w.out() == spec.out,
+            m.what << ": weight is " << shape_str(w.weight.shape()));
+  DIT_CHECK(w.weight.dtype() == w.compute, m.what << ": weight dtype does not match the compute type");
+  const int64_t B = spec.batch, M = spec.rows, K = spec.in, N = spec.out;
+  const dt cdt = w.compute == DType::BF16 ? dt::bf16 : dt::f32;
+  dnnl_call(m.what.c_str(), [&] {
+    auto& eng = Engine::get().engine;
+    memory::desc src_md, wei_md, bias_md, dst_md, gate_md;
+    if (spec.gated_residual) {
+      src_md = memory::desc({B, M, K}, cdt, memory::dims{M * K, K, 1});
+      wei_md = memory::desc({1, K, N}, cdt, memory::dims{K * N, 1, K});
+      bias_md = memory::desc({1, 1, N}, dt::f32, memory::dims{N, N, 1});
+      dst_md = memory::desc({B, M, N}, dt::f32, memory::dims{M * N, N, 1});
+      gate_md = memory::desc({B, 1, N}, dt::f32, memory::dims{N, N, 1});
+    } else {
+      src_md = memory::desc({B * M, K}, cdt, memory::dims{K, 1});
+      wei_md = memory::desc({K, N}, cdt, memory::dims{1, K});
+      bias_md = memory::desc({1, N}, dt::f32, memory::dims{N, 1});
+      dst_md = memory::desc({B * M, N}, dt::f32, memory::dims{N, 1});
+    }
+    dnnl::post_ops po;
+    if (spec.act == Act::GeluTanh) po.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_tanh, 0.f, 0.f);
+    if (spec.act == Act::Silu) po.append_eltwise(1.f, dnnl::algorithm::eltwise_swish, 1.f, 0.f);
+    if (spec.gated_residual) {
+      po.append_binary(dnnl::algorithm::binary_mul, gate_md);
+      po.append_sum(1.f);
+    }
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(po);
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    const bool has_bias = w.bias.defined();
+    auto d = has_bias ? dnnl::matmul::desc(src_md, wei_md, bias_md, dst_md) : dnnl::matmul::desc(src_md, wei_md, dst_md);
+    dnnl::matmul::primitive_desc pd(d, attr, eng);
+    m.impl_name = pd.impl_info_str();
+    m.prim = dnnl::matmul(pd);
+    m.src = memory(src_md, eng, nullptr);
+    m.wei = memory(wei_md, eng, const_cast<void*>(w.weight.data()));
+    m.dst = memory(dst_md, eng, nullptr);
+    m.args = {{DNNL_ARG_SRC, m.src}, {DNNL_ARG_WEIGHTS, m.wei}, {DNNL_ARG_DST, m.dst}};
+    if (has_bias) {
+      m.bias = memory(bias_md, eng, const_cast<float*>(w.bias.f32()));
+      m.args[DNNL_ARG_BIAS] = m.bias;
+    }
+    if (spec.gated_residual) {
+      m.gate = memory(gate_md, eng, nullptr);
+      m.args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(spec.act != Act::None ? 1 : 0) | DNNL_ARG_SRC_1] = m.gate;
+    }
+    size_t sp = pd.scratchpad_desc().get_size();
+    if (sp) {
+      m.scratch_buf = Tensor::empty({int64_t((sp + 3) / 4)});
+      m.scratch = memory(pd.scratchpad_desc(), eng, m.scratch_buf.data());
+      m.args[DNNL_ARG_SCRATCHPAD] = m.scratch;
+    }
+    if (cdt == dt::bf16) {
+      memory::desc xf_md({B * M, K}, dt::f32, memory::dims{K, 1});
+      memory::desc xb_md({B * M, K}, dt::bf16, memory::dims{K, 1});
+      m.xb = Tensor::empty({B * M, K}, DType::BF16);
+      m.cvt_src = memory(xf_md, eng, nullptr);
+      memory xb_mem(xb_md, eng, m.xb.data());
+      m.cvt = dnnl::reorder(dnnl::reorder::primitive_desc(eng, xf_md, eng, xb_md));
+      m.cvt_args = {{DNNL_ARG_FROM, m.cvt_src}, {DNNL_ARG_TO, xb_mem}};
+      m.src.set_data_handle(m.xb.data());
+    }
+  });
+}
+
+void Linear::run(const float* x, float* y, const float* gate) const {
+  DIT_CHECK(impl_, "Linear::run on an empty Linear");
+  Impl& m = *impl_;
+  DIT_CHECK(!m.spec.gated_residual || gate, m.what << ": gated_residual needs a gate");
+  dnnl_call(m.what.c_str(), [&] {
+    auto& s = Engine::get().stream;
+    if (m.w.compute == DType::BF16) {
+      m.cvt_src.set_data_handle(const_cast<float*>(x));
+      m.cvt.execute(s, m.cvt_args);
+    } else {
+      m.src.set_data_handle(const_cast<float*>(x));
+    }
+    m.dst.set_data_handle(y);
+    if (m.spec.gated_residual) m.gate.set_data_handle(const_cast<float*>(gate));
+    m.prim.execute(s, m.args);
+    s.wait();
+  });
+}
+
+const LinearSpec& Linear::spec() const { return impl_->spec; }
+const std::string& Linear::impl_info() const { return impl_->impl_name; }
+double Linear::flops() const {
+  const auto& s = impl_->spec;
+  return 2.0 * s.batch * s.rows * s.in * s.out;
+}
+
+}  // namespace dit

@@ -1,0 +1,152 @@
+#include "runtime/norm.h"
+
+#include <cmath>
+#include <sstream>
+#include <unordered_map>
+
+#include "runtime/engine.h"
+#include "runtime/error.h"
+#include "runtime/simd_math.h"
+
+namespace dit {
+
+using dnnl::memory;
+using dt = dnnl::memory::data_type;
+
+struct LayerNormModulate::Impl {
+  int64_t batch = 0, rows = 0, dim = 0;
+  std::string what;
+  dnnl::layer_normalization_forward mod, plain;
+  memory src, dst, scale, shift, mod_scratch, plain_scratch;
+  std::unordered_map<int, memory> mod_args, plain_args;
+  Tensor one_plus_scale;  // [batch, dim]
+  Tensor scratch_mod, scratch_plain;
+};
+
+LayerNormModulate::LayerNormModulate() = default;
+LayerNormModulate::LayerNormModulate(LayerNormModulate&&) noexcept = default;
+LayerNormModulate& LayerNormModulate::operator=(LayerNormModulate&&) noexcept = default;
+LayerNormModulate::~LayerNormModulate() = default;
+
+LayerNormModulate::LayerNormModulate(int64_t batch, int64_t rows, int64_t dim, float eps)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.batch = batch;
+  m.rows = rows;
+  m.dim = dim;
+  std::ostringstream os;
+  os << "LayerNormModulate [" << batch << ", " << rows << ", " << dim << "] eps=" << eps;
+  m.what = os.str();
+  DIT_CHECK(batch > 0 && rows > 0 && dim > 0, m.what << ": bad sizes");
+  m.one_plus_scale = Tensor::empty({batch, dim});
+  dnnl_call(m.what.c_str(), [&] {
+    auto& eng = Engine::get().engine;
+    memory::desc data_md({rows, dim}, dt::f32, memory::dims{dim, 1});
+    memory::desc vec_md({dim}, dt::f32, memory::dims{1});
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    auto make = [&](dnnl::normalization_flags flags, dnnl::layer_normalization_forward& prim, Tensor& sbuf,
+                    memory& smem, std::unordered_map<int, memory>& args) {
+      dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_inference, data_md, eps, flags);
+      dnnl::layer_normalization_forward::primitive_desc pd(d, attr, eng);
+      prim = dnnl::layer_normalization_forward(pd);
+      size_t sp = pd.scratchpad_desc().get_size();
+      if (sp) {
+        sbuf = Tensor::empty({int64_t((sp + 3) / 4)});
+        smem = memory(pd.scratchpad_desc(), eng, sbuf.data());
+        args[DNNL_ARG_SCRATCHPAD] = smem;
+      }
+    };
+    m.src = memory(data_md, eng, nullptr);
+    m.dst = memory(data_md, eng, nullptr);
+    m.scale = memory(vec_md, eng, nullptr);
+    m.shift = memory(vec_md, eng, nullptr);
+    m.mod_args = {{DNNL_ARG_SRC, m.src}, {DNNL_ARG_DST, m.dst}, {DNNL_ARG_SCALE, m.scale}, {DNNL_ARG_SHIFT, m.shift}};
+    m.plain_args = {{DNNL_ARG_SRC, m.src}, {DNNL_ARG_DST, m.dst}};
+    make(dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift, m.mod, m.scratch_mod,
+         m.mod_scratch, m.mod_args);
+    make(dnnl::normalization_flags::none, m.plain, m.scratch_plain, m.plain_scratch, m.plain_args);
+  });
+}
+
+void LayerNormModulate::run(const float* x, float* y, const float* shift, const float* scale) const {
+  DIT_CHECK(impl_, "LayerNormModulate::run on an empty object");
+  Impl& m = *impl_;
+  DIT_CHECK((shift == nullptr) == (scale == nullptr), m.what << ": shift and scale must both be given or both null");
+  const int64_t D = m.dim, per = m.rows * m.dim;
+  dnnl_call(m.what.c_str(), [&] {
+    auto& s = Engine::get().stream;
+    if (!scale) {
+      // One execution over all rows of all batch elements would also do; keep the [rows, dim] primitive.
+      for (int64_t b = 0; b < m.batch; ++b) {
+        m.src.set_data_handle(const_cast<float*>(x + b * per));
+        m.dst.set_data_handle(y + b * per);
+        m.plain.execute(s, m.plain_args);
+      }
+    } else {
+      float* ops = m.one_plus_scale.f32();
+      for (int64_t i = 0; i < m.batch * D; ++i) ops[i] = 1.f + scale[i];
+      for (int64_t b = 0; b < m.batch; ++b) {
+        m.src.set_data_handle(const_cast<float*>(x + b * per));
+        m.dst.set_data_handle(y + b * per);
+        m.scale.set_data_handle(ops + b * D);
+        m.shift.set_data_handle(const_cast<float*>(shift + b * D));
+        m.mod.execute(s, m.mod_args);
+      }
+    }
+    s.wait();
+  });
+}
+
+// ---------------------------------------------------------------- group norm
+
+DIT_MULTIVERSION static void gn_stats(const float* p, int64_t n, double& mean, double& var) {
+  double sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) sum += p[i];
+  mean = sum / double(n);
+  const float mf = float(mean);
+  double sq = 0;
+#pragma omp simd reduction(+ : sq)
+  for (int64_t i = 0; i < n; ++i) {
+    double d = double(p[i] - mf);
+    sq += d * d;
+  }
+  var = sq / double(n);
+}
+
+// y = (x - mean)·a + b (subtracting first avoids cancellation when the variance is tiny)
+DIT_MULTIVERSION static void gn_apply(const float* x, float* y, int64_t n, float mean, float a, float b, bool silu) {
+  if (silu) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] = simd::silu_f((x[i] - mean) * a + b);
+  } else {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * a + b;
+  }
+}
+
+void group_norm(const GroupNormSpec& s, const float* x, float* y, const float* gamma, const float* beta) {
+  DIT_CHECK(s.batch > 0 && s.channels > 0 && s.height > 0 && s.width > 0 && s.groups > 0 &&
+                s.channels % s.groups == 0,
+            "group_norm: bad shape [" << s.batch << ", " << s.channels << ", " << s.height << ", " << s.width
+                                      << "] with " << s.groups << " groups");
+  const int64_t cpg = s.channels / s.groups, hw = s.height * s.width, gsize = cpg * hw;
+  const int64_t tasks = s.batch * s.groups;
+#pragma omp parallel for schedule(static) if (tasks > 1 && tasks * gsize > 16384)
+  for (int64_t t = 0; t < tasks; ++t) {
+    const int64_t n = t / s.groups, g = t % s.groups;
+    const float* px = x + (n * s.channels + g * cpg) * hw;
+    float* py = y + (n * s.channels + g * cpg) * hw;
+    double mean, var;
+    gn_stats(px, gsize, mean, var);
+    const double rstd = 1.0 / std::sqrt(var + double(s.eps));
+    for (int64_t c = 0; c < cpg; ++c) {
+      const int64_t ch = g * cpg + c;
+      const float gm = gamma ? gamma[ch] : 1.f, bt = beta ? beta[ch] : 0.f;
+      gn_apply(px + c * hw, py + c * hw, hw, float(mean), float(gm * rstd), bt, s.silu);
+    }
+  }
+}
+
+}  // namespace dit

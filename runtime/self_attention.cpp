@@ -1,0 +1,45 @@
+#include "runtime/self_attention.h"
+
+#include "runtime/attention.h"
+#include "runtime/error.h"
+
+namespace dit {
+
+namespace {
+
+class LocalSelfAttention : public SelfAttention {
+ public:
+  void prepare(const SelfAttentionShape& s) override {
+    DIT_CHECK(s.batch > 0 && s.local_tokens > 0 && s.heads > 0 && s.head_dim > 0,
+              "LocalSelfAttention: bad shape batch " << s.batch << " tokens " << s.local_tokens << " heads " << s.heads
+                                                     << " head_dim " << s.head_dim);
+    const int64_t H = s.heads, d = s.head_dim, T = s.local_tokens;
+    AttentionSpec a;
+    a.batch = s.batch;
+    a.heads = H;
+    a.q_len = a.kv_len = T;
+    a.head_dim = d;
+    a.compute = s.compute;
+    a.q = a.k = a.v = AttnLayout::bthd(T, d, H, 3 * H * d);
+    a.out = AttnLayout::bthd(T, d, H, H * d);
+    hd_ = H * d;
+    attn_ = Attention(a);
+    prepared_ = true;
+  }
+  void forward(const float* qkv, float* out) override {
+    DIT_CHECK(prepared_, "LocalSelfAttention::forward before prepare()");
+    attn_.run(qkv, qkv + hd_, qkv + 2 * hd_, out, nullptr);
+  }
+  const char* name() const override { return "local"; }
+
+ private:
+  Attention attn_;
+  int64_t hd_ = 0;
+  bool prepared_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<SelfAttention> make_local_self_attention() { return std::make_unique<LocalSelfAttention>(); }
+
+}  // namespace dit

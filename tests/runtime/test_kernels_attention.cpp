@@ -1,0 +1,269 @@
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <limits>
+
+#include "kernel_test_util.h"
+#include "runtime/attention.h"
+#include "runtime/dtype.h"
+#include "runtime/engine.h"
+#include "runtime/self_attention.h"
+
+using namespace dit;
+
+namespace {
+
+int64_t extent(const AttnLayout& l, int64_t B, int64_t H, int64_t T, int64_t D) {
+  return (B - 1) * l.batch_stride + (H - 1) * l.head_stride + (T - 1) * l.token_stride + D;
+}
+
+// Naive softmax attention in double; out in `ol` layout, lse [B, H, Tq].
+void attention_ref(const AttentionSpec& s, const float* q, const float* k, const float* v, const AttnLayout& ql,
+                   const AttnLayout& kl, const AttnLayout& vl, std::vector<double>& out, std::vector<double>& lse,
+                   bool round_bf16 = false) {
+  const int64_t D = s.head_dim;
+  const double scale = s.scale != 0 ? s.scale : 1.0 / std::sqrt(double(D));
+  auto rd = [&](float x) { return round_bf16 ? double(bf16_to_f32(f32_to_bf16(x))) : double(x); };
+  out.assign(s.batch * s.heads * s.q_len * D, 0.0);
+  lse.assign(s.batch * s.heads * s.q_len, 0.0);
+  std::vector<double> logit(s.kv_len);
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h = 0; h < s.heads; ++h)
+      for (int64_t i = 0; i < s.q_len; ++i) {
+        const float* qp = q + b * ql.batch_stride + h * ql.head_stride + i * ql.token_stride;
+        double mx = -1e300;
+        for (int64_t j = 0; j < s.kv_len; ++j) {
+          const float* kp = k + b * kl.batch_stride + h * kl.head_stride + j * kl.token_stride;
+          double acc = 0;
+          for (int64_t d = 0; d < D; ++d) acc += rd(qp[d]) * rd(kp[d]);
+          logit[j] = acc * scale;
+          mx = std::max(mx, logit[j]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < s.kv_len; ++j) sum += std::exp(logit[j] - mx);
+        double* o = out.data() + ((b * s.heads + h) * s.q_len + i) * D;  // dense bhtd
+        for (int64_t j = 0; j < s.kv_len; ++j) {
+          const double p = std::exp(logit[j] - mx) / sum;
+          const float* vp = v + b * vl.batch_stride + h * vl.head_stride + j * vl.token_stride;
+          for (int64_t d = 0; d < D; ++d) o[d] += p * rd(vp[d]);
+        }
+        lse[(b * s.heads + h) * s.q_len + i] = mx + std::log(sum);
+      }
+}
+
+// Gathers a strided output into dense bhtd.
+std::vector<float> gather(const AttentionSpec& s, const float* out, const AttnLayout& ol) {
+  std::vector<float> r(s.batch * s.heads * s.q_len * s.head_dim);
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h = 0; h < s.heads; ++h)
+      for (int64_t i = 0; i < s.q_len; ++i)
+        for (int64_t d = 0; d < s.head_dim; ++d)
+          r[((b * s.heads + h) * s.q_len + i) * s.head_dim + d] =
+              out[b * ol.batch_stride + h * ol.head_stride + i * ol.token_stride + d];
+  return r;
+}
+
+// fused: q, k, v read from one [B, T, 3, H, D] buffer, out [B, T, H, D].
+void check_attention(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t D, bool fused, DType compute,
+                     int64_t qblock = 0, int64_t kvblock = 0, float scale = 0, float range = 1.f) {
+  AttentionSpec s;
+  s.batch = B;
+  s.heads = H;
+  s.q_len = Tq;
+  s.kv_len = Tk;
+  s.head_dim = D;
+  s.compute = compute;
+  s.q_block = qblock;
+  s.kv_block = kvblock;
+  s.scale = scale;
+  AttnLayout ql, kl, vl, ol;
+  std::vector<float> qb, kb, vb;
+  const float *q, *k, *v;
+  const uint32_t seed = uint32_t(B * 7 + H * 11 + Tq * 13 + Tk * 17 + D * 19 + fused);
+  if (fused) {
+    REQUIRE(Tq == Tk);
+    ql = kl = vl = AttnLayout::bthd(Tq, D, H, 3 * H * D);
+    ol = AttnLayout::bthd(Tq, D, H, H * D);
+    qb = kt::randv(B * Tq * 3 * H * D, seed, -range, range);
+    q = qb.data();
+    k = qb.data() + H * D;
+    v = qb.data() + 2 * H * D;
+  } else {
+    ql = AttnLayout::bhtd(H, Tq, D);
+    kl = vl = AttnLayout::bhtd(H, Tk, D);
+    ol = AttnLayout::bhtd(H, Tq, D);
+    qb = kt::randv(extent(ql, B, H, Tq, D), seed, -range, range);
+    kb = kt::randv(extent(kl, B, H, Tk, D), seed + 1, -range, range);
+    vb = kt::randv(extent(vl, B, H, Tk, D), seed + 2, -range, range);
+    q = qb.data();
+    k = kb.data();
+    v = vb.data();
+  }
+  s.q = ql;
+  s.k = kl;
+  s.v = vl;
+  s.out = ol;
+  Attention attn(s);
+  std::vector<float> out(extent(ol, B, H, Tq, D), 1e30f), lse(B * H * Tq, 1e30f);
+  attn.run(q, k, v, out.data(), lse.data());
+  std::vector<double> want, want_lse;
+  attention_ref(s, q, k, v, ql, kl, vl, want, want_lse, compute == DType::BF16);
+  const bool bf = compute == DType::BF16;
+  std::ostringstream os;
+  os << "attn B" << B << " H" << H << " Tq" << Tq << " Tk" << Tk << " D" << D << " fused" << fused << " "
+     << dtype_name(compute) << " blocks " << qblock << "/" << kvblock << " impl " << attn.impl_info();
+  kt::check_close(gather(s, out.data(), ol).data(), want.data(), want.size(), bf ? 2e-2 : 1e-4, bf ? 1e-2 : 2e-5,
+                  os.str() + " out");
+  kt::check_close(lse.data(), want_lse.data(), want_lse.size(), bf ? 1e-2 : 1e-5, bf ? 1e-2 : 1e-5,
+                  os.str() + " lse");
+  // A second run over the same data gives the same values (no state kept between runs).
+  std::vector<float> out2(out.size(), 0.f);
+  attn.run(q, k, v, out2.data(), nullptr);
+  for (int64_t b = 0; b < B; ++b)  // compare only the elements the layout covers
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < Tq; ++i)
+        for (int64_t d = 0; d < D; ++d) {
+          const int64_t idx = b * ol.batch_stride + h * ol.head_stride + i * ol.token_stride + d;
+          if (out2[idx] != out[idx]) {
+            FAIL_CHECK(os.str() << " rerun differs at " << idx);
+            return;
+          }
+        }
+}
+
+}  // namespace
+
+TEST_CASE("Attention matches naive softmax attention (dense)", "[kernels][attention]") {
+  for (int64_t D : {8, 72})
+    for (int64_t T : {1, 7, 64, 333}) check_attention(2, 3, T, T, D, false, DType::F32);
+  for (int64_t D : {8, 72}) {
+    check_attention(2, 3, 7, 333, D, false, DType::F32);
+    check_attention(2, 3, 333, 64, D, false, DType::F32);
+    check_attention(2, 3, 1, 64, D, false, DType::F32);
+    check_attention(2, 3, 64, 7, D, false, DType::F32);
+  }
+}
+
+TEST_CASE("Attention reads a fused QKV buffer in place", "[kernels][attention]") {
+  for (int64_t D : {8, 72})
+    for (int64_t T : {1, 7, 64, 333}) check_attention(2, 3, T, T, D, true, DType::F32);
+}
+
+TEST_CASE("Attention block sizes and tails", "[kernels][attention]") {
+  check_attention(2, 3, 333, 333, 72, true, DType::F32, 16, 32);
+  check_attention(1, 2, 100, 250, 8, false, DType::F32, 128, 512);
+  check_attention(1, 2, 129, 513, 16, false, DType::F32, 64, 128);
+  check_attention(1, 1, 200, 200, 512, false, DType::F32);  // VAE-like single head of 512
+  // large logits: the online softmax must stay stable
+  check_attention(2, 2, 100, 300, 16, false, DType::F32, 32, 64, 1.0f, 4.f);
+}
+
+TEST_CASE("Attention with bf16 compute", "[kernels][attention][bf16]") {
+  for (int64_t T : {1, 7, 64, 333}) check_attention(2, 3, T, T, 72, true, DType::BF16);
+  check_attention(2, 3, 7, 333, 8, false, DType::BF16);
+  check_attention(2, 3, 333, 64, 72, false, DType::BF16, 32, 64);
+}
+
+TEST_CASE("Attention runs with one thread and with more threads than tasks", "[kernels][attention]") {
+  const int saved = num_threads();
+  set_num_threads(1);
+  check_attention(2, 3, 64, 64, 72, true, DType::F32);
+  set_num_threads(saved);
+  check_attention(1, 1, 7, 7, 8, false, DType::F32);
+}
+
+TEST_CASE("attention_merge of two K/V halves equals attention over all keys", "[kernels][attention][merge]") {
+  const int64_t B = 2, H = 3, Tq = 45, Tk = 130, D = 72, half = 61;
+  auto q = kt::randv(B * H * Tq * D, 1, -2.f, 2.f);
+  auto k = kt::randv(B * H * Tk * D, 2, -2.f, 2.f);
+  auto v = kt::randv(B * H * Tk * D, 3);
+  auto run = [&](int64_t k0, int64_t kn, std::vector<float>& out, std::vector<float>& lse) {
+    AttentionSpec s;
+    s.batch = B;
+    s.heads = H;
+    s.q_len = Tq;
+    s.kv_len = kn;
+    s.head_dim = D;
+    s.k = s.v = AttnLayout::bhtd(H, Tk, D);  // a window of the full K/V buffers
+    out.assign(B * H * Tq * D, 0.f);
+    lse.assign(B * H * Tq, 0.f);
+    Attention(s).run(q.data(), k.data() + k0 * D, v.data() + k0 * D, out.data(), lse.data());
+  };
+  std::vector<float> oa, la, ob, lb, of, lf;
+  run(0, half, oa, la);
+  run(half, Tk - half, ob, lb);
+  run(0, Tk, of, lf);
+  attention_merge(oa.data(), la.data(), ob.data(), lb.data(), B * H * Tq, D);
+  kt::check_close(oa, of, 1e-5, 1e-6, "merged out");
+  kt::check_close(la, lf, 1e-6, 1e-6, "merged lse");
+
+  // -inf lse: an empty side contributes nothing, whichever side it is.
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> e_out(B * H * Tq * D, 12345.f), e_lse(B * H * Tq, -inf);
+  attention_merge(e_out.data(), e_lse.data(), of.data(), lf.data(), B * H * Tq, D);
+  kt::check_close(e_out, of, 0, 0, "-inf + b");
+  kt::check_close(e_lse, lf, 0, 0, "-inf + b lse");
+  std::vector<float> keep = of, keep_lse = lf, n_out(B * H * Tq * D, 777.f), n_lse(B * H * Tq, -inf);
+  attention_merge(keep.data(), keep_lse.data(), n_out.data(), n_lse.data(), B * H * Tq, D);
+  kt::check_close(keep, of, 0, 0, "a + -inf");
+  kt::check_close(keep_lse, lf, 0, 0, "a + -inf lse");
+
+  // strided rows: out rows inside a wider buffer
+  std::vector<float> wa(B * H * Tq * (D + 4), 0.f);
+  for (int64_t r = 0; r < B * H * Tq; ++r) std::copy(ob.begin() + r * D, ob.begin() + (r + 1) * D, wa.begin() + r * (D + 4));
+  std::vector<float> oa2, la2;
+  run(0, half, oa2, la2);
+  attention_merge(wa.data(), lb.data(), oa2.data(), la2.data(), B * H * Tq, D, D + 4, D);
+  for (int64_t r = 0; r < B * H * Tq; ++r)
+    kt::check_close(wa.data() + r * (D + 4), of.data() + r * D, D, 1e-5, 1e-6, "strided merge");
+}
+
+TEST_CASE("LocalSelfAttention matches naive attention on packed QKV", "[kernels][attention][self_attention]") {
+  const int64_t B = 2, T = 77, H = 3, D = 24;
+  auto qkv = kt::randv(B * T * 3 * H * D, 5, -1.5f, 1.5f);
+  auto sa = make_local_self_attention();
+  SelfAttentionShape shp;
+  shp.batch = B;
+  shp.local_tokens = T;
+  shp.heads = H;
+  shp.head_dim = D;
+  sa->prepare(shp);
+  std::vector<float> out(B * T * H * D, 0.f);
+  sa->forward(qkv.data(), out.data());
+  // naive: unpack into dense and compute
+  std::vector<double> want(out.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < T; ++i) {
+        auto at = [&](int64_t t, int64_t which, int64_t d) { return double(qkv[(((b * T + t) * 3 + which) * H + h) * D + d]); };
+        std::vector<double> lg(T);
+        double mx = -1e300, sum = 0;
+        for (int64_t j = 0; j < T; ++j) {
+          double acc = 0;
+          for (int64_t d = 0; d < D; ++d) acc += at(i, 0, d) * at(j, 1, d);
+          lg[j] = acc / std::sqrt(double(D));
+          mx = std::max(mx, lg[j]);
+        }
+        for (int64_t j = 0; j < T; ++j) sum += std::exp(lg[j] - mx);
+        for (int64_t d = 0; d < D; ++d) {
+          double o = 0;
+          for (int64_t j = 0; j < T; ++j) o += std::exp(lg[j] - mx) / sum * at(j, 2, d);
+          want[((b * T + i) * H + h) * D + d] = o;
+        }
+      }
+  kt::check_close(out.data(), want.data(), want.size(), 1e-4, 2e-5, "local self attention");
+  CHECK(std::string(sa->name()) == "local");
+}
+
+TEST_CASE("Attention implementation names (debug)", "[kernels][attention][.debug]") {
+  for (DType c : {DType::F32, DType::BF16}) {
+    AttentionSpec s;
+    s.batch = 2;
+    s.heads = 16;
+    s.q_len = s.kv_len = 1024;
+    s.head_dim = 72;
+    s.compute = c;
+    s.q = s.k = s.v = AttnLayout::bthd(1024, 72, 16, 3 * 1152);
+    Attention a(s);
+    std::printf("attention %s: %s\n", dtype_name(c), a.impl_info().c_str());
+  }
+}

@@ -1,0 +1,145 @@
+#include <catch2/catch.hpp>
+#include <cstdio>
+
+#include "kernel_test_util.h"
+#include "runtime/dtype.h"
+#include "runtime/error.h"
+#include "runtime/linear.h"
+
+using namespace dit;
+
+namespace {
+
+// Naive scalar reference, double accumulation. w is PyTorch [out, in].
+std::vector<double> linear_ref(const LinearSpec& s, const std::vector<float>& x, const std::vector<float>& w,
+                               const std::vector<float>* bias, const std::vector<float>& y0,
+                               const std::vector<float>& gate) {
+  std::vector<double> y(s.batch * s.rows * s.out);
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t r = 0; r < s.rows; ++r)
+      for (int64_t o = 0; o < s.out; ++o) {
+        double acc = bias ? (*bias)[o] : 0.0;
+        for (int64_t i = 0; i < s.in; ++i) acc += double(x[(b * s.rows + r) * s.in + i]) * w[o * s.in + i];
+        if (s.act == Act::GeluTanh) acc = kt::gelu_tanh_ref(acc);
+        if (s.act == Act::Silu) acc = kt::silu_ref(acc);
+        const int64_t idx = (b * s.rows + r) * s.out + o;
+        y[idx] = s.gated_residual ? y0[idx] + double(gate[b * s.out + o]) * acc : acc;
+      }
+  return y;
+}
+
+Tensor make_tensor(const std::vector<float>& v, const Shape& shape) {
+  Tensor t = Tensor::empty(shape);
+  std::copy(v.begin(), v.end(), t.f32());
+  return t;
+}
+
+void run_case(int64_t batch, int64_t rows, int64_t in, int64_t out, Act act, bool with_bias, bool gated, DType compute,
+              bool bf16_storage = false) {
+  LinearSpec s;
+  s.batch = batch;
+  s.rows = rows;
+  s.in = in;
+  s.out = out;
+  s.act = act;
+  s.gated_residual = gated;
+  uint32_t seed = uint32_t(batch * 1000003 + rows * 10007 + in * 101 + out + int(act) * 7 + with_bias * 3 + gated);
+  auto x = kt::randv(batch * rows * in, seed + 1);
+  auto w = kt::randv(out * in, seed + 2, -0.5f, 0.5f);
+  auto bias = kt::randv(out, seed + 3);
+  auto y0 = kt::randv(batch * rows * out, seed + 4);
+  auto gate = kt::randv(batch * out, seed + 5, -2.f, 2.f);
+  Tensor wt = make_tensor(w, {out, in});
+  if (bf16_storage) wt = wt.to(DType::BF16);
+  // the reference uses the weights as the kernel sees them
+  std::vector<float> wref = w;
+  if (compute == DType::BF16 || bf16_storage)
+    for (auto& v : wref) v = bf16_to_f32(f32_to_bf16(v));
+  std::vector<float> xref = x;
+  if (compute == DType::BF16)
+    for (auto& v : xref) v = bf16_to_f32(f32_to_bf16(v));
+  Tensor bt = with_bias ? make_tensor(bias, {out}) : Tensor();
+  const float* wptr_before = wt.dtype() == DType::F32 ? wt.f32() : nullptr;
+  LinearWeight lw = LinearWeight::prepare(wt, bt, compute);
+  if (compute == DType::F32 && !bf16_storage) CHECK(lw.weight.data() == wptr_before);  // no copy
+  Linear lin(s, lw);
+  std::vector<float> y = y0;
+  lin.run(x.data(), y.data(), gated ? gate.data() : nullptr);
+  auto want = linear_ref(s, xref, wref, with_bias ? &bias : nullptr, y0, gate);
+  // bf16: the kernel rounds x and w exactly like the reference, so only accumulation order differs
+  const double rtol = compute == DType::BF16 ? 1e-2 : 1e-4, atol = compute == DType::BF16 ? 1e-2 : 1e-4;
+  std::ostringstream os;
+  os << "linear b" << batch << " r" << rows << " " << in << "->" << out << " act " << int(act) << " bias "
+     << with_bias << " gated " << gated << " " << dtype_name(compute) << " impl " << lin.impl_info();
+  kt::check_close(y.data(), want.data(), y.size(), rtol, atol, os.str());
+  // weights untouched
+  if (wt.dtype() == DType::F32) kt::check_close(wt.f32(), w.data(), w.size(), 0, 0, "weights unchanged");
+  // second run gives the same result (no state carried over)
+  if (!gated) {
+    std::vector<float> y2(y.size(), 123.f);
+    lin.run(x.data(), y2.data());
+    kt::check_close(y2, y, 0, 0, "rerun");
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Linear matches a naive reference", "[kernels][linear]") {
+  for (DType c : {DType::F32, DType::BF16})
+    for (Act act : {Act::None, Act::GeluTanh, Act::Silu})
+      for (bool bias : {false, true}) {
+        run_case(1, 1, 3, 5, act, bias, false, c);
+        run_case(1, 7, 13, 17, act, bias, false, c);
+        run_case(2, 5, 64, 48, act, bias, false, c);
+        run_case(2, 33, 72, 130, act, bias, false, c);
+      }
+}
+
+TEST_CASE("Linear gated residual: y += gate[b] * act(xW^T + b)", "[kernels][linear]") {
+  for (DType c : {DType::F32, DType::BF16})
+    for (Act act : {Act::None, Act::GeluTanh, Act::Silu})
+      for (bool bias : {false, true}) {
+        run_case(2, 7, 13, 17, act, bias, true, c);
+        run_case(2, 1, 3, 5, act, bias, true, c);
+        run_case(3, 20, 64, 96, act, bias, true, c);
+      }
+}
+
+TEST_CASE("Linear with bf16-stored weights", "[kernels][linear]") {
+  run_case(2, 9, 40, 24, Act::GeluTanh, true, false, DType::BF16, true);
+  run_case(2, 9, 40, 24, Act::Silu, true, true, DType::F32, true);
+}
+
+TEST_CASE("Linear rejects mismatched weights", "[kernels][linear]") {
+  Tensor w = Tensor::empty({5, 3});
+  LinearWeight lw = LinearWeight::prepare(w, Tensor(), DType::F32);
+  LinearSpec s;
+  s.rows = 2;
+  s.in = 4;
+  s.out = 5;
+  CHECK_THROWS_AS(Linear(s, lw), dit::Error);
+  LinearSpec g;
+  g.rows = 2;
+  g.in = 3;
+  g.out = 5;
+  g.gated_residual = true;
+  Linear lin(g, lw);
+  std::vector<float> x(6), y(10);
+  CHECK_THROWS_AS(lin.run(x.data(), y.data(), nullptr), dit::Error);
+}
+
+TEST_CASE("Linear implementation names (debug)", "[kernels][linear][.debug]") {
+  for (DType c : {DType::F32, DType::BF16})
+    for (bool gated : {false, true}) {
+      LinearSpec s;
+      s.batch = 2;
+      s.rows = 256;
+      s.in = 1152;
+      s.out = 4608;
+      s.act = Act::GeluTanh;
+      s.gated_residual = gated;
+      Tensor w = Tensor::empty({s.out, s.in});
+      Linear lin(s, LinearWeight::prepare(w, Tensor::empty({s.out}), c));
+      std::printf("linear %s gated=%d: %s\n", dtype_name(c), int(gated), lin.impl_info().c_str());
+    }
+}

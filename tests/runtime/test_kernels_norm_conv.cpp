@@ -1,0 +1,234 @@
+#include <catch2/catch.hpp>
+#include <cstdio>
+
+#include "kernel_test_util.h"
+#include "runtime/conv2d.h"
+#include "runtime/elementwise.h"
+#include "runtime/error.h"
+#include "runtime/norm.h"
+
+using namespace dit;
+
+TEST_CASE("LayerNormModulate matches a naive reference", "[kernels][layernorm]") {
+  const int64_t B = 2, R = 5;
+  const float eps = 1e-6f;
+  for (int64_t D : {7, 64}) {
+    for (bool mod : {false, true}) {
+      for (bool inplace : {false, true}) {
+        auto x = kt::randv(B * R * D, uint32_t(D * 10 + mod), -3.f, 5.f);
+        auto shift = kt::randv(B * D, 11 + uint32_t(D));
+        auto scale = kt::randv(B * D, 12 + uint32_t(D));
+        std::vector<double> want(x.size());
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t r = 0; r < R; ++r) {
+            const float* px = x.data() + (b * R + r) * D;
+            double mean = 0, var = 0;
+            for (int64_t i = 0; i < D; ++i) mean += px[i];
+            mean /= D;
+            for (int64_t i = 0; i < D; ++i) var += (px[i] - mean) * (px[i] - mean);
+            var /= D;
+            for (int64_t i = 0; i < D; ++i) {
+              double n = (px[i] - mean) / std::sqrt(var + eps);
+              want[(b * R + r) * D + i] = mod ? n * (1 + scale[b * D + i]) + shift[b * D + i] : n;
+            }
+          }
+        LayerNormModulate ln(B, R, D, eps);
+        std::vector<float> y(x.size(), 7.f);
+        float* out = inplace ? x.data() : y.data();
+        ln.run(x.data(), out, mod ? shift.data() : nullptr, mod ? scale.data() : nullptr);
+        kt::check_close(out, want.data(), want.size(), 1e-4, 1e-4,
+                        "ln D=" + std::to_string(D) + " mod=" + std::to_string(mod) + " inplace=" + std::to_string(inplace));
+      }
+    }
+  }
+}
+
+TEST_CASE("group_norm matches a naive reference", "[kernels][groupnorm]") {
+  struct C { int64_t n, c, h, w, g; };
+  for (C cs : {C{2, 8, 3, 5, 1}, C{2, 8, 3, 5, 4}, C{1, 64, 7, 9, 32}, C{2, 32, 1, 1, 32}, C{1, 96, 13, 11, 32}}) {
+    for (bool silu : {false, true}) {
+      for (bool inplace : {false, true}) {
+        GroupNormSpec s;
+        s.batch = cs.n;
+        s.channels = cs.c;
+        s.height = cs.h;
+        s.width = cs.w;
+        s.groups = cs.g;
+        s.silu = silu;
+        s.eps = 1e-6f;
+        const int64_t hw = cs.h * cs.w, cpg = cs.c / cs.g;
+        auto x = kt::randv(cs.n * cs.c * hw, uint32_t(cs.c + cs.g), -2.f, 4.f);
+        auto gamma = kt::randv(cs.c, 5, 0.5f, 1.5f);
+        auto beta = kt::randv(cs.c, 6);
+        std::vector<double> want(x.size());
+        for (int64_t n = 0; n < cs.n; ++n)
+          for (int64_t g = 0; g < cs.g; ++g) {
+            const float* p = x.data() + (n * cs.c + g * cpg) * hw;
+            double mean = 0, var = 0;
+            for (int64_t i = 0; i < cpg * hw; ++i) mean += p[i];
+            mean /= double(cpg * hw);
+            for (int64_t i = 0; i < cpg * hw; ++i) var += (p[i] - mean) * (p[i] - mean);
+            var /= double(cpg * hw);
+            for (int64_t c = 0; c < cpg; ++c)
+              for (int64_t i = 0; i < hw; ++i) {
+                const int64_t ch = g * cpg + c;
+                double v = (p[c * hw + i] - mean) / std::sqrt(var + 1e-6) * gamma[ch] + beta[ch];
+                want[(n * cs.c + ch) * hw + i] = silu ? kt::silu_ref(v) : v;
+              }
+          }
+        std::vector<float> y(x.size(), 9.f);
+        float* out = inplace ? x.data() : y.data();
+        group_norm(s, x.data(), out, gamma.data(), beta.data());
+        kt::check_close(out, want.data(), want.size(), 1e-4, 1e-4,
+                        "gn c=" + std::to_string(cs.c) + " g=" + std::to_string(cs.g) + " silu=" + std::to_string(silu));
+      }
+    }
+  }
+  GroupNormSpec bad;
+  bad.channels = 10;
+  bad.height = bad.width = 2;
+  bad.groups = 4;
+  std::vector<float> x(40);
+  CHECK_THROWS_AS(group_norm(bad, x.data(), x.data(), nullptr, nullptr), dit::Error);
+}
+
+namespace {
+std::vector<double> conv_ref(const Conv2dSpec& s, const std::vector<float>& x, const std::vector<float>& w,
+                             const std::vector<float>* bias, const std::vector<float>& y0) {
+  const int64_t OH = s.out_height(), OW = s.out_width(), K = s.kernel;
+  std::vector<double> y(s.batch * s.out_channels * OH * OW);
+  for (int64_t n = 0; n < s.batch; ++n)
+    for (int64_t o = 0; o < s.out_channels; ++o)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          double acc = bias ? (*bias)[o] : 0.0;
+          for (int64_t c = 0; c < s.in_channels; ++c)
+            for (int64_t kh = 0; kh < K; ++kh)
+              for (int64_t kw = 0; kw < K; ++kw) {
+                int64_t ih = oh * s.stride - s.padding + kh, iw = ow * s.stride - s.padding + kw;
+                if (ih < 0 || iw < 0 || ih >= s.height || iw >= s.width) continue;
+                acc += double(x[((n * s.in_channels + c) * s.height + ih) * s.width + iw]) *
+                       w[((o * s.in_channels + c) * K + kh) * K + kw];
+              }
+          const int64_t idx = ((n * s.out_channels + o) * OH + oh) * OW + ow;
+          y[idx] = s.accumulate ? acc + y0[idx] : acc;
+        }
+  return y;
+}
+}  // namespace
+
+TEST_CASE("Conv2d matches a naive reference", "[kernels][conv2d]") {
+  struct C { int64_t n, ci, co, h, w, k, s, p; };
+  for (C c : {C{2, 3, 5, 7, 9, 1, 1, 0}, C{2, 4, 8, 8, 8, 3, 1, 1}, C{1, 5, 7, 9, 11, 3, 1, 1},
+              C{2, 4, 24, 8, 6, 2, 2, 0}, C{1, 32, 16, 6, 5, 3, 1, 1}, C{1, 16, 3, 5, 5, 3, 1, 1}}) {
+    for (bool acc : {false, true})
+      for (bool bias : {false, true})
+        for (bool blocked : {true, false}) {
+          Conv2dSpec s;
+          s.batch = c.n;
+          s.in_channels = c.ci;
+          s.out_channels = c.co;
+          s.height = c.h;
+          s.width = c.w;
+          s.kernel = c.k;
+          s.stride = c.s;
+          s.padding = c.p;
+          s.accumulate = acc;
+          s.blocked = blocked;
+          auto x = kt::randv(c.n * c.ci * c.h * c.w, uint32_t(c.ci * 7 + c.co));
+          auto w = kt::randv(c.co * c.ci * c.k * c.k, uint32_t(c.k * 3 + c.co), -0.5f, 0.5f);
+          auto b = kt::randv(c.co, 3);
+          auto y0 = kt::randv(c.n * c.co * s.out_height() * s.out_width(), 4);
+          Tensor wt = Tensor::empty({c.co, c.ci, c.k, c.k});
+          std::copy(w.begin(), w.end(), wt.f32());
+          Tensor bt;
+          if (bias) {
+            bt = Tensor::empty({c.co});
+            std::copy(b.begin(), b.end(), bt.f32());
+          }
+          Conv2d conv(s, wt, bt);
+          std::vector<float> y = y0;
+          conv.run(x.data(), y.data());
+          auto want = conv_ref(s, x, w, bias ? &b : nullptr, y0);
+          kt::check_close(y.data(), want.data(), want.size(), 1e-4, 1e-4,
+                          "conv k" + std::to_string(c.k) + " ci" + std::to_string(c.ci) + " acc" + std::to_string(acc) +
+                              " blocked" + std::to_string(blocked) + " impl " + conv.impl_info());
+        }
+  }
+}
+
+TEST_CASE("elementwise ops match naive references", "[kernels][elementwise]") {
+  const int64_t n = 40000 + 3;  // crosses the OpenMP chunking
+  auto x = kt::randv(n, 1, -12.f, 12.f);
+  auto x2 = kt::randv(n, 2);
+  std::vector<float> y(n);
+  std::vector<double> want(n);
+  silu(x.data(), y.data(), n);
+  for (int64_t i = 0; i < n; ++i) want[i] = kt::silu_ref(x[i]);
+  kt::check_close(y.data(), want.data(), n, 1e-5, 1e-6, "silu");
+  gelu_tanh(x.data(), y.data(), n);
+  for (int64_t i = 0; i < n; ++i) want[i] = kt::gelu_tanh_ref(x[i]);
+  kt::check_close(y.data(), want.data(), n, 1e-5, 1e-6, "gelu_tanh");
+  add(x.data(), x2.data(), y.data(), n);
+  for (int64_t i = 0; i < n; ++i) want[i] = double(x[i]) + x2[i];
+  kt::check_close(y.data(), want.data(), n, 1e-7, 0, "add");
+  // in place
+  std::vector<float> z = x;
+  silu(z.data(), z.data(), n);
+  for (int64_t i = 0; i < n; ++i) want[i] = kt::silu_ref(x[i]);
+  kt::check_close(z.data(), want.data(), n, 1e-5, 1e-6, "silu in place");
+  // extreme inputs
+  std::vector<float> e = {-1000.f, -88.f, -50.f, 0.f, 50.f, 1000.f};
+  std::vector<float> ey(e.size());
+  silu(e.data(), ey.data(), int64_t(e.size()));
+  for (size_t i = 0; i < e.size(); ++i) CHECK(std::isfinite(ey[i]));
+  CHECK(ey[5] == 1000.f);
+  gelu_tanh(e.data(), ey.data(), int64_t(e.size()));
+  CHECK(ey[0] == 0.f);
+  CHECK(ey[5] == 1000.f);
+
+  const int64_t B = 2, R = 3, D = 5;
+  auto f = kt::randv(B * R * D, 7), g = kt::randv(B * D, 8), xs = kt::randv(B * R * D, 9);
+  auto sh = kt::randv(B * D, 10), sc = kt::randv(B * D, 11);
+  std::vector<float> r = xs;
+  gated_residual_add(f.data(), g.data(), r.data(), B, R, D);
+  std::vector<double> w2(B * R * D), w3(B * R * D);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < R; ++i)
+      for (int64_t j = 0; j < D; ++j) {
+        const int64_t k = (b * R + i) * D + j;
+        w2[k] = xs[k] + double(g[b * D + j]) * f[k];
+        w3[k] = xs[k] * (1.0 + sc[b * D + j]) + sh[b * D + j];
+      }
+  kt::check_close(r.data(), w2.data(), r.size(), 1e-6, 1e-6, "gated_residual_add");
+  std::vector<float> m(B * R * D);
+  modulate(xs.data(), sh.data(), sc.data(), m.data(), B, R, D);
+  kt::check_close(m.data(), w3.data(), m.size(), 1e-6, 1e-6, "modulate");
+}
+
+TEST_CASE("upsample_nearest2x", "[kernels][elementwise][upsample]") {
+  const int64_t N = 2, C = 3, H = 5, W = 7;
+  auto x = kt::randv(N * C * H * W, 3);
+  std::vector<float> y(N * C * 4 * H * W, -1.f), want(y.size());
+  upsample_nearest2x(x.data(), y.data(), N, C, H, W);
+  for (int64_t n = 0; n < N * C; ++n)
+    for (int64_t i = 0; i < 2 * H; ++i)
+      for (int64_t j = 0; j < 2 * W; ++j) want[(n * 2 * H + i) * 2 * W + j] = x[(n * H + i / 2) * W + j / 2];
+  kt::check_close(y, want, 0, 0, "upsample");
+}
+
+TEST_CASE("softmax_rows", "[kernels][elementwise][softmax]") {
+  for (int64_t cols : {1, 7, 100, 1000}) {
+    const int64_t rows = 37;
+    auto x = kt::randv(rows * cols, uint32_t(cols), -20.f, 20.f);
+    std::vector<double> want(x.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      double mx = -1e300, sum = 0;
+      for (int64_t c = 0; c < cols; ++c) mx = std::max(mx, double(x[r * cols + c]));
+      for (int64_t c = 0; c < cols; ++c) sum += std::exp(x[r * cols + c] - mx);
+      for (int64_t c = 0; c < cols; ++c) want[r * cols + c] = std::exp(x[r * cols + c] - mx) / sum;
+    }
+    softmax_rows(x.data(), rows, cols);
+    kt::check_close(x.data(), want.data(), want.size(), 1e-5, 1e-7, "softmax cols=" + std::to_string(cols));
+  }
+}
