@@ -1,0 +1,477 @@
+#include "parallel/process_group.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include <gloo/allgather.h>
+#include <gloo/allgatherv.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/alltoallv.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
+
+#include "runtime/error.h"
+
+namespace dit {
+
+namespace {
+
+// Slot prefix for our point-to-point messages; Gloo's collectives use 0x01..0x08.
+constexpr uint8_t kP2PSlotPrefix = 0x40;
+// How long the teardown barrier may take before we give up and close anyway.
+constexpr std::chrono::milliseconds kTeardownTimeout{30 * 1000};
+
+std::string clean(std::string msg) {
+  while (!msg.empty() && msg[0] == '[') {  // "[/build/.../pair.cc:589] Connection closed..."
+    auto end = msg.find("] ");
+    if (end == std::string::npos) break;
+    msg = msg.substr(end + 2);
+  }
+  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+  return msg;
+}
+
+std::string join(const std::vector<int>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); i++) s += (i ? "," : "") + std::to_string(v[i]);
+  return s;
+}
+
+// Contexts and buffers of a failed group are leaked on purpose: Gloo may still hold
+// pending operations on them, and the process is about to exit anyway.
+void leak(std::shared_ptr<gloo::Context> ctx) {
+  if (ctx) new std::shared_ptr<gloo::Context>(std::move(ctx));
+}
+
+}  // namespace
+
+struct ProcessGroup::Shared {
+  std::shared_ptr<RendezvousStore> store;
+  std::shared_ptr<gloo::transport::Device> device;
+  std::chrono::milliseconds timeout;
+  std::atomic<bool> aborted{false};
+};
+
+struct P2PHandle::Slot {
+  std::unique_ptr<gloo::transport::UnboundBuffer> buf;
+  bool busy = false;
+};
+
+// ---------------------------------------------------------------- construction
+
+ProcessGroup::ProcessGroup(std::shared_ptr<Shared> shared, std::string name, std::vector<int> members,
+                           int rank)
+    : shared_(std::move(shared)), name_(std::move(name)), members_(std::move(members)), rank_(rank) {}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::create_world(std::shared_ptr<RendezvousStore> store, int rank,
+                                                         int size, const CommOptions& opts) {
+  DIT_CHECK(store, "ProcessGroup::create_world: no rendezvous store");
+  DIT_CHECK(size >= 1 && rank >= 0 && rank < size,
+            "ProcessGroup::create_world: rank " << rank << " is not in a world of size " << size);
+  DIT_CHECK(opts.timeout.count() > 0, "the communication timeout must be > 0");
+  auto shared = std::make_shared<Shared>();
+  shared->store = std::move(store);
+  shared->timeout = opts.timeout;
+  std::vector<int> members(size);
+  std::iota(members.begin(), members.end(), 0);
+  std::shared_ptr<ProcessGroup> pg(new ProcessGroup(shared, "world", members, rank));
+  if (size == 1) return pg;
+  shared->store->register_process(rank);
+  try {
+    gloo::transport::tcp::attr attr;
+    if (!opts.iface.empty())
+      attr.iface = opts.iface;
+    else
+      attr.hostname = opts.hostname.empty() ? "127.0.0.1" : opts.hostname;
+    shared->device = gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& e) {
+    DIT_FAIL("rank " << rank << ": cannot create the TCP transport on "
+                     << (opts.iface.empty() ? "address '" + opts.hostname + "'" : "interface '" + opts.iface + "'")
+                     << ": " << clean(e.what()));
+  }
+  gloo::rendezvous::PrefixStore prefixed("world", *shared->store);
+  pg->connect(prefixed);
+  return pg;
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::split(const std::string& name,
+                                                  const std::vector<int>& member_global_ranks) {
+  check_usable("split");
+  DIT_CHECK(!name.empty(), "split: a group needs a name");
+  int me = global_rank();
+  int local = -1;
+  for (size_t i = 0; i < member_global_ranks.size(); i++) {
+    int g = member_global_ranks[i];
+    DIT_CHECK(std::find(members_.begin(), members_.end(), g) != members_.end(),
+              "split '" << name << "': rank " << g << " is not a member of group '" << name_ << "'");
+    DIT_CHECK(std::count(member_global_ranks.begin(), member_global_ranks.end(), g) == 1,
+              "split '" << name << "': rank " << g << " listed twice");
+    if (g == me) local = int(i);
+  }
+  DIT_CHECK(local >= 0, "split '" << name << "': this rank (" << me << ") is not in [" << join(member_global_ranks)
+                                  << "]; only members create a group");
+  std::shared_ptr<ProcessGroup> pg(new ProcessGroup(shared_, name, member_global_ranks, local));
+  if (pg->size() == 1) return pg;
+  gloo::rendezvous::PrefixStore prefixed("group/" + name + "/" + join(member_global_ranks), *shared_->store);
+  pg->connect(prefixed);
+  return pg;
+}
+
+void ProcessGroup::connect(gloo::rendezvous::Store& store) {
+  auto ctx = std::make_shared<gloo::rendezvous::Context>(rank_, size());
+  ctx->setTimeout(shared_->timeout);  // must precede connectFullMesh
+  run("connect", -1, [&] { ctx->connectFullMesh(store, shared_->device); });
+  ctx_ = std::move(ctx);
+}
+
+ProcessGroup::~ProcessGroup() {
+  if (failed() || shared_->aborted.load()) {
+    for (auto* m : {&send_slots_, &recv_slots_})
+      for (auto& kv : *m) (void)kv.second->buf.release();
+    leak(std::move(ctx_));
+    return;
+  }
+  shutdown();
+}
+
+void ProcessGroup::shutdown() noexcept {
+  if (closed_) return;
+  closed_ = true;
+  if (!ctx_) return;
+  bool pending = false;
+  for (auto* m : {&send_slots_, &recv_slots_})
+    for (auto& kv : *m) pending = pending || kv.second->busy;
+  if (failed() || shared_->aborted.load() || pending) {
+    for (auto* m : {&send_slots_, &recv_slots_})
+      for (auto& kv : *m) (void)kv.second->buf.release();
+    leak(std::move(ctx_));
+    return;
+  }
+  try {
+    gloo::BarrierOptions opts(ctx_);
+    opts.setTag(next_tag());
+    opts.setTimeout(std::min(shared_->timeout, kTeardownTimeout));
+    gloo::barrier(opts);
+  } catch (...) {
+    // A peer is gone; nothing left to protect.
+  }
+  send_slots_.clear();
+  recv_slots_.clear();
+  ctx_.reset();
+}
+
+std::chrono::milliseconds ProcessGroup::timeout() const { return shared_->timeout; }
+const std::shared_ptr<RendezvousStore>& ProcessGroup::store() const { return shared_->store; }
+
+// ---------------------------------------------------------------- errors
+
+void ProcessGroup::check_usable(const char* op) const {
+  if (!first_error_.empty())
+    DIT_FAIL(op << " on group '" << name_ << "' (rank " << rank_ << " of " << size()
+                << "): the group is unusable after an earlier failure: " << first_error_);
+  if (closed_) DIT_FAIL(op << " on group '" << name_ << "': the group was shut down");
+}
+
+void ProcessGroup::fail(const char* op, int peer, const std::string& what) {
+  std::ostringstream os;
+  os << op << " on group '" << name_ << "' (rank " << rank_ << " of " << size();
+  if (name_ != "world") os << ", global rank " << global_rank();
+  os << ")";
+  if (peer >= 0) os << " with rank " << peer << (name_ != "world" ? " (global " + std::to_string(global_rank(peer)) + ")" : "");
+  os << ": ";
+  std::string diagnosis;
+  if (auto ab = shared_->store->find_abort()) {
+    diagnosis = "rank " + std::to_string(ab->first) + " failed: " + ab->second;
+  } else {
+    std::vector<int> others;
+    for (int g : members_)
+      if (g != global_rank()) others.push_back(g);
+    auto dead = shared_->store->dead_local_ranks(others);
+    if (!dead.empty())
+      diagnosis = std::string(dead.size() == 1 ? "rank " : "ranks ") + join(dead) + (dead.size() == 1 ? " is" : " are") +
+                  " no longer running";
+  }
+  if (!diagnosis.empty())
+    os << diagnosis << " (" << what << ")";
+  else
+    os << what;
+  first_error_ = os.str();
+  throw Error(first_error_);
+}
+
+template <class F>
+void ProcessGroup::run(const char* op, int peer, F&& f) {
+  try {
+    f();
+  } catch (const dit::Error& e) {
+    if (!first_error_.empty()) throw;
+    fail(op, peer, e.what());
+  } catch (const gloo::IoException& e) {
+    fail(op, peer, clean(e.what()));
+  } catch (const gloo::EnforceNotMet& e) {
+    fail(op, peer, clean(e.what()));
+  } catch (const std::exception& e) {
+    fail(op, peer, clean(e.what()));
+  }
+}
+
+void ProcessGroup::abort(const std::string& message) noexcept {
+  shared_->aborted.store(true);
+  try {
+    shared_->store->post_abort(global_rank(), message);
+  } catch (...) {
+  }
+}
+
+// ---------------------------------------------------------------- collectives
+
+void ProcessGroup::all_to_all_bytes(const void* send, void* recv, size_t bytes_per_rank) {
+  check_usable("all_to_all");
+  uint32_t tag = next_tag();
+  if (bytes_per_rank == 0) return;
+  if (size() == 1) {
+    std::memmove(recv, send, bytes_per_rank);
+    return;
+  }
+  DIT_CHECK(send != recv, "all_to_all: send and recv must be different buffers");
+  run("all_to_all", -1, [&] {
+    gloo::AlltoallOptions opts(ctx_);
+    opts.setInput(static_cast<uint8_t*>(const_cast<void*>(send)), bytes_per_rank * size());
+    opts.setOutput(static_cast<uint8_t*>(recv), bytes_per_rank * size());
+    opts.setTag(tag);
+    opts.setTimeout(shared_->timeout);
+    gloo::alltoall(opts);
+  });
+}
+
+void ProcessGroup::all_to_all(const float* send, float* recv, size_t count_per_rank) {
+  all_to_all_bytes(send, recv, count_per_rank * sizeof(float));
+}
+
+void ProcessGroup::all_to_all_v(const float* send, const std::vector<size_t>& send_counts, float* recv,
+                                const std::vector<size_t>& recv_counts) {
+  check_usable("all_to_all_v");
+  uint32_t tag = next_tag();
+  DIT_CHECK(int(send_counts.size()) == size() && int(recv_counts.size()) == size(),
+            "all_to_all_v on group '" << name_ << "': " << send_counts.size() << " send counts and "
+                                      << recv_counts.size() << " recv counts for " << size() << " ranks");
+  DIT_CHECK(send_counts[rank_] == recv_counts[rank_],
+            "all_to_all_v on group '" << name_ << "': this rank sends itself " << send_counts[rank_]
+                                      << " elements but expects " << recv_counts[rank_]);
+  if (size() == 1) {
+    if (send_counts[0]) std::memmove(recv, send, send_counts[0] * sizeof(float));
+    return;
+  }
+  std::vector<int64_t> sc(send_counts.begin(), send_counts.end()), rc(recv_counts.begin(), recv_counts.end());
+  run("all_to_all_v", -1, [&] {
+    gloo::AlltoallvOptions opts(ctx_);
+    opts.setInput(const_cast<float*>(send), sc);
+    opts.setOutput(recv, rc);
+    opts.setTag(tag);
+    opts.setTimeout(shared_->timeout);
+    gloo::alltoallv(opts);
+  });
+}
+
+void ProcessGroup::all_gather_bytes(const void* send, void* recv, size_t bytes) {
+  check_usable("all_gather");
+  uint32_t tag = next_tag();
+  if (bytes == 0) return;
+  if (size() == 1) {
+    std::memmove(recv, send, bytes);
+    return;
+  }
+  run("all_gather", -1, [&] {
+    gloo::AllgatherOptions opts(ctx_);
+    opts.setInput(static_cast<uint8_t*>(const_cast<void*>(send)), bytes);
+    opts.setOutput(static_cast<uint8_t*>(recv), bytes * size());
+    opts.setTag(tag);
+    opts.setTimeout(shared_->timeout);
+    gloo::allgather(opts);
+  });
+}
+
+void ProcessGroup::all_gather(const float* send, float* recv, size_t count) {
+  all_gather_bytes(send, recv, count * sizeof(float));
+}
+
+void ProcessGroup::all_gather_v(const float* send, float* recv, const std::vector<size_t>& recv_counts) {
+  check_usable("all_gather_v");
+  uint32_t tag = next_tag();
+  DIT_CHECK(int(recv_counts.size()) == size(),
+            "all_gather_v on group '" << name_ << "': " << recv_counts.size() << " counts for " << size() << " ranks");
+  size_t total = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t(0));
+  if (total == 0) return;
+  if (size() == 1) {
+    std::memmove(recv, send, total * sizeof(float));
+    return;
+  }
+  run("all_gather_v", -1, [&] {
+    gloo::AllgathervOptions opts(ctx_);
+    opts.setInput(const_cast<float*>(send), recv_counts[rank_]);
+    opts.setOutput(recv, recv_counts);
+    opts.setTag(tag);
+    opts.setTimeout(shared_->timeout);
+    gloo::allgatherv(opts);
+  });
+}
+
+void ProcessGroup::all_reduce_sum(float* data, size_t count) {
+  check_usable("all_reduce_sum");
+  uint32_t tag = next_tag();
+  if (count == 0 || size() == 1) return;
+  run("all_reduce_sum", -1, [&] {
+    gloo::AllreduceOptions opts(ctx_);
+    opts.setOutput(data, count);
+    void (*fn)(void*, const void*, const void*, size_t) = &gloo::sum<float>;
+    opts.setReduceFunction(fn);
+    opts.setTag(tag);
+    opts.setTimeout(shared_->timeout);
+    gloo::allreduce(opts);
+  });
+}
+
+void ProcessGroup::reduce_scatter_sum(const float* send, float* recv, size_t count_per_rank) {
+  // An all-to-all of the blocks, then a local sum: the same traffic as a ring
+  // reduce-scatter, and Gloo 0.5 has no reduce-scatter with options and timeouts.
+  check_usable("reduce_scatter_sum");
+  if (size() == 1) {
+    next_tag();
+    if (count_per_rank) std::memmove(recv, send, count_per_rank * sizeof(float));
+    return;
+  }
+  size_t n = count_per_rank * size();
+  if (scratch_.size() < n) scratch_.resize(n);
+  all_to_all(send, scratch_.data(), count_per_rank);
+  if (count_per_rank == 0) return;
+  float* out = recv;
+  const float* s = scratch_.data();
+  std::memcpy(out, s, count_per_rank * sizeof(float));
+  for (int r = 1; r < size(); r++) {
+    const float* b = s + size_t(r) * count_per_rank;
+    for (size_t i = 0; i < count_per_rank; i++) out[i] += b[i];
+  }
+}
+
+void ProcessGroup::broadcast_bytes(void* data, size_t bytes, int root) {
+  check_usable("broadcast");
+  uint32_t tag = next_tag();
+  DIT_CHECK(root >= 0 && root < size(), "broadcast on group '" << name_ << "': root " << root
+                                                               << " is not a rank of " << size());
+  if (bytes == 0 || size() == 1) return;
+  run("broadcast", root, [&] {
+    gloo::BroadcastOptions opts(ctx_);
+    if (rank_ == root) opts.setInput(static_cast<uint8_t*>(data), bytes);
+    opts.setOutput(static_cast<uint8_t*>(data), bytes);
+    opts.setRoot(root);
+    opts.setTag(tag);
+    opts.setTimeout(shared_->timeout);
+    gloo::broadcast(opts);
+  });
+}
+
+void ProcessGroup::broadcast(float* data, size_t count, int root) {
+  broadcast_bytes(data, count * sizeof(float), root);
+}
+
+void ProcessGroup::barrier() {
+  check_usable("barrier");
+  uint32_t tag = next_tag();
+  if (size() == 1) return;
+  run("barrier", -1, [&] {
+    gloo::BarrierOptions opts(ctx_);
+    opts.setTag(tag);
+    opts.setTimeout(shared_->timeout);
+    gloo::barrier(opts);
+  });
+}
+
+// ---------------------------------------------------------------- point to point
+
+P2PHandle& P2PHandle::operator=(P2PHandle&& o) noexcept {
+  if (this != &o) {
+    group_ = o.group_;
+    slot_ = o.slot_;
+    is_send_ = o.is_send_;
+    peer_ = o.peer_;
+    o.group_ = nullptr;
+    o.slot_ = nullptr;
+  }
+  return *this;
+}
+
+P2PHandle::~P2PHandle() {
+  // An unwaited operation stays pending in Gloo; its buffer stays busy.
+}
+
+void P2PHandle::wait() {
+  if (!group_) return;
+  group_->wait_handle(*this);
+}
+
+P2PHandle ProcessGroup::post(bool is_send, void* data, size_t bytes, int peer, uint32_t tag) {
+  const char* op = is_send ? "isend" : "irecv";
+  check_usable(op);
+  DIT_CHECK(peer >= 0 && peer < size() && peer != rank_,
+            op << " on group '" << name_ << "' (rank " << rank_ << " of " << size() << "): bad peer rank " << peer);
+  auto& slots = is_send ? send_slots_ : recv_slots_;
+  auto key = std::make_pair(static_cast<const void*>(data), bytes);
+  auto it = slots.find(key);
+  if (it == slots.end()) {
+    auto s = std::make_unique<P2PHandle::Slot>();
+    s->buf = ctx_->createUnboundBuffer(data, bytes);
+    it = slots.emplace(key, std::move(s)).first;
+  }
+  P2PHandle::Slot* slot = it->second.get();
+  DIT_CHECK(!slot->busy, op << " on group '" << name_ << "': buffer " << data << " (" << bytes
+                            << " bytes) still has a pending operation; wait() for it first");
+  uint64_t gslot = gloo::Slot::build(kP2PSlotPrefix, tag);
+  run(op, peer, [&] {
+    if (is_send)
+      slot->buf->send(peer, gslot, 0, bytes);
+    else
+      slot->buf->recv(peer, gslot, 0, bytes);
+  });
+  slot->busy = true;
+  P2PHandle h;
+  h.group_ = this;
+  h.slot_ = slot;
+  h.is_send_ = is_send;
+  h.peer_ = peer;
+  return h;
+}
+
+P2PHandle ProcessGroup::isend(const void* data, size_t bytes, int dst, uint32_t tag) {
+  return post(true, const_cast<void*>(data), bytes, dst, tag);
+}
+
+P2PHandle ProcessGroup::irecv(void* data, size_t bytes, int src, uint32_t tag) {
+  return post(false, data, bytes, src, tag);
+}
+
+void ProcessGroup::wait_handle(P2PHandle& h) {
+  P2PHandle::Slot* slot = h.slot_;
+  bool is_send = h.is_send_;
+  int peer = h.peer_;
+  h.group_ = nullptr;
+  h.slot_ = nullptr;
+  const char* op = is_send ? "send" : "recv";
+  check_usable(op);
+  bool ok = true;
+  run(op, peer, [&] {
+    ok = is_send ? slot->buf->waitSend(nullptr, shared_->timeout) : slot->buf->waitRecv(nullptr, shared_->timeout);
+  });
+  if (!ok) fail(op, peer, "the operation was aborted");
+  slot->busy = false;
+}
+
+}  // namespace dit

@@ -1,0 +1,163 @@
+// ProcessGroup: the collectives every parallel feature uses, over a Gloo context (TCP).
+//
+//   auto store = RendezvousStore::open(env.rendezvous, env.world, timeout);
+//   auto world = ProcessGroup::create_world(store, env.rank, env.world, {timeout});
+//   auto ulysses = world->split("ulysses[0,1]", {0, 1});       // members create it, same name
+//   ulysses->all_to_all(send, recv, n_per_rank);
+//   // ring attention: post, compute, wait
+//   auto s = ring->isend(kv_cur, bytes, next, step);
+//   auto r = ring->irecv(kv_next, bytes, prev, step);
+//   compute(kv_cur);  s.wait();  r.wait();
+//
+// All ranks of a group call its collectives in the same order; each call takes the next
+// tag from a per-group counter, so tags agree without communication. Every operation has
+// the group's timeout; any failure (a peer died, a timeout, a Gloo error) becomes
+// dit::Error("<op> on group '<name>' (rank r of n): ...") naming the peer where known,
+// and leaves the group unusable: later calls fail at once with the first error.
+// A group is used by one thread at a time (p2p waits included).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "parallel/rendezvous.h"
+
+namespace gloo {
+class Context;
+namespace transport {
+class Device;
+class UnboundBuffer;
+}  // namespace transport
+}  // namespace gloo
+
+namespace dit {
+
+struct CommOptions {
+  std::chrono::milliseconds timeout = kDefaultCommTimeout;
+  // Address this rank listens on: 127.0.0.1 for one machine; for several machines the
+  // host's name or address (DIT_ADDR), or a network interface name in `iface`.
+  std::string hostname = "127.0.0.1";
+  std::string iface;
+};
+
+class ProcessGroup;
+
+// A pending point-to-point send or receive. wait() blocks until it completes (or throws
+// dit::Error after the group's timeout / when the peer fails). Move-only; waiting twice is
+// a no-op. Not waiting leaves the buffer busy: posting it again throws.
+class P2PHandle {
+ public:
+  P2PHandle() = default;
+  P2PHandle(P2PHandle&& o) noexcept { *this = std::move(o); }
+  P2PHandle& operator=(P2PHandle&& o) noexcept;
+  P2PHandle(const P2PHandle&) = delete;
+  P2PHandle& operator=(const P2PHandle&) = delete;
+  ~P2PHandle();
+
+  void wait();
+  bool pending() const { return group_ != nullptr; }
+
+ private:
+  friend class ProcessGroup;
+  struct Slot;
+  ProcessGroup* group_ = nullptr;
+  Slot* slot_ = nullptr;
+  bool is_send_ = false;
+  int peer_ = -1;
+};
+using SendHandle = P2PHandle;
+using RecvHandle = P2PHandle;
+
+class ProcessGroup {
+ public:
+  // Connects all `size` ranks through `store` (the world group, named "world").
+  static std::shared_ptr<ProcessGroup> create_world(std::shared_ptr<RendezvousStore> store, int rank,
+                                                    int size, const CommOptions& opts = {});
+  // A sub-group of this one. Only its members call split, each with the same name and
+  // member list (global ranks, in group-rank order); names must be unique per run.
+  // A group of one rank needs no connection and never communicates.
+  std::shared_ptr<ProcessGroup> split(const std::string& name, const std::vector<int>& member_global_ranks);
+
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return int(members_.size()); }
+  const std::string& name() const { return name_; }
+  int global_rank(int local) const { return members_.at(local); }
+  int global_rank() const { return members_.at(rank_); }
+  const std::vector<int>& members() const { return members_; }
+  std::chrono::milliseconds timeout() const;
+  const std::shared_ptr<RendezvousStore>& store() const;
+
+  // --- collectives (all members, same order, same counts) ---
+  // send: size()*count_per_rank; chunk j goes to rank j; recv: chunk j came from rank j.
+  void all_to_all(const float* send, float* recv, size_t count_per_rank);
+  void all_to_all_bytes(const void* send, void* recv, size_t bytes_per_rank);
+  // Uneven: send_counts[j] elements to rank j (packed in rank order), recv_counts[j] from j.
+  void all_to_all_v(const float* send, const std::vector<size_t>& send_counts, float* recv,
+                    const std::vector<size_t>& recv_counts);
+  // recv: size()*count, rank j's block at j*count.
+  void all_gather(const float* send, float* recv, size_t count);
+  void all_gather_bytes(const void* send, void* recv, size_t bytes);
+  // This rank contributes recv_counts[rank()] elements; blocks packed in rank order.
+  void all_gather_v(const float* send, float* recv, const std::vector<size_t>& recv_counts);
+  void all_reduce_sum(float* data, size_t count);  // in place
+  // send: size()*count_per_rank; recv: the sum over ranks of block rank().
+  void reduce_scatter_sum(const float* send, float* recv, size_t count_per_rank);
+  void broadcast(float* data, size_t count, int root);
+  void broadcast_bytes(void* data, size_t bytes, int root);
+  void barrier();
+
+  // --- point to point (ring attention) ---
+  // Buffers are registered once per (pointer, size, direction) and reused; keep using the
+  // same buffers every step and nothing is created per step. Tags: caller-chosen, the
+  // sender's and receiver's must match; one pending op per (buffer, direction).
+  P2PHandle isend(const void* data, size_t bytes, int dst, uint32_t tag);
+  P2PHandle irecv(void* data, size_t bytes, int src, uint32_t tag);
+  void send(const void* data, size_t bytes, int dst, uint32_t tag) { isend(data, bytes, dst, tag).wait(); }
+  void recv(void* data, size_t bytes, int src, uint32_t tag) { irecv(data, bytes, src, tag).wait(); }
+
+  // Failure path: tells every rank that this one failed (abort key in the store), marks
+  // every group of this process unusable and skips the teardown barrier. Never throws.
+  void abort(const std::string& message) noexcept;
+  // Clean end: a barrier (so peers do not see "connection closed"), then closes the
+  // connections. Also done by the destructor unless the group failed or was aborted.
+  void shutdown() noexcept;
+  bool failed() const { return !first_error_.empty(); }
+
+ private:
+  struct Shared;
+  friend class P2PHandle;
+  ProcessGroup(std::shared_ptr<Shared> shared, std::string name, std::vector<int> members, int rank);
+  void connect(gloo::rendezvous::Store& store);
+  uint32_t next_tag() { return next_tag_++; }
+  // Runs f, translating any exception into dit::Error naming op, group and peer.
+  template <class F>
+  void run(const char* op, int peer, F&& f);
+  [[noreturn]] void fail(const char* op, int peer, const std::string& what);
+  void check_usable(const char* op) const;
+  P2PHandle post(bool is_send, void* data, size_t bytes, int peer, uint32_t tag);
+  void wait_handle(P2PHandle& h);
+
+  std::shared_ptr<Shared> shared_;
+  std::string name_;
+  std::vector<int> members_;
+  int rank_;
+  std::shared_ptr<gloo::Context> ctx_;  // null for a group of one
+  uint32_t next_tag_ = 1;
+  std::string first_error_;
+  bool closed_ = false;
+  std::map<std::pair<const void*, size_t>, std::unique_ptr<P2PHandle::Slot>> send_slots_, recv_slots_;
+  std::vector<float> scratch_;  // reduce_scatter staging
+};
+
+}  // namespace dit

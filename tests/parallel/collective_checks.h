@@ -1,0 +1,169 @@
+// Checks of every collective, run by each rank of a group (ranks as threads or as
+// processes). Each returns normally or throws std::runtime_error naming the first wrong
+// element, so the same code serves Catch2 (threads) and worker processes (exit code).
+#pragma once
+
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "parallel/mesh.h"
+#include "parallel/process_group.h"
+
+namespace dit_test {
+
+inline void expect_eq(float got, float want, const char* what, size_t i, int rank) {
+  if (got != want) {
+    char buf[256];
+    std::snprintf(buf, sizeof(buf), "%s: rank %d element %zu: got %g, want %g", what, rank, i, double(got),
+                  double(want));
+    throw std::runtime_error(buf);
+  }
+}
+
+// Value that rank `src` sends to rank `dst` at index i: exact in float.
+inline float val(int src, int dst, size_t i) { return float(src * 100000 + dst * 1000 + int(i % 1000)); }
+// Uneven split: elements rank src sends to rank dst (zero for some pairs).
+inline size_t uneven(int src, int dst) { return size_t((2 * src + dst) % 4) * 3; }
+
+inline void check_all_to_all(dit::ProcessGroup& pg, size_t n) {
+  int r = pg.rank(), w = pg.size();
+  std::vector<float> send(n * w), recv(n * w, -1.f);
+  for (int d = 0; d < w; d++)
+    for (size_t i = 0; i < n; i++) send[d * n + i] = val(r, d, i);
+  pg.all_to_all(send.data(), recv.data(), n);
+  for (int s = 0; s < w; s++)
+    for (size_t i = 0; i < n; i++) expect_eq(recv[s * n + i], val(s, r, i), "all_to_all", s * n + i, r);
+}
+
+inline void check_all_to_all_v(dit::ProcessGroup& pg) {
+  int r = pg.rank(), w = pg.size();
+  std::vector<size_t> sc(w), rc(w);
+  size_t st = 0, rt = 0;
+  for (int j = 0; j < w; j++) {
+    sc[j] = uneven(r, j);
+    rc[j] = uneven(j, r);
+    st += sc[j];
+    rt += rc[j];
+  }
+  std::vector<float> send(st + 1), recv(rt + 1, -1.f);
+  size_t o = 0;
+  for (int d = 0; d < w; d++)
+    for (size_t i = 0; i < sc[d]; i++) send[o++] = val(r, d, i);
+  pg.all_to_all_v(send.data(), sc, recv.data(), rc);
+  o = 0;
+  for (int s = 0; s < w; s++)
+    for (size_t i = 0; i < rc[s]; i++, o++) expect_eq(recv[o], val(s, r, i), "all_to_all_v", o, r);
+  expect_eq(recv[rt], -1.f, "all_to_all_v (past the end)", rt, r);
+}
+
+inline void check_all_gather(dit::ProcessGroup& pg, size_t n) {
+  int r = pg.rank(), w = pg.size();
+  std::vector<float> send(n), recv(n * w + 1, -1.f);
+  for (size_t i = 0; i < n; i++) send[i] = val(r, 0, i);
+  pg.all_gather(send.data(), recv.data(), n);
+  for (int s = 0; s < w; s++)
+    for (size_t i = 0; i < n; i++) expect_eq(recv[s * n + i], val(s, 0, i), "all_gather", s * n + i, r);
+  expect_eq(recv[n * w], -1.f, "all_gather (past the end)", n * w, r);
+}
+
+inline void check_all_gather_v(dit::ProcessGroup& pg) {
+  int r = pg.rank(), w = pg.size();
+  std::vector<size_t> counts(w);
+  size_t total = 0;
+  for (int j = 0; j < w; j++) total += counts[j] = size_t(j % 3) * 5;
+  std::vector<float> send(counts[r] + 1), recv(total + 1, -1.f);
+  for (size_t i = 0; i < counts[r]; i++) send[i] = val(r, 1, i);
+  pg.all_gather_v(send.data(), recv.data(), counts);
+  size_t o = 0;
+  for (int s = 0; s < w; s++)
+    for (size_t i = 0; i < counts[s]; i++, o++) expect_eq(recv[o], val(s, 1, i), "all_gather_v", o, r);
+}
+
+inline void check_all_reduce(dit::ProcessGroup& pg, size_t n) {
+  int r = pg.rank(), w = pg.size();
+  std::vector<float> data(n);
+  for (size_t i = 0; i < n; i++) data[i] = float(r + 1) * float(i % 97);
+  pg.all_reduce_sum(data.data(), n);
+  float k = float(w * (w + 1) / 2);
+  for (size_t i = 0; i < n; i++) expect_eq(data[i], k * float(i % 97), "all_reduce_sum", i, r);
+}
+
+inline void check_reduce_scatter(dit::ProcessGroup& pg, size_t n) {
+  int r = pg.rank(), w = pg.size();
+  std::vector<float> send(n * w), recv(n + 1, -1.f);
+  for (int b = 0; b < w; b++)
+    for (size_t i = 0; i < n; i++) send[b * n + i] = float(r + 1) * float(b * 10 + int(i % 7));
+  pg.reduce_scatter_sum(send.data(), recv.data(), n);
+  float k = float(w * (w + 1) / 2);
+  for (size_t i = 0; i < n; i++) expect_eq(recv[i], k * float(r * 10 + int(i % 7)), "reduce_scatter_sum", i, r);
+  expect_eq(recv[n], -1.f, "reduce_scatter_sum (past the end)", n, r);
+}
+
+inline void check_broadcast(dit::ProcessGroup& pg, size_t n) {
+  int r = pg.rank(), w = pg.size();
+  int root = w - 1;
+  std::vector<float> data(n);
+  for (size_t i = 0; i < n; i++) data[i] = r == root ? val(root, 7, i) : -1.f;
+  pg.broadcast(data.data(), n, root);
+  for (size_t i = 0; i < n; i++) expect_eq(data[i], val(root, 7, i), "broadcast", i, r);
+}
+
+// Ring exchange as ring attention does it: double-buffered, post send and recv, then wait.
+inline void check_ring_p2p(dit::ProcessGroup& pg, size_t n, int steps) {
+  int r = pg.rank(), w = pg.size();
+  if (w == 1) return;
+  int next = (r + 1) % w, prev = (r + w - 1) % w;
+  std::vector<float> buf[2] = {std::vector<float>(n), std::vector<float>(n)};
+  for (size_t i = 0; i < n; i++) buf[0][i] = val(r, 0, i);
+  int holder = r;  // whose block buf[cur] holds
+  for (int s = 0; s < steps; s++) {
+    int cur = s % 2, nxt = 1 - cur;
+    auto sh = pg.isend(buf[cur].data(), n * sizeof(float), next, uint32_t(s));
+    auto rh = pg.irecv(buf[nxt].data(), n * sizeof(float), prev, uint32_t(s));
+    for (size_t i = 0; i < n; i++) expect_eq(buf[cur][i], val(holder, 0, i), "ring p2p (current block)", i, r);
+    sh.wait();
+    rh.wait();
+    holder = (holder + w - 1) % w;
+    for (size_t i = 0; i < n; i++) expect_eq(buf[nxt][i], val(holder, 0, i), "ring p2p (received block)", i, r);
+  }
+}
+
+inline void check_everything(dit::ProcessGroup& pg) {
+  for (size_t n : {size_t(0), size_t(1), size_t(5), size_t(4096)}) check_all_to_all(pg, n);
+  check_all_to_all_v(pg);
+  for (size_t n : {size_t(0), size_t(3), size_t(1000)}) check_all_gather(pg, n);
+  check_all_gather_v(pg);
+  for (size_t n : {size_t(0), size_t(1), size_t(1000), size_t(300000)}) check_all_reduce(pg, n);
+  for (size_t n : {size_t(0), size_t(1), size_t(777)}) check_reduce_scatter(pg, n);
+  for (size_t n : {size_t(0), size_t(1), size_t(10000)}) check_broadcast(pg, n);
+  pg.barrier();
+  check_ring_p2p(pg, 1000, 2 * pg.size() + 1);
+  check_ring_p2p(pg, 0, 2);
+  pg.barrier();
+}
+
+// Every group of a mesh: all-gather the global ranks and compare with the layout.
+inline void check_mesh_groups(dit::DeviceMesh& mesh) {
+  const dit::MeshLayout& l = mesh.layout();
+  struct G {
+    dit::ProcessGroup* pg;
+    const std::vector<int>* want;
+    const char* name;
+  } groups[] = {{&mesh.ulysses(), &l.ulysses, "ulysses"}, {&mesh.ring(), &l.ring, "ring"},
+                {&mesh.sp(), &l.sp, "sp"},                {&mesh.cfg(), &l.cfg, "cfg"},
+                {&mesh.dp(), &l.dp, "dp"},                {&mesh.replica(), &l.replica, "replica"}};
+  for (auto& g : groups) {
+    float me = float(g.pg->global_rank());
+    std::vector<float> got(g.pg->size());
+    g.pg->all_gather(&me, got.data(), 1);
+    for (size_t i = 0; i < got.size(); i++)
+      expect_eq(got[i], float((*g.want)[i]), g.name, i, mesh.world().rank());
+    std::vector<float> sum(3, 1.f);
+    g.pg->all_reduce_sum(sum.data(), 3);
+    expect_eq(sum[0], float(g.pg->size()), g.name, 0, mesh.world().rank());
+  }
+}
+
+}  // namespace dit_test

@@ -1,0 +1,127 @@
+// Mesh layout against hand-written tables (pure, no processes).
+#include <catch2/catch.hpp>
+
+#include "parallel/mesh.h"
+#include "runtime/error.h"
+
+using namespace dit;
+using V = std::vector<int>;
+
+TEST_CASE("mesh: xDiT layout, cfg2 x ulysses2 x ring2 on 8 ranks (PEERS.md)", "[parallel]") {
+  MeshDegrees d;
+  d.cfg = 2;
+  d.ring = 2;
+  d.ulysses = 2;
+  // rank: cfg ring ulysses | ulysses group | ring group | sp group | cfg pair
+  struct Row {
+    int c, g, u;
+    V uly, ring, sp, cfg;
+  } table[8] = {
+      {0, 0, 0, {0, 1}, {0, 2}, {0, 1, 2, 3}, {0, 4}}, {0, 0, 1, {0, 1}, {1, 3}, {0, 1, 2, 3}, {1, 5}},
+      {0, 1, 0, {2, 3}, {0, 2}, {0, 1, 2, 3}, {2, 6}}, {0, 1, 1, {2, 3}, {1, 3}, {0, 1, 2, 3}, {3, 7}},
+      {1, 0, 0, {4, 5}, {4, 6}, {4, 5, 6, 7}, {0, 4}}, {1, 0, 1, {4, 5}, {5, 7}, {4, 5, 6, 7}, {1, 5}},
+      {1, 1, 0, {6, 7}, {4, 6}, {4, 5, 6, 7}, {2, 6}}, {1, 1, 1, {6, 7}, {5, 7}, {4, 5, 6, 7}, {3, 7}},
+  };
+  for (int r = 0; r < 8; r++) {
+    INFO("rank " << r);
+    MeshLayout l = mesh_layout(d, 8, r);
+    CHECK(l.coord.dp == 0);
+    CHECK(l.coord.cfg == table[r].c);
+    CHECK(l.coord.ring == table[r].g);
+    CHECK(l.coord.ulysses == table[r].u);
+    CHECK(l.coord.sp_rank == r % 4);
+    CHECK(l.coord.replica_rank == r);
+    CHECK(l.ulysses == table[r].uly);
+    CHECK(l.ring == table[r].ring);
+    CHECK(l.sp == table[r].sp);
+    CHECK(l.cfg == table[r].cfg);
+    CHECK(l.dp == V{r});
+    CHECK(l.replica == V{0, 1, 2, 3, 4, 5, 6, 7});
+  }
+}
+
+TEST_CASE("mesh: dp2 x cfg2 x ring2 x ulysses2 on 16 ranks", "[parallel]") {
+  MeshDegrees d{2, 2, 2, 2};
+  // rank: dp cfg ring uly | ulysses | ring | sp | cfg | dp | replica
+  struct Row {
+    int p, c, g, u;
+    V uly, ring, sp, cfg, dp, rep;
+  } table[] = {
+      {0, 0, 0, 0, {0, 1}, {0, 2}, {0, 1, 2, 3}, {0, 4}, {0, 8}, {0, 1, 2, 3, 4, 5, 6, 7}},
+      {0, 0, 1, 1, {2, 3}, {1, 3}, {0, 1, 2, 3}, {3, 7}, {3, 11}, {0, 1, 2, 3, 4, 5, 6, 7}},
+      {0, 1, 0, 1, {4, 5}, {5, 7}, {4, 5, 6, 7}, {1, 5}, {5, 13}, {0, 1, 2, 3, 4, 5, 6, 7}},
+      {1, 0, 0, 0, {8, 9}, {8, 10}, {8, 9, 10, 11}, {8, 12}, {0, 8}, {8, 9, 10, 11, 12, 13, 14, 15}},
+      {1, 0, 1, 0, {10, 11}, {8, 10}, {8, 9, 10, 11}, {10, 14}, {2, 10}, {8, 9, 10, 11, 12, 13, 14, 15}},
+      {1, 1, 1, 1, {14, 15}, {13, 15}, {12, 13, 14, 15}, {11, 15}, {7, 15}, {8, 9, 10, 11, 12, 13, 14, 15}},
+  };
+  int ranks[] = {0, 3, 5, 8, 10, 15};
+  for (int i = 0; i < 6; i++) {
+    int r = ranks[i];
+    INFO("rank " << r);
+    MeshLayout l = mesh_layout(d, 16, r);
+    const Row& t = table[i];
+    CHECK(l.coord.dp == t.p);
+    CHECK(l.coord.cfg == t.c);
+    CHECK(l.coord.ring == t.g);
+    CHECK(l.coord.ulysses == t.u);
+    CHECK(l.ulysses == t.uly);
+    CHECK(l.ring == t.ring);
+    CHECK(l.sp == t.sp);
+    CHECK(l.cfg == t.cfg);
+    CHECK(l.dp == t.dp);
+    CHECK(l.replica == t.rep);
+    CHECK(mesh_rank(d, t.p, t.c, t.g, t.u) == r);
+  }
+}
+
+TEST_CASE("mesh: ulysses4 and ring4 and dp4", "[parallel]") {
+  MeshDegrees u;
+  u.ulysses = 4;
+  MeshDegrees g;
+  g.ring = 4;
+  MeshDegrees p;
+  p.dp = 4;
+  for (int r = 0; r < 4; r++) {
+    auto lu = mesh_layout(u, 4, r);
+    CHECK(lu.ulysses == V{0, 1, 2, 3});
+    CHECK(lu.ring == V{r});
+    CHECK(lu.coord.ulysses == r);
+    CHECK(lu.coord.sp_rank == r);
+    auto lg = mesh_layout(g, 4, r);
+    CHECK(lg.ring == V{0, 1, 2, 3});
+    CHECK(lg.ulysses == V{r});
+    CHECK(lg.coord.ring == r);
+    CHECK(lg.coord.sp_rank == r);
+    auto lp = mesh_layout(p, 4, r);
+    CHECK(lp.dp == V{0, 1, 2, 3});
+    CHECK(lp.sp == V{r});
+    CHECK(lp.replica == V{r});
+    CHECK(lp.coord.dp == r);
+  }
+  // ring2 x ulysses3 on 6: Ulysses contiguous triples, Ring strided by 3.
+  MeshDegrees m;
+  m.ring = 2;
+  m.ulysses = 3;
+  auto l4 = mesh_layout(m, 6, 4);
+  CHECK(l4.ulysses == V{3, 4, 5});
+  CHECK(l4.ring == V{1, 4});
+  CHECK(l4.coord.ring == 1);
+  CHECK(l4.coord.ulysses == 1);
+}
+
+TEST_CASE("mesh: degrees are validated with a clear message", "[parallel]") {
+  MeshDegrees d;
+  d.cfg = 2;
+  d.ulysses = 4;
+  REQUIRE_THROWS_WITH(validate_mesh(d, 6),
+                      "mesh: dp(1) × cfg(2) × ring(1) × ulysses(4) = 8, but the world size is 6");
+  REQUIRE_NOTHROW(validate_mesh(d, 8));
+  MeshDegrees z;
+  z.ring = 0;
+  REQUIRE_THROWS_WITH(validate_mesh(z, 1), Catch::Contains("must be >= 1"));
+  MeshDegrees c3;
+  c3.cfg = 3;
+  REQUIRE_THROWS_WITH(validate_mesh(c3, 3), Catch::Contains("CFG degree is 1 or 2"));
+  REQUIRE_THROWS_WITH(mesh_layout(d, 8, 8), Catch::Contains("rank 8 is not in a world of size 8"));
+  CHECK(mesh_str(d) == "dp1 x cfg2 x ring1 x ulysses4");
+}
