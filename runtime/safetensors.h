@@ -1,0 +1,109 @@
+// safetensors checkpoints: reading (memory-mapped, fully validated), sharded model
+// directories (WeightStore) and writing. Format: FORMATS.md §5.
+//
+//   auto f = SafeTensorsFile::open("transformer/diffusion_pytorch_model.safetensors");
+//   Tensor w = f->get("pos_embed.proj.weight");        // zero-copy view for F32/BF16
+//
+//   WeightStore ws = WeightStore::open_dir(model_dir + "/transformer");
+//   Tensor w = ws.get("pos_embed.proj.weight", {1152, 4, 2, 2});   // checks the shape
+//
+//   write_safetensors("out.safetensors", {{"noise", x}}, {{"format", "pt"}});
+//
+// Reading never trusts the file: the header length, the JSON, every dtype, shape and offset
+// and the coverage of the data buffer are checked before any tensor byte is touched. Errors
+// are one line: "<path>: tensor '<name>': <what> (expected X, found Y)".
+//
+// IMPORTANT: tensors returned by get() for F32/BF16 are views into a read-only mapping
+// (PROT_READ). Treat them as const: writing through them crashes. clone() them to modify.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/tensor.h"
+
+namespace dit {
+
+struct SafeTensorInfo {
+  std::string dtype;   // as in the file: "F32", "BF16", "F16", "I64", ...
+  Shape shape;
+  uint64_t begin = 0;  // byte span [begin, end) relative to the data buffer
+  uint64_t end = 0;
+};
+
+class SafeTensorsFile : public std::enable_shared_from_this<SafeTensorsFile> {
+ public:
+  // Maps and validates the file; throws dit::Error naming the path and the problem.
+  static std::shared_ptr<SafeTensorsFile> open(const std::string& path);
+  ~SafeTensorsFile();
+  SafeTensorsFile(const SafeTensorsFile&) = delete;
+  SafeTensorsFile& operator=(const SafeTensorsFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::vector<std::string> names() const;  // sorted
+  bool has(const std::string& name) const { return tensors_.count(name) != 0; }
+  const SafeTensorInfo& info(const std::string& name) const;  // throws if missing
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+  // F32/BF16: a view into the mapping that keeps this file alive (copied instead when the
+  // data is not aligned to the element size). F16: converted to a new F32 tensor. Other
+  // dtypes (allowed in the file) throw here, naming the dtype and the tensor.
+  Tensor get(const std::string& name) const;
+
+ private:
+  explicit SafeTensorsFile(std::string path) : path_(std::move(path)) {}
+  void map_file();
+  void parse_header();
+  void check_coverage() const;
+
+  std::string path_;
+  const uint8_t* map_ = nullptr;
+  size_t map_size_ = 0;
+  const uint8_t* data_ = nullptr;  // start of the byte buffer (map_ + 8 + header length)
+  uint64_t data_size_ = 0;
+  std::map<std::string, SafeTensorInfo> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// The weights of one model component directory (e.g. <model>/transformer), in one file or
+// sharded with an index, as diffusers saves them.
+class WeightStore {
+ public:
+  WeightStore() = default;
+  // Opens <dir>/<stem>.safetensors, else <dir>/<stem>.safetensors.index.json and its shards.
+  static WeightStore open_dir(const std::string& dir, const std::string& stem = "diffusion_pytorch_model");
+
+  bool has(const std::string& name) const { return where_.count(name) != 0; }
+  std::vector<std::string> names() const;  // sorted
+  Tensor get(const std::string& name) const;  // "missing tensor 'X' in <dir>"
+  Tensor get(const std::string& name, const Shape& expected) const;  // also checks the shape
+  // The file (or index + shard count) the weights came from, for messages.
+  std::string describe() const { return describe_; }
+
+ private:
+  static WeightStore open_index(const std::string& dir, const std::string& index_path);
+  std::string dir_;
+  std::string describe_;
+  std::vector<std::shared_ptr<SafeTensorsFile>> files_;
+  std::map<std::string, size_t> where_;  // tensor name -> index in files_
+};
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// Writes F32/BF16 tensors (per each tensor's dtype) to a safetensors file, atomically.
+// The header is padded with spaces to a multiple of 8; tensors are laid out by descending
+// element size, then by name (name order when all share one dtype), so data stays aligned.
+void write_safetensors(const std::string& path, const NamedTensors& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+// shards <= 1: <dir>/<stem>.safetensors. Otherwise <dir>/<stem>-00001-of-0000K.safetensors ...
+// (tensors split in name order into K = min(shards, count) parts of similar size) plus
+// <dir>/<stem>.safetensors.index.json, like diffusers. `metadata` goes into every shard.
+void write_sharded_safetensors(const std::string& dir, const std::string& stem, const NamedTensors& tensors,
+                               int shards, const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace dit

@@ -1,0 +1,106 @@
+// WeightStore: one model component's weights, single-file or sharded (FORMATS.md §5).
+#include <sys/stat.h>
+
+#include <set>
+
+#include "runtime/error.h"
+#include "runtime/json_config.h"
+#include "runtime/safetensors.h"
+
+namespace dit {
+namespace {
+
+bool is_file(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool is_dir(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+void check_shard_name(const std::string& index, const std::string& tensor, const std::string& file) {
+  if (file.empty() || file.find('/') != std::string::npos || file.find('\\') != std::string::npos ||
+      file.find("..") != std::string::npos)
+    throw Error(index + ": tensor '" + tensor + "': shard file name must be a plain file name in the same directory (found '" +
+                file + "')");
+}
+
+[[noreturn]] void fail_not_found(const std::string& dir, const std::string& stem) {
+  if (!is_dir(dir)) throw Error(dir + ": model component directory does not exist");
+  for (const std::string& bin : std::vector<std::string>{stem + ".bin", stem + ".bin.index.json", "pytorch_model.bin"}) {
+    if (is_file(dir + "/" + bin))
+      throw Error(dir + "/" + bin + ": pickle .bin checkpoints are not supported; convert them to safetensors");
+  }
+  throw Error(dir + ": no weights found (looked for " + stem + ".safetensors and " + stem +
+              ".safetensors.index.json)");
+}
+
+}  // namespace
+
+WeightStore WeightStore::open_dir(const std::string& dir, const std::string& stem) {
+  const std::string single = dir + "/" + stem + ".safetensors";
+  const std::string index = single + ".index.json";
+  if (is_file(single)) {
+    WeightStore ws;
+    ws.dir_ = dir;
+    ws.describe_ = single;
+    ws.files_.push_back(SafeTensorsFile::open(single));
+    for (const auto& n : ws.files_[0]->names()) ws.where_[n] = 0;
+    return ws;
+  }
+  if (is_file(index)) return open_index(dir, index);
+  fail_not_found(dir, stem);
+}
+
+WeightStore WeightStore::open_index(const std::string& dir, const std::string& index_path) {
+  Config idx = Config::load(index_path);
+  Config map = idx.child("weight_map");
+  WeightStore ws;
+  ws.dir_ = dir;
+  std::map<std::string, size_t> shard_of_file;
+  for (auto it = map.json().begin(); it != map.json().end(); ++it) {
+    const std::string& tensor = it.key();
+    if (!it->is_string())
+      throw Error(index_path + ": weight_map['" + tensor + "']: expected a file name string");
+    const std::string file = it->get<std::string>();
+    check_shard_name(index_path, tensor, file);
+    auto f = shard_of_file.find(file);
+    if (f == shard_of_file.end()) {
+      const std::string shard = dir + "/" + file;
+      if (!is_file(shard))
+        throw Error(index_path + ": tensor '" + tensor + "': shard file " + shard + " does not exist");
+      f = shard_of_file.emplace(file, ws.files_.size()).first;
+      ws.files_.push_back(SafeTensorsFile::open(shard));
+    }
+    if (!ws.files_[f->second]->has(tensor))
+      throw Error(index_path + ": tensor '" + tensor + "': listed in weight_map but missing from shard " +
+                  ws.files_[f->second]->path());
+    ws.where_[tensor] = f->second;
+  }
+  ws.describe_ = index_path + " (" + std::to_string(ws.files_.size()) + " shards)";
+  return ws;
+}
+
+std::vector<std::string> WeightStore::names() const {
+  std::vector<std::string> out;
+  for (const auto& kv : where_) out.push_back(kv.first);
+  return out;
+}
+
+Tensor WeightStore::get(const std::string& name) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) throw Error("missing tensor '" + name + "' in " + (describe_.empty() ? dir_ : describe_));
+  return files_[it->second]->get(name);
+}
+
+Tensor WeightStore::get(const std::string& name, const Shape& expected) const {
+  Tensor t = get(name);
+  if (t.shape() != expected)
+    throw Error(files_[where_.at(name)]->path() + ": tensor '" + name + "': wrong shape (expected " +
+                shape_str(expected) + ", found " + shape_str(t.shape()) + ")");
+  return t;
+}
+
+}  // namespace dit

@@ -1,0 +1,66 @@
+// Helpers for the [io] tests: a self-deleting temporary directory and raw file writing.
+#pragma once
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace dit_test {
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/dit-io-test-XXXXXX";
+    const char* p = ::mkdtemp(tmpl);
+    if (!p) throw std::runtime_error("mkdtemp failed");
+    path_ = p;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  // Number of entries in the directory (to check that no temporary files are left).
+  size_t count() const {
+    size_t n = 0;
+    for (auto it = std::filesystem::directory_iterator(path_); it != std::filesystem::directory_iterator(); ++it) ++n;
+    return n;
+  }
+
+ private:
+  std::string path_;
+};
+
+inline void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+inline std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+}  // namespace dit_test
+
+#include <functional>
+
+#include "runtime/error.h"
+
+namespace dit_test {
+
+// Runs f and returns the dit::Error message it throws ("<no error>" if it does not throw).
+// Other exception types propagate and fail the test.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const dit::Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+}  // namespace dit_test
