@@ -1,0 +1,156 @@
+#include "models/dit_transformer.h"
+
+#include <cstring>
+
+#include "models/dit_embeddings.h"
+#include "runtime/elementwise.h"
+#include "runtime/error.h"
+
+namespace dit {
+
+namespace {
+
+// [B, n·D] rows -> [n, B, D] (chunk k of batch b at out[(k·B + b)·D]).
+void split_chunks(const float* m, int64_t batch, int64_t n, int64_t dim, float* out) {
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t k = 0; k < n; ++k) std::memcpy(out + (k * batch + b) * dim, m + (b * n + k) * dim, dim * 4);
+}
+
+}  // namespace
+
+void DiTTransformer::prepare(const DiTShape& s, SelfAttention* attn) {
+  const DiTConfig& c = w_.cfg;
+  DIT_CHECK(s.batch >= 1 && s.grid_h >= 1 && s.grid_w >= 1, "DiT: empty shape");
+  DIT_CHECK(0 <= s.token_begin && s.token_begin <= s.token_end && s.token_end <= s.tokens(),
+            "DiT: token range [" << s.token_begin << ", " << s.token_end << ") outside 0.." << s.tokens());
+  shape_ = s;
+  attn_ = attn;
+  const int64_t B = s.batch, T = s.local_tokens(), D = c.hidden();
+
+  auto lin = [&](const LinearWeight& lw, int64_t batch, int64_t rows, Act act, bool gated) {
+    LinearSpec spec;
+    spec.batch = batch;
+    spec.rows = rows;
+    spec.in = lw.in();
+    spec.out = lw.out();
+    spec.act = act;
+    spec.gated_residual = gated;
+    return Linear(spec, lw);
+  };
+
+  ops_.clear();
+  if (T > 0) patch_ = lin(w_.patch, 1, B * T, Act::None, false);
+  for (const DiTBlockWeights& bw : w_.blocks) {
+    BlockOps o;
+    o.t_fc1 = lin(bw.t_fc1, 1, B, Act::Silu, false);
+    o.t_fc2 = lin(bw.t_fc2, 1, B, Act::None, false);
+    o.ada = lin(bw.ada, 1, B, Act::None, false);
+    if (T > 0) {
+      o.qkv = lin(bw.qkv, 1, B * T, Act::None, false);
+      o.attn_out = lin(bw.attn_out, B, T, Act::None, true);
+      o.fc1 = lin(bw.fc1, 1, B * T, Act::GeluTanh, false);
+      o.fc2 = lin(bw.fc2, B, T, Act::None, true);
+    }
+    ops_.push_back(std::move(o));
+  }
+  final_ada_ = lin(w_.final_ada, 1, B, Act::None, false);
+  if (T > 0) {
+    final_out_ = lin(w_.final_out, 1, B * T, Act::None, false);
+    ln_attn_ = LayerNormModulate(B, T, D, 1e-6f);
+    ln_mlp_ = LayerNormModulate(B, T, D, c.norm_eps);
+  }
+
+  patches_ = Tensor::empty({B, T, int64_t(c.patch_dim_in())});
+  pos_ = Tensor::empty({T, D});
+  x_ = Tensor::empty({B, T, D});
+  h_ = Tensor::empty({B, T, D});
+  qkv_ = Tensor::empty({B, T, 3 * D});
+  attn_out_ = Tensor::empty({B, T, D});
+  mlp_ = Tensor::empty({B, T, 4 * D});
+  tfreq_ = Tensor::empty({B, 256});
+  temb_ = Tensor::empty({B, D});
+  cond_ = Tensor::empty({B, D});
+  mod_ = Tensor::empty({B, 6 * D});
+  chunks_ = Tensor::empty({6, B, D});
+  final_mod_ = Tensor::empty({B, 2 * D});
+  final_chunks_ = Tensor::empty({2, B, D});
+
+  pos_embed_2d(int(D), s.grid_h, s.grid_w, double(c.sample_size / c.patch), c.interpolation_scale, s.token_begin,
+               s.token_end, pos_.f32());
+
+  SelfAttentionShape as;
+  as.batch = B;
+  as.local_tokens = T;
+  as.heads = c.heads;
+  as.head_dim = c.head_dim;
+  as.compute = w_.compute;
+  attn_->prepare(as);
+}
+
+// cond_ = SiLU(TimestepEmbedding(t) + class_table[y])   [B, D]
+void DiTTransformer::conditioning(const DiTBlockWeights& bw, size_t block, const double* t, const int64_t* y) {
+  const int64_t B = shape_.batch, D = w_.cfg.hidden();
+  for (int64_t b = 0; b < B; ++b) timestep_embedding(t[b], 256, 1.0f, tfreq_.f32() + b * 256);
+  ops_[block].t_fc1.run(tfreq_.f32(), temb_.f32());  // linear_1 + SiLU   [B, D]
+  ops_[block].t_fc2.run(temb_.f32(), cond_.f32());   // linear_2          [B, D]
+  for (int64_t b = 0; b < B; ++b) {
+    DIT_CHECK(y[b] >= 0 && y[b] <= w_.cfg.num_classes, "DiT: class id " << y[b] << " out of range 0.."
+                                                                         << w_.cfg.num_classes);
+    add(cond_.f32() + b * D, bw.class_table.f32() + y[b] * D, cond_.f32() + b * D, D);
+  }
+  silu(cond_.f32(), cond_.f32(), B * D);
+}
+
+void DiTTransformer::forward(const float* latents, const double* t, const int64_t* y, float* out) {
+  const DiTConfig& c = w_.cfg;
+  const DiTShape& s = shape_;
+  const int64_t B = s.batch, T = s.local_tokens(), D = c.hidden();
+  float* x = x_.f32();
+  float* h = h_.f32();
+  auto chunk = [&](int k) { return chunks_.f32() + k * B * D; };
+
+  // Patch embedding of the local tokens + fixed positions: x = patches·Wᵀ + b + pos   [B, T, D]
+  if (T > 0) {
+    patchify(latents, B, c.in_channels, s.grid_h * c.patch, s.grid_w * c.patch, c.patch, s.token_begin, s.token_end,
+             patches_.f32());
+    patch_.run(patches_.f32(), x);
+    for (int64_t b = 0; b < B; ++b) add(x + b * T * D, pos_.f32(), x + b * T * D, T * D);
+  }
+
+  for (size_t l = 0; l < w_.blocks.size(); ++l) {
+    const BlockOps& o = ops_[l];
+    conditioning(w_.blocks[l], l, t, y);
+    o.ada.run(cond_.f32(), mod_.f32());  // [B, 6D]
+    split_chunks(mod_.f32(), B, 6, D, chunks_.f32());
+    // 0 shift_msa, 1 scale_msa, 2 gate_msa, 3 shift_mlp, 4 scale_mlp, 5 gate_mlp
+    if (T > 0) ln_attn_.run(x, h, chunk(0), chunk(1));  // h = LN(x)(1 + scale_msa) + shift_msa
+    if (T > 0) o.qkv.run(h, qkv_.f32());                 // [B, T, 3, H, d]
+    attn_->forward(qkv_.f32(), attn_out_.f32());            // [B, T, H, d]  (may talk to other ranks)
+    if (T > 0) {
+      o.attn_out.run(attn_out_.f32(), x, chunk(2));          // x += gate_msa ⊙ (attn·Wo + bo)
+      ln_mlp_.run(x, h, chunk(3), chunk(4));             // h = LN(x)(1 + scale_mlp) + shift_mlp
+      o.fc1.run(h, mlp_.f32());                          // GELU-tanh(h·W1 + b1)   [B, T, 4D]
+      o.fc2.run(mlp_.f32(), x, chunk(5));                // x += gate_mlp ⊙ (mlp·W2 + b2)
+    }
+  }
+
+  // Final layer: conditioning of block 0, shift/scale = proj_out_1(SiLU(c)), out = proj_out_2(LN(x)·(1+scale)+shift)
+  conditioning(w_.blocks[0], 0, t, y);
+  final_ada_.run(cond_.f32(), final_mod_.f32());
+  split_chunks(final_mod_.f32(), B, 2, D, final_chunks_.f32());
+  if (T > 0) {
+    ln_attn_.run(x, h, final_chunks_.f32(), final_chunks_.f32() + B * D);
+    final_out_.run(h, out);  // [B, T, p·p·C_out]
+  }
+}
+
+double DiTTransformer::flops_per_forward() const {
+  const DiTConfig& c = w_.cfg;
+  const double B = double(shape_.batch), T = double(shape_.local_tokens()), N = double(shape_.tokens());
+  const double D = c.hidden();
+  double per_block = 2 * B * T * D * (3 * D + D + 4 * D + 4 * D)  // qkv, out, fc1, fc2
+                     + 4 * B * T * N * D;                          // QKᵀ and PV over the full sequence
+  return c.layers * per_block + 2 * B * T * D * (c.patch_dim_in() + c.patch_dim_out());
+}
+
+}  // namespace dit

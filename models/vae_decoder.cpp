@@ -1,0 +1,374 @@
+#include "models/vae_decoder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "runtime/elementwise.h"
+#include "runtime/error.h"
+#include "runtime/json_config.h"
+#include "runtime/norm.h"
+#include "runtime/safetensors.h"
+
+namespace dit {
+
+VaeConfig vae_config_from(const Config& c) {
+  const std::string src = c.source();
+  const std::string cls = c.get_string("_class_name", "AutoencoderKL");
+  DIT_CHECK(cls == "AutoencoderKL", src << ": VAE class '" << cls << "' is not supported (supported: AutoencoderKL)");
+  VaeConfig v;
+  if (c.has("block_out_channels")) {
+    v.block_out_channels.clear();
+    for (int64_t ch : c.get_int_list("block_out_channels")) {
+      DIT_CHECK(ch > 0 && ch <= 8192, src << ": block_out_channels entry " << ch << " out of range");
+      v.block_out_channels.push_back(int(ch));
+    }
+  }
+  DIT_CHECK(!v.block_out_channels.empty() && v.block_out_channels.size() <= 8,
+            src << ": block_out_channels must have 1..8 entries");
+  if (c.has("up_block_types"))
+    for (const std::string& t : c.get_string_list("up_block_types"))
+      DIT_CHECK(t == "UpDecoderBlock2D", src << ": up block type '" << t << "' is not supported (UpDecoderBlock2D)");
+  v.layers_per_block = int(c.get_int("layers_per_block", 1));
+  v.groups = int(c.get_int("norm_num_groups", 32));
+  v.latent_channels = int(c.get_int("latent_channels", 4));
+  v.out_channels = int(c.get_int("out_channels", 3));
+  v.scaling_factor = c.get_double("scaling_factor", 0.18215);
+  if (c.has("shift_factor") && !c.is_null("shift_factor")) v.shift_factor = c.get_double("shift_factor");
+  v.use_post_quant_conv = c.get_bool("use_post_quant_conv", true);
+  v.mid_block_add_attention = c.get_bool("mid_block_add_attention", true);
+  const std::string act = c.get_string("act_fn", "silu");
+  DIT_CHECK(act == "silu", src << ": act_fn '" << act << "' is not supported (silu)");
+  DIT_CHECK(v.layers_per_block >= 0 && v.layers_per_block <= 16, src << ": layers_per_block out of range");
+  DIT_CHECK(v.latent_channels > 0 && v.latent_channels <= 1024, src << ": latent_channels out of range");
+  DIT_CHECK(v.out_channels == 3, src << ": out_channels " << v.out_channels << " is not supported (3, RGB)");
+  DIT_CHECK(v.groups > 0, src << ": norm_num_groups must be > 0");
+  for (int ch : v.block_out_channels)
+    DIT_CHECK(ch % v.groups == 0, src << ": channels " << ch << " not divisible by norm_num_groups " << v.groups);
+  DIT_CHECK(std::isfinite(v.scaling_factor) && v.scaling_factor != 0, src << ": scaling_factor must be finite, non-zero");
+  return v;
+}
+
+namespace {
+
+struct ConvW {
+  Tensor w, b;
+  int64_t out = 0, in = 0, k = 0;
+};
+struct NormW {
+  Tensor gamma, beta;
+};
+struct ResnetW {
+  NormW n1, n2;
+  ConvW c1, c2;
+  bool has_shortcut = false;
+  ConvW shortcut;
+};
+struct AttnW {
+  NormW gn;
+  LinearWeight qkv, out;
+};
+struct UpBlockW {
+  std::vector<ResnetW> resnets;
+  bool has_upsampler = false;
+  ConvW upsampler;
+};
+
+Tensor f32(const Tensor& t) { return t.dtype() == DType::F32 ? t : t.to(DType::F32); }
+
+ConvW load_conv(const WeightStore& s, const std::string& name, int64_t out, int64_t in, int64_t k) {
+  return {f32(s.get(name + ".weight", {out, in, k, k})), f32(s.get(name + ".bias", {out})), out, in, k};
+}
+NormW load_norm(const WeightStore& s, const std::string& name, int64_t c) {
+  return {f32(s.get(name + ".weight", {c})), f32(s.get(name + ".bias", {c}))};
+}
+ResnetW load_resnet(const WeightStore& s, const std::string& name, int64_t in, int64_t out) {
+  ResnetW r;
+  r.n1 = load_norm(s, name + ".norm1", in);
+  r.c1 = load_conv(s, name + ".conv1", out, in, 3);
+  r.n2 = load_norm(s, name + ".norm2", out);
+  r.c2 = load_conv(s, name + ".conv2", out, out, 3);
+  r.has_shortcut = in != out;
+  if (r.has_shortcut) r.shortcut = load_conv(s, name + ".conv_shortcut", out, in, 1);
+  return r;
+}
+
+// A [C, C] projection stored as to_q (new name) or query (old name), or as a [C, C, 1, 1] conv.
+Tensor attn_weight(const WeightStore& s, const std::string& base, const std::string& now, const std::string& old,
+                   const std::string& suffix, const Shape& shape) {
+  std::string name = base + now + suffix;
+  if (!s.has(name) && s.has(base + old + suffix)) name = base + old + suffix;
+  Tensor t = s.get(name);
+  if (t.ndim() == 4 && shape.size() == 2 && t.dim(2) == 1 && t.dim(3) == 1) t = t.reshape({t.dim(0), t.dim(1)});
+  DIT_CHECK(t.shape() == shape, s.describe() << ": tensor '" << name << "' has shape " << shape_str(t.shape())
+                                             << ", expected " << shape_str(shape));
+  return f32(t);
+}
+
+AttnW load_attn(const WeightStore& s, const std::string& base, int64_t c, DType compute) {
+  AttnW a;
+  a.gn = load_norm(s, base + "group_norm", c);
+  const char* now[] = {"to_q", "to_k", "to_v"};
+  const char* old[] = {"query", "key", "value"};
+  std::vector<Tensor> w, b;
+  for (int i = 0; i < 3; ++i) {
+    w.push_back(attn_weight(s, base, now[i], old[i], ".weight", {c, c}));
+    b.push_back(attn_weight(s, base, now[i], old[i], ".bias", {c}).reshape({1, c}));
+  }
+  Tensor wqkv = Tensor::empty({3 * c, c}), bqkv = Tensor::empty({3 * c});
+  for (int i = 0; i < 3; ++i) {
+    std::memcpy(wqkv.f32() + i * c * c, w[i].f32(), c * c * 4);
+    std::memcpy(bqkv.f32() + i * c, b[i].f32(), c * 4);
+  }
+  a.qkv = LinearWeight::prepare(wqkv, bqkv, compute);
+  a.out = LinearWeight::prepare(attn_weight(s, base, "to_out.0", "proj_attn", ".weight", {c, c}),
+                                attn_weight(s, base, "to_out.0", "proj_attn", ".bias", {c}), compute);
+  return a;
+}
+
+}  // namespace
+
+struct VaeDecoder::Impl {
+  // Weights.
+  bool has_post_quant = false;
+  ConvW post_quant, conv_in, conv_out;
+  ResnetW mid0, mid1;
+  bool has_attn = false;
+  AttnW mid_attn;
+  std::vector<UpBlockW> ups;
+  NormW norm_out;
+  int groups = 32;
+
+  // Plan for one shape: a list of steps executed in order over four rotating buffers.
+  int64_t batch = 0, h0 = 0, w0 = 0;
+  Tensor buf[4];
+  Tensor z;  // scaled latents
+  struct ResnetOps {
+    const ResnetW* w = nullptr;
+    GroupNormSpec n1, n2;
+    Conv2d c1, c2, sc;
+  };
+  struct AttnOps {
+    GroupNormSpec gn;
+    Linear qkv, out;
+    Attention attn;
+    int64_t c = 0, hw = 0;
+  };
+  std::vector<ResnetOps> resnets;  // in execution order
+  AttnOps attn_ops;
+  std::vector<Conv2d> upsample_convs;
+  Conv2d post_quant_op, conv_in_op, conv_out_op;
+  GroupNormSpec norm_out_spec;
+  Tensor tokens, qkv_buf, attn_buf;  // mid attention scratch
+
+  Conv2d conv(const ConvW& cw, int64_t c_in, int64_t h, int64_t w, bool accumulate) {
+    Conv2dSpec s;
+    s.batch = batch;
+    s.in_channels = c_in;
+    s.out_channels = cw.out;
+    s.height = h;
+    s.width = w;
+    s.kernel = cw.k;
+    s.stride = 1;
+    s.padding = cw.k / 2;
+    s.accumulate = accumulate;
+    return Conv2d(s, cw.w, cw.b);
+  }
+  GroupNormSpec gn(int64_t c, int64_t h, int64_t w, bool silu_after) {
+    GroupNormSpec s;
+    s.batch = batch;
+    s.channels = c;
+    s.height = h;
+    s.width = w;
+    s.groups = groups;
+    s.eps = 1e-6f;
+    s.silu = silu_after;
+    return s;
+  }
+  ResnetOps resnet_ops(const ResnetW& r, int64_t h, int64_t w) {
+    ResnetOps o;
+    o.w = &r;
+    o.n1 = gn(r.c1.in, h, w, true);
+    o.c1 = conv(r.c1, r.c1.in, h, w, false);
+    o.n2 = gn(r.c1.out, h, w, true);
+    o.c2 = conv(r.c2, r.c2.in, h, w, true);
+    if (r.has_shortcut) o.sc = conv(r.shortcut, r.shortcut.in, h, w, false);
+    return o;
+  }
+
+  // x (in *cur) -> resnet(x) (in *cur afterwards); uses the other buffers as scratch.
+  void run_resnet(const ResnetOps& o, int& cur) {
+    const int t1 = (cur + 1) % 4, t2 = (cur + 2) % 4, t3 = (cur + 3) % 4;
+    const ResnetW& r = *o.w;
+    group_norm(o.n1, buf[cur].f32(), buf[t1].f32(), r.n1.gamma.f32(), r.n1.beta.f32());  // SiLU(GN(x))
+    o.c1.run(buf[t1].f32(), buf[t2].f32());                                                // conv1
+    group_norm(o.n2, buf[t2].f32(), buf[t2].f32(), r.n2.gamma.f32(), r.n2.beta.f32());  // SiLU(GN(h))
+    if (r.has_shortcut) {
+      o.sc.run(buf[cur].f32(), buf[t3].f32());  // shortcut(x)
+      o.c2.run(buf[t2].f32(), buf[t3].f32());   // += conv2(h)
+      cur = t3;
+    } else {
+      o.c2.run(buf[t2].f32(), buf[cur].f32());  // x += conv2(h)
+    }
+  }
+
+  void run_attention(int cur) {
+    AttnOps& a = attn_ops;
+    const int64_t c = a.c, hw = a.hw;
+    const int t1 = (cur + 1) % 4;
+    group_norm(a.gn, buf[cur].f32(), buf[t1].f32(), mid_attn.gn.gamma.f32(), mid_attn.gn.beta.f32());
+    // [B, C, HW] -> tokens [B, HW, C]
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const float* src = buf[t1].f32() + (b * c + ch) * hw;
+        float* dst = tokens.f32() + b * hw * c + ch;
+        for (int64_t i = 0; i < hw; ++i) dst[i * c] = src[i];
+      }
+    a.qkv.run(tokens.f32(), qkv_buf.f32());  // [B, HW, 3C]
+    const float* q = qkv_buf.f32();
+    a.attn.run(q, q + c, q + 2 * c, attn_buf.f32(), nullptr);  // [B, HW, C]
+    a.out.run(attn_buf.f32(), tokens.f32());                    // [B, HW, C]
+    // x += out, back in [B, C, HW]
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t ch = 0; ch < c; ++ch) {
+        float* dst = buf[cur].f32() + (b * c + ch) * hw;
+        const float* src = tokens.f32() + b * hw * c + ch;
+        for (int64_t i = 0; i < hw; ++i) dst[i] += src[i * c];
+      }
+  }
+};
+
+VaeDecoder::VaeDecoder(const VaeConfig& cfg, const WeightStore& s) : cfg_(cfg), impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.groups = cfg.groups;
+  const std::vector<int>& C = cfg.block_out_channels;
+  const int64_t top = C.back(), lat = cfg.latent_channels;
+  m.has_post_quant = cfg.use_post_quant_conv;
+  if (m.has_post_quant) m.post_quant = load_conv(s, "post_quant_conv", lat, lat, 1);
+  m.conv_in = load_conv(s, "decoder.conv_in", top, lat, 3);
+  m.mid0 = load_resnet(s, "decoder.mid_block.resnets.0", top, top);
+  m.has_attn = cfg.mid_block_add_attention;
+  if (m.has_attn) m.mid_attn = load_attn(s, "decoder.mid_block.attentions.0.", top, DType::F32);
+  m.mid1 = load_resnet(s, "decoder.mid_block.resnets.1", top, top);
+  int64_t prev = top;
+  const int nb = int(C.size());
+  for (int bi = 0; bi < nb; ++bi) {
+    const int64_t co = C[nb - 1 - bi];
+    UpBlockW ub;
+    for (int r = 0; r <= cfg.layers_per_block; ++r) {
+      const std::string name = "decoder.up_blocks." + std::to_string(bi) + ".resnets." + std::to_string(r);
+      ub.resnets.push_back(load_resnet(s, name, r == 0 ? prev : co, co));
+    }
+    ub.has_upsampler = bi != nb - 1;
+    if (ub.has_upsampler)
+      ub.upsampler = load_conv(s, "decoder.up_blocks." + std::to_string(bi) + ".upsamplers.0.conv", co, co, 3);
+    m.ups.push_back(std::move(ub));
+    prev = co;
+  }
+  m.norm_out = load_norm(s, "decoder.conv_norm_out", C[0]);
+  m.conv_out = load_conv(s, "decoder.conv_out", cfg.out_channels, C[0], 3);
+}
+
+VaeDecoder::~VaeDecoder() = default;
+
+void VaeDecoder::prepare(int64_t batch, int64_t h, int64_t w) {
+  Impl& m = *impl_;
+  DIT_CHECK(batch >= 1 && h >= 1 && w >= 1, "VAE: empty latent shape");
+  m.batch = batch;
+  m.h0 = h;
+  m.w0 = w;
+  const std::vector<int>& C = cfg_.block_out_channels;
+  const int64_t top = C.back(), lat = cfg_.latent_channels;
+  int64_t max_elems = batch * std::max<int64_t>(lat, 3) * h * w * int64_t(cfg_.scale()) * cfg_.scale();
+  auto need = [&](int64_t c, int64_t hh, int64_t ww) { max_elems = std::max(max_elems, batch * c * hh * ww); };
+
+  if (m.has_post_quant) m.post_quant_op = m.conv(m.post_quant, lat, h, w, false);
+  m.conv_in_op = m.conv(m.conv_in, lat, h, w, false);
+  need(top, h, w);
+  m.resnets.clear();
+  m.upsample_convs.clear();
+  m.resnets.push_back(m.resnet_ops(m.mid0, h, w));
+  if (m.has_attn) {
+    Impl::AttnOps& a = m.attn_ops;
+    a.c = top;
+    a.hw = h * w;
+    a.gn = m.gn(top, h, w, false);
+    LinearSpec ls;
+    ls.batch = 1;
+    ls.rows = batch * h * w;
+    ls.in = top;
+    ls.out = 3 * top;
+    a.qkv = Linear(ls, m.mid_attn.qkv);
+    ls.out = top;
+    a.out = Linear(ls, m.mid_attn.out);
+    AttentionSpec as;
+    as.batch = batch;
+    as.heads = 1;
+    as.q_len = as.kv_len = h * w;
+    as.head_dim = top;
+    as.q = as.k = as.v = AttnLayout::bthd(h * w, top, 1, 3 * top);
+    as.out = AttnLayout::bthd(h * w, top, 1, top);
+    a.attn = Attention(as);
+    m.tokens = Tensor::empty({batch, h * w, top});
+    m.qkv_buf = Tensor::empty({batch, h * w, 3 * top});
+    m.attn_buf = Tensor::empty({batch, h * w, top});
+  }
+  m.resnets.push_back(m.resnet_ops(m.mid1, h, w));
+  int64_t hh = h, ww = w;
+  for (const UpBlockW& ub : m.ups) {
+    for (const ResnetW& r : ub.resnets) {
+      m.resnets.push_back(m.resnet_ops(r, hh, ww));
+      need(r.c1.out, hh, ww);
+      need(r.c1.in, hh, ww);
+    }
+    if (ub.has_upsampler) {
+      hh *= 2;
+      ww *= 2;
+      need(ub.upsampler.out, hh, ww);
+      m.upsample_convs.push_back(m.conv(ub.upsampler, ub.upsampler.in, hh, ww, false));
+    }
+  }
+  m.norm_out_spec = m.gn(C[0], hh, ww, true);
+  m.conv_out_op = m.conv(m.conv_out, C[0], hh, ww, false);
+  for (Tensor& b : m.buf) b = Tensor::empty({max_elems});
+  m.z = Tensor::empty({batch, lat, h, w});
+}
+
+void VaeDecoder::decode(const float* latents, float* image) {
+  Impl& m = *impl_;
+  const int64_t lat = cfg_.latent_channels, n = m.batch * lat * m.h0 * m.w0;
+  // z = latents / scaling_factor (+ shift_factor)
+  const float inv = float(1.0 / cfg_.scaling_factor), shift = float(cfg_.shift_factor.value_or(0.0));
+  for (int64_t i = 0; i < n; ++i) m.z.f32()[i] = latents[i] * inv + shift;
+  const float* zin = m.z.f32();
+  if (m.has_post_quant) {
+    m.post_quant_op.run(zin, m.buf[3].f32());
+    zin = m.buf[3].f32();
+  }
+  int cur = 0;
+  m.conv_in_op.run(zin, m.buf[cur].f32());
+  size_t ri = 0;
+  m.run_resnet(m.resnets[ri++], cur);
+  if (m.has_attn) m.run_attention(cur);
+  m.run_resnet(m.resnets[ri++], cur);
+  int64_t hh = m.h0, ww = m.w0;
+  size_t ui = 0;
+  for (const UpBlockW& ub : m.ups) {
+    for (size_t r = 0; r < ub.resnets.size(); ++r) m.run_resnet(m.resnets[ri++], cur);
+    if (ub.has_upsampler) {
+      const int t1 = (cur + 1) % 4, t2 = (cur + 2) % 4;
+      upsample_nearest2x(m.buf[cur].f32(), m.buf[t1].f32(), m.batch, ub.upsampler.in, hh, ww);
+      hh *= 2;
+      ww *= 2;
+      m.upsample_convs[ui++].run(m.buf[t1].f32(), m.buf[t2].f32());
+      cur = t2;
+    }
+  }
+  const int t1 = (cur + 1) % 4;
+  group_norm(m.norm_out_spec, m.buf[cur].f32(), m.buf[t1].f32(), m.norm_out.gamma.f32(), m.norm_out.beta.f32());
+  m.conv_out_op.run(m.buf[t1].f32(), image);
+  const int64_t npx = m.batch * 3 * hh * ww;
+  for (int64_t i = 0; i < npx; ++i) image[i] = std::min(1.0f, std::max(0.0f, image[i] / 2 + 0.5f));
+}
+
+}  // namespace dit

@@ -1,0 +1,60 @@
+// AutoencoderKL decoder (diffusers, FORMATS.md §4): post_quant_conv, conv_in, mid block
+// (resnet, single-head attention, resnet), up blocks of resnets with nearest-2x upsamplers,
+// GroupNorm + SiLU + conv_out. Any number of blocks, groups and layers from the config;
+// both attention naming styles (to_q/… and the old query/key/value/proj_attn).
+//
+//   VaeConfig cfg = vae_config_from(Config::load(dir + "/vae/config.json"));
+//   VaeDecoder vae(cfg, WeightStore::open_dir(dir + "/vae"));
+//   vae.prepare(1, 32, 32);                     // latent size; primitives + buffers
+//   vae.decode(latents, image);                 // latents [1,4,32,32] -> image [1,3,256,256] in [0,1]
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/attention.h"
+#include "runtime/conv2d.h"
+#include "runtime/linear.h"
+#include "runtime/tensor.h"
+
+namespace dit {
+
+class Config;
+class WeightStore;
+
+struct VaeConfig {
+  std::vector<int> block_out_channels{128, 256, 512, 512};
+  int layers_per_block = 2;
+  int groups = 32;
+  int latent_channels = 4;
+  int out_channels = 3;
+  double scaling_factor = 0.18215;
+  std::optional<double> shift_factor;
+  bool use_post_quant_conv = true;
+  bool mid_block_add_attention = true;
+  // Pixels per latent: 2^(blocks - 1) (8 for the real 4-block VAEs).
+  int scale() const { return 1 << (int(block_out_channels.size()) - 1); }
+};
+
+VaeConfig vae_config_from(const Config& cfg);
+
+class VaeDecoder {
+ public:
+  VaeDecoder(const VaeConfig& cfg, const WeightStore& store);
+  ~VaeDecoder();
+  const VaeConfig& config() const { return cfg_; }
+  // Primitives and buffers for latents [batch, C, h, w].
+  void prepare(int64_t batch, int64_t h, int64_t w);
+  // latents: [batch, C, h, w] as the sampler leaves them (before 1/scaling_factor);
+  // image: [batch, 3, h·scale, w·scale], (x/2 + 0.5) clamped to [0, 1].
+  void decode(const float* latents, float* image);
+
+ private:
+  struct Impl;
+  VaeConfig cfg_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dit

@@ -1,0 +1,130 @@
+// dit-gen end to end, as a user runs it: outputs, reproducibility, and bad input.
+#include <stb/stb_image.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+
+#include "cli_util.h"
+#include "runtime/npy.h"
+#include "runtime/png.h"
+#include "runtime/safetensors.h"
+
+using namespace dit_test;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string gen(const std::string& args) { return bin("dit-gen") + " --progress none " + args; }
+const std::string kTiny = " -m " + data_path("dit-tiny");
+
+// Expects a failed run: non-zero exit, a one-line "error" message mentioning `needle`, and no output file.
+void expect_failure(const std::string& args, const std::string& needle, const std::string& output) {
+  RunResult r = run(gen(args));
+  INFO("args: " << args << "\nstderr: " << r.err);
+  CHECK(r.code != 0);
+  CHECK(r.err.find("error") != std::string::npos);
+  CHECK(r.err.find(needle) != std::string::npos);
+  CHECK(count_lines(r.err) <= 2);  // the message (a blank line may precede it)
+  CHECK_FALSE(fs::exists(output));
+}
+
+}  // namespace
+
+TEST_CASE("dit-gen writes a PNG of the right size with the parameters chunk", "[cli]") {
+  Scratch s;
+  const std::string png = s.file("a.png"), npy = s.file("a.npy");
+  RunResult r = run(gen(kTiny + " -p \"tiger shark\" --steps 3 -s 5 -o " + png + " --save-latents " + npy));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  int w = 0, h = 0, c = 0;
+  REQUIRE(stbi_info(png.c_str(), &w, &h, &c));
+  CHECK(w == 16);
+  CHECK(h == 16);
+  CHECK(c == 3);
+  const std::string params = dit::read_png_text(png, "parameters");
+  CHECK(params.find("tiger shark") != std::string::npos);
+  CHECK(params.find("Steps: 3") != std::string::npos);
+  CHECK(params.find("Seed: 5") != std::string::npos);
+  CHECK(params.find("Size: 16x16") != std::string::npos);
+  CHECK(r.err.find("class 3") != std::string::npos);  // which class was used
+  dit::Tensor lat = dit::read_npy(npy);
+  CHECK(lat.shape() == dit::Shape{1, 4, 8, 8});
+}
+
+TEST_CASE("dit-gen: same seed, identical files; another seed, another image", "[cli]") {
+  Scratch s;
+  REQUIRE(run(gen(kTiny + " -p 7 --steps 2 -s 11 -o " + s.file("a.png"))).code == 0);
+  REQUIRE(run(gen(kTiny + " -p 7 --steps 2 -s 11 -o " + s.file("b.png"))).code == 0);
+  REQUIRE(run(gen(kTiny + " -p 7 --steps 2 -s 12 -o " + s.file("c.png"))).code == 0);
+  CHECK(slurp(s.file("a.png")) == slurp(s.file("b.png")));
+  CHECK(slurp(s.file("a.png")) != slurp(s.file("c.png")));
+}
+
+TEST_CASE("dit-gen: bad input gives a one-line error, a non-zero exit and no output", "[cli]") {
+  Scratch s;
+  const std::string png = s.file("out.png");
+  const std::string o = " -o " + png;
+  expect_failure("-m " + s.file("nope") + " -p 1" + o, "does not exist", png);
+  expect_failure(kTiny + " -p zebra" + o, "closest labels", png);
+  expect_failure(kTiny + " -p 10" + o, "out of range", png);
+  expect_failure(kTiny + " -p 1 -W 17" + o, "multiples of", png);
+  expect_failure(kTiny + " -p 1 --sampler lms" + o, "lms", png);
+  expect_failure(kTiny + " -p 1 --dtype f16" + o, "dtype", png);
+  expect_failure(kTiny + " -p 1 -o " + s.file("no/such/dir/x.png"), "does not exist", s.file("no/such/dir/x.png"));
+
+  // A checkpoint with a tensor missing, and a truncated one.
+  const std::string broken = s.file("broken");
+  fs::copy(data_path("dit-tiny"), broken, fs::copy_options::recursive);
+  const std::string st = broken + "/transformer/diffusion_pytorch_model.safetensors";
+  {
+    auto f = dit::SafeTensorsFile::open(data_path("dit-tiny/transformer/diffusion_pytorch_model.safetensors"));
+    dit::NamedTensors keep;
+    for (const std::string& n : f->names())
+      if (n != "transformer_blocks.1.attn1.to_k.weight") keep.emplace_back(n, f->get(n).clone());
+    fs::remove(st);
+    dit::write_safetensors(st, keep);
+  }
+  expect_failure("-m " + broken + " -p 1" + o, "transformer_blocks.1.attn1.to_k.weight", png);
+  fs::remove(st);
+  fs::copy_file(data_path("dit-tiny/transformer/diffusion_pytorch_model.safetensors"), st);
+  fs::resize_file(st, fs::file_size(st) / 2);
+  expect_failure("-m " + broken + " -p 1" + o, "diffusion_pytorch_model.safetensors", png);
+}
+
+TEST_CASE("dit-gen --help shows every default; --version", "[cli]") {
+  RunResult h = run(bin("dit-gen") + " --help");
+  CHECK(h.code == 0);
+  for (const char* s : {"--prompt", "--steps", "50", "--guidance-scale", "--cfg-scale", "4", "--seed", "42",
+                        "output.png", "--sampler", "--dtype", "f32", "--progress", "auto", "--save-latents"})
+    CHECK(h.out.find(s) != std::string::npos);
+  RunResult v = run(bin("dit-gen") + " --version");
+  CHECK(v.code == 0);
+  CHECK(v.out.find("dit-gen") != std::string::npos);
+}
+
+TEST_CASE("dit-gen --progress json emits one parsable event per step", "[cli]") {
+  Scratch s;
+  RunResult r = run(bin("dit-gen") + " --progress json" + kTiny + " -p 1 --steps 4 --no-decode");
+  REQUIRE(r.code == 0);
+  int steps = 0;
+  std::istringstream lines(r.err);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("{\"event\":\"step\"", 0) == 0) ++steps;
+  CHECK(steps == 4);
+}
+
+TEST_CASE("dit-make-model writes a model dit-gen loads (sharded, bf16)", "[cli]") {
+  Scratch s;
+  const std::string dir = s.file("m");
+  RunResult mk = run(bin("dit-make-model") + " --preset tiny --out " + dir + " --shards 2 --dtype bf16 --seed 3");
+  INFO(mk.err);
+  REQUIRE(mk.code == 0);
+  CHECK(fs::exists(dir + "/transformer/diffusion_pytorch_model.safetensors.index.json"));
+  RunResult g = run(gen("-m " + dir + " -p \"goldfish\" --steps 2 -o " + s.file("x.png")));
+  INFO(g.err);
+  CHECK(g.code == 0);
+  CHECK(fs::exists(s.file("x.png")));
+  // Refuses to overwrite a non-empty directory.
+  CHECK(run(bin("dit-make-model") + " --preset tiny --out " + dir).code != 0);
+  CHECK(run(bin("dit-make-model") + " --preset huge --out " + s.file("h")).code != 0);
+}
