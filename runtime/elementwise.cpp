@@ -95,7 +95,7 @@ void upsample_nearest2x(const float* x, float* y, int64_t n, int64_t c, int64_t 
 DIT_MULTIVERSION static void softmax_row(float* p, int64_t cols) {
   float mx = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mx)
-  for (int64_t i = 0; i < cols; ++i) mx = std::max(mx, p[i]);
+  for (int64_t i = 0; i < cols; ++i) mx = p[i] > mx ? p[i] : mx;
   if (mx == -std::numeric_limits<float>::infinity()) mx = 0.f;  // all -inf: avoid NaN from -inf - -inf
   float sum = 0.f;
 #pragma omp simd reduction(+ : sum)

@@ -8,7 +8,7 @@
 #include <cstring>
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define DIT_MULTIVERSION __attribute__((target_clones("avx512f", "avx2,fma", "default")))
+#define DIT_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define DIT_MULTIVERSION
 #endif
@@ -35,8 +35,7 @@ static inline __attribute__((always_inline)) float exp_f(float x) {
   p = p * r + 5.0000001201E-1f;
   p = p * r * r + r + 1.0f;
   int32_t e = (int32_t(n) + 127) << 23;
-  float s;
-  std::memcpy(&s, &e, 4);
+  float s = __builtin_bit_cast(float, e);
   float y = p * s;
   return x < lo ? 0.f : y;
 }

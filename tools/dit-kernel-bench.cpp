@@ -1,0 +1,173 @@
+// dit-kernel-bench: throughput of the runtime kernels at DiT-XL/2 sizes, as JSON.
+//
+//   dit-kernel-bench --threads 2 --runs 7
+//
+// Reports GFLOP/s (median of --runs timed runs after --warmup untimed ones) for a big
+// square oneDNN matmul (the machine's GEMM peak), the DiT block's Linear layers (f32 and
+// bf16, 256 and 1024 tokens, batch 2) and attention (16 heads x 72, 256/1024/4096 tokens).
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <vector>
+
+#include "runtime/attention.h"
+#include "runtime/engine.h"
+#include "runtime/error.h"
+#include "runtime/linear.h"
+
+using namespace dit;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+int g_runs = 7, g_warmup = 2;
+
+double median_seconds(const std::function<void()>& f, int runs = -1) {
+  if (runs < 0) runs = g_runs;
+  for (int i = 0; i < g_warmup; ++i) f();
+  std::vector<double> t;
+  for (int i = 0; i < runs; ++i) {
+    auto a = std::chrono::steady_clock::now();
+    f();
+    auto b = std::chrono::steady_clock::now();
+    t.push_back(std::chrono::duration<double>(b - a).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+Tensor random_tensor(const Shape& shape, uint32_t seed, float amp = 0.05f) {
+  Tensor t = Tensor::empty(shape);
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> d(-amp, amp);
+  float* p = t.f32();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = d(g);
+  return t;
+}
+
+json gemm_peak(int64_t n, DType c) {
+  using dnnl::memory;
+  const auto dt = c == DType::BF16 ? memory::data_type::bf16 : memory::data_type::f32;
+  auto& eng = Engine::get().engine;
+  auto& st = Engine::get().stream;
+  memory::desc a_md({n, n}, dt, memory::format_tag::ab), c_md({n, n}, memory::data_type::f32, memory::format_tag::ab);
+  memory::desc b_any({n, n}, dt, memory::format_tag::any);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_any, c_md), eng);
+  dnnl::matmul mm(pd);
+  memory a(a_md, eng), b(pd.weights_desc(), eng), cm(c_md, eng);
+  // fill a and b with small values (through f32 + reorder for bf16)
+  Tensor fa = random_tensor({n, n}, 1), fb = random_tensor({n, n}, 2);
+  memory fa_m({{n, n}, memory::data_type::f32, memory::format_tag::ab}, eng, fa.data());
+  memory fb_m({{n, n}, memory::data_type::f32, memory::format_tag::ab}, eng, fb.data());
+  dnnl::reorder(fa_m, a).execute(st, fa_m, a);
+  dnnl::reorder(fb_m, b).execute(st, fb_m, b);
+  st.wait();
+  double s = median_seconds([&] {
+    mm.execute(st, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, cm}});
+    st.wait();
+  });
+  return {{"op", "matmul_square_prepacked"}, {"n", n}, {"dtype", dtype_name(c)}, {"ms", s * 1e3},
+          {"gflops", 2.0 * n * n * n / s / 1e9}, {"impl", pd.impl_info_str()}};
+}
+
+json bench_linear(const char* name, int64_t tokens, int64_t in, int64_t out, Act act, bool gated, DType c) {
+  const int64_t B = 2;
+  Tensor w = random_tensor({out, in}, 3), bias = random_tensor({out}, 4);
+  LinearWeight lw = LinearWeight::prepare(w, bias, c);
+  LinearSpec s;
+  s.batch = B;
+  s.rows = tokens;
+  s.in = in;
+  s.out = out;
+  s.act = act;
+  s.gated_residual = gated;
+  Linear lin(s, lw);
+  Tensor x = random_tensor({B, tokens, in}, 5, 1.f), y = random_tensor({B, tokens, out}, 6, 1.f),
+         gate = random_tensor({B, out}, 7, 1.f);
+  double sec = median_seconds([&] { lin.run(x.f32(), y.f32(), gate.f32()); });
+  return {{"op", std::string("linear_") + name}, {"tokens", tokens}, {"batch", B},   {"in", in},
+          {"out", out},                          {"dtype", dtype_name(c)}, {"ms", sec * 1e3},
+          {"gflops", lin.flops() / sec / 1e9},  {"impl", lin.impl_info()}};
+}
+
+json bench_attention(int64_t tokens, int64_t B, DType c, int64_t qb = 0, int64_t kb = 0) {
+  const int64_t H = 16, D = 72;
+  AttentionSpec s;
+  s.batch = B;
+  s.heads = H;
+  s.q_len = s.kv_len = tokens;
+  s.head_dim = D;
+  s.compute = c;
+  s.q_block = qb;
+  s.kv_block = kb;
+  s.q = s.k = s.v = AttnLayout::bthd(tokens, D, H, 3 * H * D);  // fused QKV, as in the model
+  s.out = AttnLayout::bthd(tokens, D, H, H * D);
+  Attention attn(s);
+  Tensor qkv = random_tensor({B, tokens, 3 * H * D}, 8, 1.f), out = Tensor::empty({B, tokens, H * D}),
+         lse = Tensor::empty({B, H, tokens});
+  const float* p = qkv.f32();
+  int runs = tokens >= 4096 ? std::max(3, g_runs / 2) : g_runs;
+  double sec = median_seconds([&] { attn.run(p, p + H * D, p + 2 * H * D, out.f32(), lse.f32()); }, runs);
+  json j = {{"op", "attention"}, {"tokens", tokens}, {"batch", B},   {"heads", H},
+            {"head_dim", D},     {"dtype", dtype_name(c)}, {"ms", sec * 1e3}, {"gflops", attn.flops() / sec / 1e9}};
+  if (qb || kb) {
+    j["q_block"] = qb;
+    j["kv_block"] = kb;
+  }
+  j["impl"] = attn.impl_info();
+  return j;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"dit-kernel-bench: GFLOP/s of the dit-gen kernels at DiT-XL/2 sizes (JSON on stdout)"};
+  int threads = 0;
+  bool sweep = false, skip_4096 = false;
+  std::string only;
+  app.add_option("-t,--threads", threads, "threads (default: OpenMP default)");
+  app.add_option("--runs", g_runs, "timed runs per measurement (median reported)")->capture_default_str();
+  app.add_option("--warmup", g_warmup, "untimed warm-up runs")->capture_default_str();
+  app.add_option("--only", only, "run only: gemm, linear, attention");
+  app.add_flag("--sweep", sweep, "also sweep attention block sizes at 1024 tokens");
+  app.add_flag("--no-4096", skip_4096, "skip the 4096-token attention");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (threads > 0) set_num_threads(threads);
+    json res;
+    res["threads"] = num_threads();
+    res["runs"] = g_runs;
+    json rows = json::array();
+    if (only.empty() || only == "gemm")
+      for (DType c : {DType::F32, DType::BF16}) rows.push_back(gemm_peak(2048, c));
+    if (only.empty() || only == "linear")
+      for (DType c : {DType::F32, DType::BF16})
+        for (int64_t t : {256, 1024}) {
+          rows.push_back(bench_linear("qkv", t, 1152, 3456, Act::None, false, c));
+          rows.push_back(bench_linear("attn_out_gated", t, 1152, 1152, Act::None, true, c));
+          rows.push_back(bench_linear("fc1_gelu", t, 1152, 4608, Act::GeluTanh, false, c));
+          rows.push_back(bench_linear("fc2_gated", t, 4608, 1152, Act::None, true, c));
+        }
+    if (only.empty() || only == "attention") {
+      for (DType c : {DType::F32, DType::BF16})
+        for (int64_t t : {256, 1024, 4096}) {
+          if (t == 4096 && skip_4096) continue;
+          rows.push_back(bench_attention(t, 2, c));
+        }
+      if (sweep)
+        for (DType c : {DType::F32, DType::BF16})
+          for (int64_t qb : {32, 64, 128, 256})
+            for (int64_t kb : {128, 256, 512, 1024}) rows.push_back(bench_attention(1024, 2, c, qb, kb));
+    }
+    res["results"] = rows;
+    std::printf("%s\n", res.dump(1).c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dit-kernel-bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
