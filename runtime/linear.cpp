@@ -43,6 +43,7 @@ struct Linear::Impl {
   memory src, wei, bias, dst, gate, scratch;
   std::unordered_map<int, memory> args;
   Tensor scratch_buf;
+  Tensor packed;  // weights in the primitive's layout (pack_weights only)
   // bf16 compute: x (f32) -> xb (bf16) through a reorder created once.
   dnnl::reorder cvt;
   memory cvt_src;
@@ -97,12 +98,24 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
     attr.set_post_ops(po);
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     const bool has_bias = w.bias.defined();
-    auto d = has_bias ? dnnl::matmul::desc(src_md, wei_md, bias_md, dst_md) : dnnl::matmul::desc(src_md, wei_md, dst_md);
+    const memory::desc wei_any = spec.pack_weights ? memory::desc(wei_md.dims(), cdt, memory::format_tag::any) : wei_md;
+    auto d = has_bias ? dnnl::matmul::desc(src_md, wei_any, bias_md, dst_md)
+                      : dnnl::matmul::desc(src_md, wei_any, dst_md);
     dnnl::matmul::primitive_desc pd(d, attr, eng);
     m.impl_name = pd.impl_info_str();
     m.prim = dnnl::matmul(pd);
     m.src = memory(src_md, eng, nullptr);
-    m.wei = memory(wei_md, eng, const_cast<void*>(w.weight.data()));
+    memory user_wei(wei_md, eng, const_cast<void*>(w.weight.data()));
+    if (spec.pack_weights && pd.weights_desc() != wei_md) {
+      m.packed = Tensor::empty({int64_t((pd.weights_desc().get_size() + 3) / 4)});
+      m.wei = memory(pd.weights_desc(), eng, m.packed.data());
+      auto& st = Engine::get().stream;
+      dnnl::reorder(user_wei, m.wei).execute(st, user_wei, m.wei);
+      st.wait();
+      m.impl_name += " (packed weights)";
+    } else {
+      m.wei = user_wei;
+    }
     m.dst = memory(dst_md, eng, nullptr);
     m.args = {{DNNL_ARG_SRC, m.src}, {DNNL_ARG_WEIGHTS, m.wei}, {DNNL_ARG_DST, m.dst}};
     if (has_bias) {

@@ -7,6 +7,8 @@
 //   fc1.run(x, h);                       // x [2,256,1152] -> h [2,256,4608]
 //
 // The primitive is created in the constructor; run() creates nothing and allocates nothing.
+// run() rebinds the object's oneDNN memory handles, so one Linear (likewise LayerNormModulate,
+// Conv2d, Attention) must not run on two threads at once; distinct objects may.
 #pragma once
 
 #include <memory>
@@ -36,6 +38,10 @@ struct LinearSpec {
   int64_t in = 0, out = 0;
   Act act = Act::None;
   bool gated_residual = false;  // y += gate ⊙ act(x·Wᵀ + b) instead of y = ...
+  // Reorder the weights once (constructor) into the layout the matmul prefers for this
+  // shape. Costs a private copy of the weights per Linear (no sharing of the mmap); the
+  // default (false) reads the [out, in] weights in place.
+  bool pack_weights = false;
 };
 
 class Linear {

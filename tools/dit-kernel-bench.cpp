@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/attention.h"
+#include "runtime/conv2d.h"
 #include "runtime/engine.h"
 #include "runtime/error.h"
 #include "runtime/linear.h"
@@ -74,7 +75,8 @@ json gemm_peak(int64_t n, DType c) {
           {"gflops", 2.0 * n * n * n / s / 1e9}, {"impl", pd.impl_info_str()}};
 }
 
-json bench_linear(const char* name, int64_t tokens, int64_t in, int64_t out, Act act, bool gated, DType c) {
+json bench_linear(const char* name, int64_t tokens, int64_t in, int64_t out, Act act, bool gated, DType c,
+                  bool pack = false) {
   const int64_t B = 2;
   Tensor w = random_tensor({out, in}, 3), bias = random_tensor({out}, 4);
   LinearWeight lw = LinearWeight::prepare(w, bias, c);
@@ -85,11 +87,12 @@ json bench_linear(const char* name, int64_t tokens, int64_t in, int64_t out, Act
   s.out = out;
   s.act = act;
   s.gated_residual = gated;
+  s.pack_weights = pack;
   Linear lin(s, lw);
   Tensor x = random_tensor({B, tokens, in}, 5, 1.f), y = random_tensor({B, tokens, out}, 6, 1.f),
          gate = random_tensor({B, out}, 7, 1.f);
   double sec = median_seconds([&] { lin.run(x.f32(), y.f32(), gate.f32()); });
-  return {{"op", std::string("linear_") + name}, {"tokens", tokens}, {"batch", B},   {"in", in},
+  return {{"op", std::string("linear_") + name + (pack ? "_packed" : "")}, {"tokens", tokens}, {"batch", B}, {"in", in},
           {"out", out},                          {"dtype", dtype_name(c)}, {"ms", sec * 1e3},
           {"gflops", lin.flops() / sec / 1e9},  {"impl", lin.impl_info()}};
 }
@@ -122,19 +125,35 @@ json bench_attention(int64_t tokens, int64_t B, DType c, int64_t qb = 0, int64_t
   return j;
 }
 
+json bench_conv(int64_t ch, int64_t hw, bool blocked) {
+  Conv2dSpec s;
+  s.in_channels = s.out_channels = ch;
+  s.height = s.width = hw;
+  s.kernel = 3;
+  s.padding = 1;
+  s.blocked = blocked;
+  Conv2d conv(s, random_tensor({ch, ch, 3, 3}, 9), random_tensor({ch}, 10));
+  Tensor x = random_tensor({1, ch, hw, hw}, 11, 1.f), y = Tensor::empty({1, ch, hw, hw});
+  double sec = median_seconds([&] { conv.run(x.f32(), y.f32()); });
+  const double fl = 2.0 * ch * ch * 9 * hw * hw;
+  return {{"op", blocked ? "conv3x3_blocked" : "conv3x3_nchw"}, {"channels", ch}, {"hw", hw}, {"dtype", "f32"},
+          {"ms", sec * 1e3}, {"gflops", fl / sec / 1e9}, {"impl", conv.impl_info()}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"dit-kernel-bench: GFLOP/s of the dit-gen kernels at DiT-XL/2 sizes (JSON on stdout)"};
   int threads = 0;
-  bool sweep = false, skip_4096 = false;
+  bool sweep = false, skip_4096 = false, packed = false;
   std::string only;
   app.add_option("-t,--threads", threads, "threads (default: OpenMP default)");
   app.add_option("--runs", g_runs, "timed runs per measurement (median reported)")->capture_default_str();
   app.add_option("--warmup", g_warmup, "untimed warm-up runs")->capture_default_str();
-  app.add_option("--only", only, "run only: gemm, linear, attention");
+  app.add_option("--only", only, "run only: gemm, linear, attention, conv");
   app.add_flag("--sweep", sweep, "also sweep attention block sizes at 1024 tokens");
   app.add_flag("--no-4096", skip_4096, "skip the 4096-token attention");
+  app.add_flag("--packed", packed, "also time Linear with weights reordered into the matmul's preferred layout");
   CLI11_PARSE(app, argc, argv);
   try {
     if (threads > 0) set_num_threads(threads);
@@ -151,6 +170,12 @@ int main(int argc, char** argv) {
           rows.push_back(bench_linear("attn_out_gated", t, 1152, 1152, Act::None, true, c));
           rows.push_back(bench_linear("fc1_gelu", t, 1152, 4608, Act::GeluTanh, false, c));
           rows.push_back(bench_linear("fc2_gated", t, 4608, 1152, Act::None, true, c));
+          if (packed) {
+            rows.push_back(bench_linear("qkv", t, 1152, 3456, Act::None, false, c, true));
+            rows.push_back(bench_linear("attn_out_gated", t, 1152, 1152, Act::None, true, c, true));
+            rows.push_back(bench_linear("fc1_gelu", t, 1152, 4608, Act::GeluTanh, false, c, true));
+            rows.push_back(bench_linear("fc2_gated", t, 4608, 1152, Act::None, true, c, true));
+          }
         }
     if (only.empty() || only == "attention") {
       for (DType c : {DType::F32, DType::BF16})
@@ -163,6 +188,9 @@ int main(int argc, char** argv) {
           for (int64_t qb : {32, 64, 128, 256})
             for (int64_t kb : {128, 256, 512, 1024}) rows.push_back(bench_attention(1024, 2, c, qb, kb));
     }
+    if (only.empty() || only == "conv")
+      for (auto [ch, hw] : {std::pair<int64_t, int64_t>{512, 32}, {256, 128}, {128, 256}})
+        for (bool blocked : {true, false}) rows.push_back(bench_conv(ch, hw, blocked));
     res["results"] = rows;
     std::printf("%s\n", res.dump(1).c_str());
   } catch (const std::exception& e) {

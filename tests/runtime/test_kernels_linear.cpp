@@ -35,7 +35,7 @@ Tensor make_tensor(const std::vector<float>& v, const Shape& shape) {
 }
 
 void run_case(int64_t batch, int64_t rows, int64_t in, int64_t out, Act act, bool with_bias, bool gated, DType compute,
-              bool bf16_storage = false) {
+              bool bf16_storage = false, bool pack = false) {
   LinearSpec s;
   s.batch = batch;
   s.rows = rows;
@@ -43,6 +43,7 @@ void run_case(int64_t batch, int64_t rows, int64_t in, int64_t out, Act act, boo
   s.out = out;
   s.act = act;
   s.gated_residual = gated;
+  s.pack_weights = pack;
   uint32_t seed = uint32_t(batch * 1000003 + rows * 10007 + in * 101 + out + int(act) * 7 + with_bias * 3 + gated);
   auto x = kt::randv(batch * rows * in, seed + 1);
   auto w = kt::randv(out * in, seed + 2, -0.5f, 0.5f);
@@ -108,6 +109,15 @@ TEST_CASE("Linear gated residual: y += gate[b] * act(xW^T + b)", "[kernels][line
 TEST_CASE("Linear with bf16-stored weights", "[kernels][linear]") {
   run_case(2, 9, 40, 24, Act::GeluTanh, true, false, DType::BF16, true);
   run_case(2, 9, 40, 24, Act::Silu, true, true, DType::F32, true);
+}
+
+TEST_CASE("Linear with weights packed into the matmul's layout", "[kernels][linear][packed]") {
+  for (DType c : {DType::F32, DType::BF16})
+    for (bool gated : {false, true}) {
+      run_case(2, 7, 13, 17, Act::GeluTanh, true, gated, c, false, true);
+      run_case(2, 40, 96, 80, Act::Silu, false, gated, c, false, true);
+      run_case(1, 1, 3, 5, Act::None, true, gated, c, false, true);
+    }
 }
 
 TEST_CASE("Linear rejects mismatched weights", "[kernels][linear]") {
