@@ -1,5 +1,6 @@
 #include "runtime/json_config.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <sstream>
 
 #include "runtime/error.h"
+#include "runtime/printable.h"
 
 namespace dit {
 namespace {
@@ -34,13 +36,21 @@ std::string marker_json(const char* mark) {
   return std::string("\"\\u0001") + (mark + 1) + "\"";
 }
 
+// Deeper nesting is refused before parsing: JSON values are copied and destroyed recursively.
+constexpr int kMaxDepth = 256;
+
 // Copies `text`, replacing Infinity, -Infinity and NaN outside strings by marker strings.
-std::string replace_nonfinite_literals(const std::string& text) {
+// Sets *max_depth to the deepest nesting of [ and { seen.
+std::string replace_nonfinite_literals(const std::string& text, int* max_depth) {
   std::string out;
   out.reserve(text.size() + 16);
   bool in_string = false;
+  int depth = 0;
+  *max_depth = 0;
   for (size_t i = 0; i < text.size(); ++i) {
     char c = text[i];
+    if (!in_string && (c == '{' || c == '[')) *max_depth = std::max(*max_depth, ++depth);
+    if (!in_string && (c == '}' || c == ']')) --depth;
     if (in_string) {
       out += c;
       if (c == '\\' && i + 1 < text.size()) out += text[++i];  // skip the escaped char
@@ -80,6 +90,7 @@ void restore_nonfinite(nlohmann::json& j) {
 }
 
 std::string describe_value(const nlohmann::json& j) {
+  if (j.is_structured() || j.is_null()) return j.type_name();  // containers may be large: type only
   std::string d = j.dump();
   if (d.size() > 40) d = d.substr(0, 37) + "...";
   return std::string(j.type_name()) + " " + d;
@@ -102,11 +113,15 @@ Config Config::load(const std::string& path) {
 Config Config::parse(const std::string& text, const std::string& source) {
   DIT_CHECK(text.find("\\u0001dit:") == std::string::npos,
             source << ": unsupported string content \"\\u0001dit:\" in JSON");
+  int depth = 0;
+  std::string prepared = replace_nonfinite_literals(text, &depth);
+  DIT_CHECK(depth <= kMaxDepth, source << ": JSON nested too deeply (expected <= " << kMaxDepth << " levels, found "
+                                       << depth << ")");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(replace_nonfinite_literals(text));
+    j = nlohmann::json::parse(prepared);
   } catch (const nlohmann::json::exception& e) {
-    DIT_FAIL(source << ": invalid JSON: " << e.what());
+    DIT_FAIL(source << ": invalid JSON: " << printable(e.what(), 300));
   }
   restore_nonfinite(j);
   DIT_CHECK(j.is_object(), source << ": expected a JSON object at top level, found " << j.type_name());
@@ -114,7 +129,7 @@ Config Config::parse(const std::string& text, const std::string& source) {
 }
 
 std::string Config::where(const std::string& key) const {
-  return source_ + ": key '" + prefix_ + key + "'";
+  return source_ + ": key '" + printable(prefix_ + key) + "'";
 }
 
 void Config::type_error(const std::string& key, const char* expected, const nlohmann::json& found) const {

@@ -8,6 +8,7 @@
 
 #include "runtime/atomic_file.h"
 #include "runtime/error.h"
+#include "runtime/printable.h"
 
 namespace dit {
 namespace {
@@ -50,7 +51,7 @@ class HeaderParser {
       else if (key == "shape") {
         *shape = tuple();
         *has_shape = true;
-      } else fail("unexpected key '" + key + "'");
+      } else fail("unexpected key '" + printable(key) + "'");
       skip_ws();
       if (peek() == ',') ++i_;
       else if (peek() != '}') fail("expected ',' or '}'");
@@ -150,7 +151,7 @@ Tensor read_npy(const std::string& path) {
   Shape shape;
   const std::string header = file.substr(8 + len_bytes, hlen);
   HeaderParser(path, header).parse(&descr, &fortran, &shape, &has_shape);
-  DIT_CHECK(descr == "<f4", path << ": unsupported .npy dtype (expected '<f4', found '" << descr << "')");
+  DIT_CHECK(descr == "<f4", path << ": unsupported .npy dtype (expected '<f4', found '" << printable(descr) << "')");
   DIT_CHECK(!fortran, path << ": Fortran-order .npy arrays are not supported");
   DIT_CHECK(has_shape, path << ": .npy header has no shape");
 

@@ -10,6 +10,7 @@
 
 #include "runtime/atomic_file.h"
 #include "runtime/error.h"
+#include "runtime/printable.h"
 
 namespace dit {
 namespace {
@@ -142,7 +143,7 @@ std::string read_png_text(const std::string& path, const std::string& keyword) {
     DIT_CHECK(len <= file.size() - pos - 12, path << ": truncated PNG chunk at byte " << pos);
     const std::string type = file.substr(pos + 4, 4);
     DIT_CHECK(get_u32be(p + 8 + len) == crc32(p + 4, 4 + size_t(len)),
-              path << ": CRC mismatch in PNG chunk '" << type << "' at byte " << pos);
+              path << ": CRC mismatch in PNG chunk '" << printable(type) << "' at byte " << pos);
     if (type == "IEND") break;
     std::string text;
     if ((type == "tEXt" || type == "iTXt") && chunk_text(path, type, file.substr(pos + 8, len), keyword, &text))

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/error.h"
+#include "runtime/printable.h"
 
 namespace dit {
 namespace {
@@ -34,12 +35,35 @@ int dtype_bits(const std::string& d) {
 }
 
 [[noreturn]] void fail_tensor(const std::string& path, const std::string& name, const std::string& what) {
-  throw Error(path + ": tensor '" + name + "': " + what);
+  throw Error(path + ": tensor '" + printable(name) + "': " + what);
 }
 
+// A value for an error message; containers are only named (they may be huge or deep).
 std::string short_dump(const nlohmann::json& j) {
+  if (j.is_structured()) return j.type_name();
   std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
+// Nesting depth of [ and { outside strings. Checked before parsing so that a hostile header
+// cannot exhaust the stack in recursive JSON code (a valid header has depth 3).
+int json_depth(const char* s, size_t n) {
+  int depth = 0, max_depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < n; ++i) {
+    char c = s[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      max_depth = std::max(max_depth, ++depth);
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return max_depth;
 }
 
 // A shape dimension: a non-negative integer that fits int64.
@@ -80,7 +104,7 @@ SafeTensorInfo parse_entry(const std::string& path, const std::string& name, con
   if (dt == e.end() || !dt->is_string()) fail_tensor(path, name, "missing or non-string \"dtype\"");
   info.dtype = dt->get<std::string>();
   int bits = dtype_bits(info.dtype);
-  if (bits == 0) fail_tensor(path, name, "unknown dtype '" + info.dtype + "'");
+  if (bits == 0) fail_tensor(path, name, "unknown dtype '" + printable(info.dtype) + "'");
 
   auto sh = e.find("shape");
   if (sh == e.end() || !sh->is_array()) fail_tensor(path, name, "missing or non-array \"shape\"");
@@ -109,7 +133,8 @@ std::map<std::string, std::string> parse_metadata(const std::string& path, const
   std::map<std::string, std::string> out;
   for (auto it = m.begin(); it != m.end(); ++it) {
     if (!it->is_string())
-      throw Error(path + ": __metadata__ key '" + it.key() + "': expected a string value, found " + short_dump(*it));
+      throw Error(path + ": __metadata__ key '" + printable(it.key()) + "': expected a string value, found " +
+                  short_dump(*it));
     out[it.key()] = it->get<std::string>();
   }
   return out;
@@ -166,11 +191,14 @@ void SafeTensorsFile::parse_header() {
   data_ = map_ + 8 + n;
   data_size_ = map_size_ - 8 - n;
 
+  const int depth = json_depth(text, n);
+  if (depth > 8)
+    throw Error(path_ + ": header JSON nested too deeply (expected <= 8 levels, found " + std::to_string(depth) + ")");
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(text, text + n);
   } catch (const nlohmann::json::exception& e) {
-    throw Error(path_ + ": header is not valid JSON: " + e.what());
+    throw Error(path_ + ": header is not valid JSON: " + printable(e.what(), 300));
   }
   if (!header.is_object()) throw Error(path_ + ": header is not a JSON object");
   for (auto it = header.begin(); it != header.end(); ++it) {
@@ -190,7 +218,7 @@ void SafeTensorsFile::check_coverage() const {
     uint64_t begin = std::get<0>(s);
     const std::string& name = *std::get<2>(s);
     if (begin < expected)
-      fail_tensor(path_, name, "data overlaps tensor '" + *prev + "' (expected begin >= " + std::to_string(expected) +
+      fail_tensor(path_, name, "data overlaps tensor '" + printable(*prev) + "' (expected begin >= " + std::to_string(expected) +
                                    ", found " + std::to_string(begin) + ")");
     if (begin > expected)
       fail_tensor(path_, name, "hole in the data buffer before this tensor (expected begin " +

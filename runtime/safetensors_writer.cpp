@@ -7,6 +7,7 @@
 
 #include "runtime/atomic_file.h"
 #include "runtime/error.h"
+#include "runtime/printable.h"
 #include "runtime/safetensors.h"
 
 namespace dit {
@@ -17,9 +18,9 @@ std::vector<const std::pair<std::string, Tensor>*> layout_order(const std::strin
   std::vector<const std::pair<std::string, Tensor>*> order;
   std::set<std::string> seen;
   for (const auto& nt : tensors) {
-    DIT_CHECK(!nt.first.empty() && nt.first != "__metadata__", path << ": invalid tensor name '" << nt.first << "'");
-    DIT_CHECK(seen.insert(nt.first).second, path << ": tensor '" << nt.first << "': given twice");
-    DIT_CHECK(nt.second.defined(), path << ": tensor '" << nt.first << "': undefined tensor");
+    DIT_CHECK(!nt.first.empty() && nt.first != "__metadata__", path << ": invalid tensor name '" << printable(nt.first) << "'");
+    DIT_CHECK(seen.insert(nt.first).second, path << ": tensor '" << printable(nt.first) << "': given twice");
+    DIT_CHECK(nt.second.defined(), path << ": tensor '" << printable(nt.first) << "': undefined tensor");
     order.push_back(&nt);
   }
   std::sort(order.begin(), order.end(), [](const auto* a, const auto* b) {

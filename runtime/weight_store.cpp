@@ -5,6 +5,7 @@
 
 #include "runtime/error.h"
 #include "runtime/json_config.h"
+#include "runtime/printable.h"
 #include "runtime/safetensors.h"
 
 namespace dit {
@@ -23,8 +24,8 @@ bool is_dir(const std::string& p) {
 void check_shard_name(const std::string& index, const std::string& tensor, const std::string& file) {
   if (file.empty() || file.find('/') != std::string::npos || file.find('\\') != std::string::npos ||
       file.find("..") != std::string::npos)
-    throw Error(index + ": tensor '" + tensor + "': shard file name must be a plain file name in the same directory (found '" +
-                file + "')");
+    throw Error(index + ": tensor '" + printable(tensor) +
+                "': shard file name must be a plain file name in the same directory (found '" + printable(file) + "')");
 }
 
 [[noreturn]] void fail_not_found(const std::string& dir, const std::string& stem) {
@@ -63,19 +64,19 @@ WeightStore WeightStore::open_index(const std::string& dir, const std::string& i
   for (auto it = map.json().begin(); it != map.json().end(); ++it) {
     const std::string& tensor = it.key();
     if (!it->is_string())
-      throw Error(index_path + ": weight_map['" + tensor + "']: expected a file name string");
+      throw Error(index_path + ": weight_map['" + printable(tensor) + "']: expected a file name string");
     const std::string file = it->get<std::string>();
     check_shard_name(index_path, tensor, file);
     auto f = shard_of_file.find(file);
     if (f == shard_of_file.end()) {
       const std::string shard = dir + "/" + file;
       if (!is_file(shard))
-        throw Error(index_path + ": tensor '" + tensor + "': shard file " + shard + " does not exist");
+        throw Error(index_path + ": tensor '" + printable(tensor) + "': shard file " + printable(shard) + " does not exist");
       f = shard_of_file.emplace(file, ws.files_.size()).first;
       ws.files_.push_back(SafeTensorsFile::open(shard));
     }
     if (!ws.files_[f->second]->has(tensor))
-      throw Error(index_path + ": tensor '" + tensor + "': listed in weight_map but missing from shard " +
+      throw Error(index_path + ": tensor '" + printable(tensor) + "': listed in weight_map but missing from shard " +
                   ws.files_[f->second]->path());
     ws.where_[tensor] = f->second;
   }
@@ -91,14 +92,14 @@ std::vector<std::string> WeightStore::names() const {
 
 Tensor WeightStore::get(const std::string& name) const {
   auto it = where_.find(name);
-  if (it == where_.end()) throw Error("missing tensor '" + name + "' in " + (describe_.empty() ? dir_ : describe_));
+  if (it == where_.end()) throw Error("missing tensor '" + printable(name) + "' in " + (describe_.empty() ? dir_ : describe_));
   return files_[it->second]->get(name);
 }
 
 Tensor WeightStore::get(const std::string& name, const Shape& expected) const {
   Tensor t = get(name);
   if (t.shape() != expected)
-    throw Error(files_[where_.at(name)]->path() + ": tensor '" + name + "': wrong shape (expected " +
+    throw Error(files_[where_.at(name)]->path() + ": tensor '" + printable(name) + "': wrong shape (expected " +
                 shape_str(expected) + ", found " + shape_str(t.shape()) + ")");
   return t;
 }

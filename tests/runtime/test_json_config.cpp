@@ -77,6 +77,10 @@ TEST_CASE("Config load errors name the file", "[io][json]") {
   dit_test::write_bytes(dir.file("arr.json"), "[1, 2]");
   CHECK_THAT(error_of([&] { Config::load(dir.file("arr.json")); }), Contains("top level") && Contains("array"));
   CHECK_THAT(error_of([] { Config::parse("", "empty.json"); }), Contains("empty.json: invalid JSON"));
+  const std::string deep = "{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  CHECK_THAT(error_of([&] { Config::parse(deep, "deep.json"); }), Contains("deep.json") && Contains("nested too deeply"));
+  // Brackets inside strings do not count.
+  CHECK(Config::parse("{\"a\": \"" + std::string(1000, '[') + "\"}", "s.json").get_string("a").size() == 1000);
   dit_test::write_bytes(dir.file("ok.json"), R"({"lambda_min_clipped": -Infinity, "steps": 1000})");
   Config c = Config::load(dir.file("ok.json"));
   CHECK(c.get_double("lambda_min_clipped") == -INFINITY);

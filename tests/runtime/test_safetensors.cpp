@@ -74,6 +74,7 @@ TEST_CASE("safetensors round trip F32 and BF16 with metadata", "[io][safetensors
   REQUIRE(a2.dtype() == DType::F32);
   REQUIRE(a2.shape() == Shape{2, 3});
   CHECK(std::memcmp(a2.data(), a.data(), a.nbytes()) == 0);
+  CHECK(f->get("a").data() == a2.data());  // zero-copy: both are views of the mapping
   Tensor b2 = f->get("b.weight");
   REQUIRE(b2.dtype() == DType::BF16);
   CHECK(std::memcmp(b2.data(), b.data(), b.nbytes()) == 0);
@@ -202,6 +203,11 @@ TEST_CASE("malformed safetensors files are rejected with a clear error", "[io][s
       {"dimension above int64", st_bytes(T(R"("a":{"dtype":"F32","shape":[18446744073709551615],"data_offsets":[0,4]})"), 4),
        "bad shape dimension"},
       {"entry not an object", st_bytes(T(R"("a":[1,2])"), 0), "not an object"},
+      {"deeply nested header", st_bytes("{\"a\":" + std::string(100000, '[') + std::string(100000, ']') + "}", 0),
+       "nested too deeply"},
+      {"huge entry value", st_bytes(T(R"("a":)" + std::string(5000, '[') + std::string(5000, ']')), 0), "nested too deeply"},
+      {"control characters in a name", st_bytes(T(R"("a\nb":{"dtype":"X\tY","shape":[1],"data_offsets":[0,4]})"), 4),
+       "tensor 'a\\nb': unknown dtype 'X\\tY'"},
       {"metadata value not a string", st_bytes(T(R"("__metadata__":{"format":1})"), 0), "__metadata__ key 'format'"},
   };
   TempDir dir;
@@ -238,4 +244,38 @@ TEST_CASE("WeightStore rejects bad directories and indexes", "[io][safetensors][
   CHECK_THAT(index(R"({"b":"part1.safetensors"})"), Contains("tensor 'b'") && Contains("missing from shard"));
   CHECK_THAT(index(R"({"a":3})"), Contains("weight_map['a']"));
   CHECK_THAT(index(R"([1])"), Contains("weight_map") && Contains("expected object"));
+}
+
+TEST_CASE("randomly corrupted safetensors files never crash", "[io][safetensors][fuzz]") {
+  TempDir dir;
+  const std::string valid = dit_test::read_bytes(std::string(DIT_TEST_DATA) + "/golden/randn.seed5.shape1x4x3x5.safetensors");
+  REQUIRE(valid.size() > 100);
+  uint32_t state = 12345;
+  auto rnd = [&](uint32_t n) {
+    state = state * 1664525u + 1013904223u;
+    return n ? (state >> 8) % n : 0u;
+  };
+  int opened = 0, rejected = 0;
+  for (int it = 0; it < 400; ++it) {
+    std::string s = valid;
+    for (int m = 0, n = 1 + int(rnd(3)); m < n && !s.empty(); ++m) {
+      size_t pos = rnd(uint32_t(std::min<size_t>(s.size(), 120)));  // mostly the header
+      switch (rnd(4)) {
+        case 0: s[pos] = char(rnd(256)); break;
+        case 1: s.erase(pos, 1 + rnd(4)); break;
+        case 2: s.insert(pos, 1, "{}[]\",:0-9e"[rnd(12)]); break;
+        default: s.resize(rnd(uint32_t(s.size()))); break;
+      }
+    }
+    const std::string path = dir.file("fuzz.safetensors");
+    write_bytes(path, s);
+    std::string msg = open_error(path);
+    if (msg == "<no error>") {
+      ++opened;
+    } else {
+      ++rejected;
+      CHECK(msg.find('\n') == std::string::npos);
+    }
+  }
+  CHECK(rejected > 300);
 }
