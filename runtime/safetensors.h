@@ -100,7 +100,7 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 void write_safetensors(const std::string& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
-// shards <= 1: <dir>/<stem>.safetensors. Otherwise <dir>/<stem>-00001-of-0000K.safetensors ...
+// shards <= 1 (or a single tensor): <dir>/<stem>.safetensors. Otherwise <dir>/<stem>-00001-of-0000K.safetensors ...
 // (tensors split in name order into K = min(shards, count) parts of similar size) plus
 // <dir>/<stem>.safetensors.index.json, like diffusers. `metadata` goes into every shard.
 void write_sharded_safetensors(const std::string& dir, const std::string& stem, const NamedTensors& tensors,
