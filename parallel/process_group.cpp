@@ -1,8 +1,11 @@
 #include "parallel/process_group.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <thread>
 
 #include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
@@ -59,6 +62,7 @@ struct ProcessGroup::Shared {
   std::shared_ptr<gloo::transport::Device> device;
   std::chrono::milliseconds timeout;
   std::atomic<bool> aborted{false};
+  std::atomic<bool> comm_failed{false};  // some group failed: this rank is a casualty, not the cause
 };
 
 struct P2PHandle::Slot {
@@ -85,6 +89,11 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create_world(std::shared_ptr<Rendezv
   std::iota(members.begin(), members.end(), 0);
   std::shared_ptr<ProcessGroup> pg(new ProcessGroup(shared, "world", members, rank));
   if (size == 1) return pg;
+  // Gloo writes to sockets without MSG_NOSIGNAL in places: a peer that dies would kill
+  // this rank with SIGPIPE and no message. Ignore it; the write fails with EPIPE and
+  // becomes an IoException naming the operation instead.
+  struct sigaction old;
+  if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
   shared->store->register_process(rank);
   try {
     gloo::transport::tcp::attr attr;
@@ -129,7 +138,15 @@ std::shared_ptr<ProcessGroup> ProcessGroup::split(const std::string& name,
 void ProcessGroup::connect(gloo::rendezvous::Store& store) {
   auto ctx = std::make_shared<gloo::rendezvous::Context>(rank_, size());
   ctx->setTimeout(shared_->timeout);  // must precede connectFullMesh
-  run("connect", -1, [&] { ctx->connectFullMesh(store, shared_->device); });
+  run("connect", -1, [&] {
+    // Everyone present first, through our store (which stops at once on another rank's
+    // abort): Gloo's own pair connection blocks until its timeout if a peer never comes.
+    std::vector<std::string> present;
+    for (int r = 0; r < size(); r++) present.push_back("present/" + std::to_string(r));
+    store.set(present[rank_], {'1'});
+    store.wait(present, shared_->timeout);
+    ctx->connectFullMesh(store, shared_->device);
+  });
   ctx_ = std::move(ctx);
 }
 
@@ -167,6 +184,9 @@ void ProcessGroup::shutdown() noexcept {
   send_slots_.clear();
   recv_slots_.clear();
   ctx_.reset();
+  // After the world's last barrier nobody reads the store again: drop this run's keys
+  // from a shared redis-server (a file: directory is removed by the launcher).
+  if (name_ == "world" && rank_ == 0) shared_->store->cleanup();
 }
 
 std::chrono::milliseconds ProcessGroup::timeout() const { return shared_->timeout; }
@@ -188,23 +208,47 @@ void ProcessGroup::fail(const char* op, int peer, const std::string& what) {
   os << ")";
   if (peer >= 0) os << " with rank " << peer << (name_ != "world" ? " (global " + std::to_string(global_rank(peer)) + ")" : "");
   os << ": ";
+  // What went wrong elsewhere: a local peer that vanished without a word (killed,
+  // crashed) is the cause; else the rank that reported a failure of its own through the
+  // store. A killed peer's sockets close a moment before it shows as dead, so look again
+  // for up to a second before settling for less.
   std::string diagnosis;
-  if (auto ab = shared_->store->find_abort()) {
-    diagnosis = "rank " + std::to_string(ab->first) + " failed: " + ab->second;
-  } else {
-    std::vector<int> others;
-    for (int g : members_)
-      if (g != global_rank()) others.push_back(g);
+  std::vector<int> others;
+  for (int g : members_)
+    if (g != global_rank()) others.push_back(g);
+  auto gone = [](const std::vector<int>& v) {
+    return std::string(v.size() == 1 ? "rank " : "ranks ") + join(v) + (v.size() == 1 ? " is" : " are") +
+           " no longer running";
+  };
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  for (;;) {
     auto dead = shared_->store->dead_local_ranks(others);
-    if (!dead.empty())
-      diagnosis = std::string(dead.size() == 1 ? "rank " : "ranks ") + join(dead) + (dead.size() == 1 ? " is" : " are") +
-                  " no longer running";
+    std::vector<int> silent;
+    for (int g : dead)
+      if (!shared_->store->has_abort(g)) silent.push_back(g);
+    auto ab = shared_->store->find_abort();
+    bool last = std::chrono::steady_clock::now() >= deadline;
+    if (!silent.empty()) {
+      diagnosis = gone(silent);
+      break;
+    }
+    if (ab && (!ab->secondary || last)) {
+      diagnosis = "rank " + std::to_string(ab->rank) + " failed: " + ab->message;
+      break;
+    }
+    if (last) {
+      if (!dead.empty()) diagnosis = gone(dead);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  if (!diagnosis.empty())
+  if (!diagnosis.empty() && what.find(diagnosis) == std::string::npos)
     os << diagnosis << " (" << what << ")";
   else
     os << what;
   first_error_ = os.str();
+  shared_->comm_failed.store(true);
+  note_peer_failure();
   throw Error(first_error_);
 }
 
@@ -227,7 +271,7 @@ void ProcessGroup::run(const char* op, int peer, F&& f) {
 void ProcessGroup::abort(const std::string& message) noexcept {
   shared_->aborted.store(true);
   try {
-    shared_->store->post_abort(global_rank(), message);
+    shared_->store->post_abort(global_rank(), message, shared_->comm_failed.load());
   } catch (...) {
   }
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -65,6 +66,8 @@ std::string strip_gloo_location(std::string msg) {
   }
   return msg;
 }
+
+std::atomic<bool> g_peer_failure_seen{false};
 
 std::string this_host() {
   char buf[256] = {0};
@@ -199,8 +202,10 @@ void RendezvousStore::wait(const std::vector<std::string>& keys,
   auto start = std::chrono::steady_clock::now();
   auto sleep = std::chrono::milliseconds(2);
   while (!check(keys)) {
-    if (auto ab = find_abort())
-      DIT_FAIL("rank " << ab->first << " failed: " << ab->second);
+    if (auto ab = find_abort()) {
+      note_peer_failure();
+      DIT_FAIL("rank " << ab->rank << " failed: " << ab->message);
+    }
     auto elapsed = std::chrono::steady_clock::now() - start;
     if (elapsed > timeout) {
       std::string missing;
@@ -227,17 +232,27 @@ std::vector<char> RendezvousStore::get(const std::string& key) {
   }
 }
 
-void RendezvousStore::post_abort(int rank, const std::string& message) noexcept {
+void RendezvousStore::post_abort(int rank, const std::string& message, bool secondary) noexcept {
   try {
     std::string key = "abort/" + std::to_string(rank);
     if (check({key})) return;
-    std::string msg = message.empty() ? std::string("(no message)") : message;
+    secondary = secondary || g_peer_failure_seen.load();
+    std::string msg = std::string(secondary ? "S" : "P") + (message.empty() ? std::string("(no message)") : message);
     set(key, std::vector<char>(msg.begin(), msg.end()));
   } catch (...) {
   }
 }
 
-std::optional<std::pair<int, std::string>> RendezvousStore::find_abort() noexcept {
+bool RendezvousStore::has_abort(int rank) noexcept {
+  try {
+    return check({"abort/" + std::to_string(rank)});
+  } catch (...) {
+    return false;
+  }
+}
+
+std::optional<RendezvousStore::AbortReport> RendezvousStore::find_abort() noexcept {
+  std::optional<AbortReport> secondary;
   try {
     for (int r = 0; r < world_size_; r++) {
       std::string key = "abort/" + std::to_string(r);
@@ -247,11 +262,15 @@ std::optional<std::pair<int, std::string>> RendezvousStore::find_abort() noexcep
         std::lock_guard<std::mutex> lock(mu_);
         v = backend_->inner->get(backend_->prefix + key);
       }
-      return std::make_pair(r, std::string(v.begin(), v.end()));
+      std::string msg(v.begin(), v.end());
+      bool is_secondary = !msg.empty() && msg[0] == 'S';
+      if (!msg.empty() && (msg[0] == 'S' || msg[0] == 'P')) msg.erase(0, 1);
+      if (!is_secondary) return AbortReport{r, msg, false};
+      if (!secondary) secondary = AbortReport{r, msg, true};
     }
   } catch (...) {
   }
-  return std::nullopt;
+  return secondary;
 }
 
 void RendezvousStore::register_process(int rank) noexcept {
@@ -305,6 +324,8 @@ void RendezvousStore::cleanup() noexcept {
   } catch (...) {
   }
 }
+
+void note_peer_failure() noexcept { g_peer_failure_seen.store(true); }
 
 void report_rank_failure(const std::string& spec, int rank, int world_size,
                          const std::string& message) noexcept {

@@ -69,9 +69,18 @@ class RendezvousStore : public gloo::rendezvous::Store {
   bool check(const std::vector<std::string>& keys);  // non-blocking: are all keys present?
 
   // Best effort, never throws: tells every rank that `rank` failed with `message`.
-  void post_abort(int rank, const std::string& message) noexcept;
-  // The lowest rank that posted an abort, with its message (non-blocking).
-  std::optional<std::pair<int, std::string>> find_abort() noexcept;
+  // `secondary`: it failed because another rank did (a lost connection), so readers
+  // prefer a primary report when there is one.
+  void post_abort(int rank, const std::string& message, bool secondary = false) noexcept;
+  // The lowest rank that posted a primary abort, else the lowest secondary one, with its
+  // message (non-blocking).
+  struct AbortReport {
+    int rank;
+    std::string message;
+    bool secondary;
+  };
+  std::optional<AbortReport> find_abort() noexcept;
+  bool has_abort(int rank) noexcept;
   // Registers this process as `rank` (host name and pid) for dead-peer diagnosis.
   void register_process(int rank) noexcept;
   // Ranks registered on this host whose process is gone. Non-blocking, best effort.
@@ -93,6 +102,10 @@ class RendezvousStore : public gloo::rendezvous::Store {
   std::string description_;
   std::mutex mu_;
 };
+
+// Records that this process saw another rank fail (its own failure is then secondary:
+// post_abort marks it so). Called by the store and the process groups.
+void note_peer_failure() noexcept;
 
 // Opens the store named by `spec` and posts an abort for `rank`. For a rank that fails
 // before it has connected (bad flag, missing model file). Best effort, never throws.

@@ -1,0 +1,218 @@
+// Ranks as processes: the launcher, FileStore rendezvous, external launch, and failures.
+// The processes are this test binary in worker mode (worker_hook.cpp).
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+
+#include "parallel/launcher.h"
+#include "parallel/rendezvous.h"
+#include "process_util.h"
+
+using namespace dit_test;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::map<std::string, std::string> launch_vars(int world, const std::string& scenario) {
+  return {{"DIT_PT_MODE", "launch"}, {"DIT_PT_WORLD", std::to_string(world)}, {"DIT_PT_SCENARIO", scenario}};
+}
+
+bool process_group_gone(pid_t pgid) { return kill(-pgid, 0) != 0 && errno == ESRCH; }
+
+}  // namespace
+
+TEST_CASE("collectives, ranks as processes started by the launcher (FileStore)", "[parallel]") {
+  struct Case {
+    int world;
+    const char* mesh;
+  } c = GENERATE(Case{1, nullptr}, Case{2, "1,2,1,1"}, Case{3, "1,1,3,1"}, Case{4, "1,2,1,2"}, Case{8, "1,2,2,2"});
+  INFO("world " << c.world);
+  auto vars = launch_vars(c.world, "collectives");
+  if (c.mesh) vars["DIT_PT_MESH"] = c.mesh;
+  Result r = wait_proc(spawn_self(vars), 120s);
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  REQUIRE_THAT(r.output, Catch::Contains("ok: rank 0 of " + std::to_string(c.world) + " passed"));
+  if (c.world > 1) REQUIRE_THAT(r.output, Catch::Contains("test-launcher: starting ranks 0.." + std::to_string(c.world - 1)));
+}
+
+TEST_CASE("external launch: a rank SIGKILLed mid-collective makes the others fail fast", "[parallel]") {
+  // No launcher: ranks started directly with DIT_RANK/DIT_WORLD_SIZE/DIT_RENDEZVOUS, as
+  // mpirun or a script would; only Gloo's errors can stop the survivors.
+  const int world = 3, timeout_ms = 3000;
+  std::string dir = dit::make_private_rendezvous_dir();
+  std::vector<Proc> procs;
+  for (int r = 0; r < world; r++) {
+    auto vars = launch_vars(world, "loop");
+    vars["DIT_RANK"] = std::to_string(r);
+    vars["DIT_WORLD_SIZE"] = std::to_string(world);
+    vars["DIT_RENDEZVOUS"] = "file:" + dir;
+    vars["DIT_PT_TIMEOUT_MS"] = std::to_string(timeout_ms);
+    procs.push_back(spawn_self(vars));
+  }
+  std::this_thread::sleep_for(1500ms);  // connected and looping over all_reduce_sum by now
+  REQUIRE(kill(procs[1].pid, SIGKILL) == 0);
+  auto t0 = std::chrono::steady_clock::now();
+  for (int r : {0, 2}) {
+    Result res = wait_proc(procs[r], std::chrono::milliseconds(2 * timeout_ms));
+    double since_kill = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    INFO("rank " << r << " output:\n" << res.output);
+    CHECK(res.code == 1);
+    CHECK(since_kill < 2.0 * timeout_ms / 1000);
+    CHECK_THAT(res.output, Catch::Contains("all_reduce_sum on group 'world' (rank " + std::to_string(r) + " of 3)"));
+    CHECK_THAT(res.output, Catch::Contains("rank 1 is no longer running"));
+  }
+  Result dead = wait_proc(procs[1], 1s);
+  CHECK(dead.code == 128 + SIGKILL);
+  dit::remove_rendezvous_dir(dir);
+}
+
+TEST_CASE("external launch: a rank that fails during set-up stops the others waiting in rendezvous",
+          "[parallel]") {
+  const int world = 3;
+  std::string dir = dit::make_private_rendezvous_dir();
+  std::vector<Proc> procs;
+  for (int r = 0; r < world; r++) {
+    auto vars = launch_vars(world, "badinput");
+    vars["DIT_RANK"] = std::to_string(r);
+    vars["DIT_WORLD_SIZE"] = std::to_string(world);
+    vars["DIT_RENDEZVOUS"] = "file:" + dir;
+    vars["DIT_PT_VICTIM"] = "2";
+    vars["DIT_PT_TIMEOUT_MS"] = "60000";  // the abort key must stop them, not the timeout
+    procs.push_back(spawn_self(vars));
+  }
+  for (int r = 0; r < world; r++) {
+    Result res = wait_proc(procs[r], 20s);
+    INFO("rank " << r << " output:\n" << res.output);
+    CHECK(res.code == 1);
+    CHECK(res.seconds < 15);
+    CHECK_THAT(res.output, Catch::Contains("cannot load input '/nonexistent/prompts.txt'"));
+    if (r != 2) CHECK_THAT(res.output, Catch::Contains("rank 2 failed"));
+  }
+  dit::remove_rendezvous_dir(dir);
+}
+
+TEST_CASE("launcher: a worker SIGKILLed mid-collective; survivors fail on their own within 2x timeout",
+          "[parallel]") {
+  const int timeout_ms = 3000;
+  auto vars = launch_vars(4, "kill");
+  vars["DIT_PT_VICTIM"] = "1";
+  vars["DIT_PT_TIMEOUT_MS"] = std::to_string(timeout_ms);
+  vars["DIT_PT_GRACE_MS"] = "60000";  // the launcher does not help: Gloo errors must end them
+  Proc p = spawn_self(vars);
+  Result r = wait_proc(p, 30s);
+  INFO(r.output);
+  CHECK(r.code == 128 + SIGKILL);
+  CHECK(r.seconds < 2.0 * timeout_ms / 1000 + 2.0);  // + process start-up and rendezvous
+  CHECK_THAT(r.output, Catch::Contains("test-launcher: rank 1 was killed by signal 9 (SIGKILL)"));
+  CHECK_THAT(r.output, Catch::Contains("[rank 2] error: all_reduce_sum on group 'world' (rank 2 of 4): rank 1 is no longer running"));
+  CHECK_THAT(r.output, Catch::Contains("[rank 3] error: all_reduce_sum"));
+  CHECK_THAT(r.output, Catch::Contains("test-launcher: failed: rank 1 was killed by signal 9"));
+  CHECK(process_group_gone(p.pid));
+}
+
+TEST_CASE("launcher: a rank that cannot load its input stops the run with its message", "[parallel]") {
+  auto vars = launch_vars(3, "badinput");
+  vars["DIT_PT_VICTIM"] = "2";
+  vars["DIT_PT_TIMEOUT_MS"] = "60000";
+  Proc p = spawn_self(vars);
+  Result r = wait_proc(p, 30s);
+  INFO(r.output);
+  CHECK(r.code == 1);
+  CHECK(r.seconds < 10);
+  CHECK_THAT(r.output, Catch::Contains("[rank 2] error: cannot load input '/nonexistent/prompts.txt'"));
+  CHECK_THAT(r.output, Catch::Contains("test-launcher: failed: rank 2 exited with code 1: error: cannot load input"));
+  CHECK(process_group_gone(p.pid));
+}
+
+TEST_CASE("launcher: Ctrl-C stops every worker and exits 130", "[parallel]") {
+  Proc p = spawn_self(launch_vars(3, "hang"));
+  std::this_thread::sleep_for(1500ms);
+  REQUIRE(kill(p.pid, SIGINT) == 0);  // what the terminal does (to the launcher at least)
+  Result r = wait_proc(p, 15s);
+  INFO(r.output);
+  CHECK(r.code == 130);
+  CHECK(r.seconds < 5);
+  CHECK_THAT(r.output, Catch::Contains("test-launcher: interrupted, stopping all ranks"));
+  std::this_thread::sleep_for(100ms);
+  CHECK(process_group_gone(p.pid));
+}
+
+TEST_CASE("launch environment: DIT_*, mpirun and srun variables; threads per rank", "[parallel]") {
+  auto clear = [] {
+    for (const char* v : {"DIT_RANK", "DIT_WORLD_SIZE", "DIT_RENDEZVOUS", "DIT_LOCAL_RANK", "DIT_LOCAL_WORLD_SIZE",
+                          "DIT_THREADS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID",
+                          "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID"})
+      unsetenv(v);
+  };
+  clear();
+  dit::LaunchEnv e = dit::detect_launch_env();
+  CHECK_FALSE(e.external);
+  CHECK(e.world == 1);
+
+  setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  REQUIRE_THROWS_WITH(dit::detect_launch_env(), Catch::Contains("no rendezvous"));
+  dit::LaunchOptions lo;
+  lo.rendezvous = "redis://10.0.0.1:6379/r1";
+  e = dit::detect_launch_env(lo);
+  CHECK(e.external);
+  CHECK(e.rank == 3);
+  CHECK(e.world == 4);
+  CHECK(e.source == "OMPI_COMM_WORLD_RANK");
+  CHECK(e.rendezvous == "redis://10.0.0.1:6379/r1");
+  clear();
+
+  setenv("SLURM_PROCID", "5", 1);  // in an sbatch script, not under srun: not a rank
+  CHECK_FALSE(dit::detect_launch_env().external);
+  setenv("SLURM_STEP_NUM_TASKS", "8", 1);
+  setenv("DIT_RENDEZVOUS", "file:/shared/rdzv", 1);
+  e = dit::detect_launch_env();
+  CHECK(e.rank == 5);
+  CHECK(e.world == 8);
+  CHECK(e.rendezvous == "file:/shared/rdzv");
+  clear();
+
+  setenv("DIT_RANK", "1", 1);
+  setenv("DIT_WORLD_SIZE", "2", 1);
+  setenv("DIT_RENDEZVOUS", "file:/tmp/x", 1);
+  setenv("DIT_THREADS", "3", 1);
+  e = dit::detect_launch_env();
+  CHECK(e.source == "DIT_RANK");
+  CHECK(e.threads == 3);
+  char arg0[] = "x";
+  char* argv[] = {arg0, nullptr};
+  dit::LaunchOptions four;
+  four.world_size = 4;
+  CHECK_FALSE(dit::maybe_launch(1, argv, four).has_value());  // we are a worker
+  clear();
+
+  dit::LaunchOptions bad;
+  bad.world_size = 4;
+  bad.nnodes = 3;
+  REQUIRE_THROWS_WITH(dit::maybe_launch(1, argv, bad), Catch::Contains("but the parallel degrees need 4"));
+  bad.nnodes = 2;
+  REQUIRE_THROWS_WITH(dit::maybe_launch(1, argv, bad), Catch::Contains("needs --rendezvous redis://"));
+
+  CHECK(dit::threads_per_rank(5, 4) == 5);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  CHECK(dit::threads_per_rank(0, 1) >= 1);
+  CHECK(dit::threads_per_rank(0, 1) <= cores);
+  CHECK(dit::threads_per_rank(0, 64) == 1);
+
+  CHECK(dit::parse_rendezvous("redis://h:7000/abc").port == 7000);
+  CHECK(dit::parse_rendezvous("redis://h:7000/abc").run == "abc");
+  CHECK(dit::parse_rendezvous("file:/tmp/d").dir == "/tmp/d");
+  REQUIRE_THROWS_WITH(dit::parse_rendezvous("tcp://h:1"), Catch::Contains("expected file:DIR or redis://"));
+  REQUIRE_THROWS_WITH(dit::parse_rendezvous("redis://h:port"), Catch::Contains("bad port"));
+}
+
+TEST_CASE("private rendezvous directory is mode 0700 and removed afterwards", "[parallel]") {
+  std::string dir = dit::make_private_rendezvous_dir();
+  struct stat st;
+  REQUIRE(stat(dir.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+  { std::ofstream(dir + "/k") << "v"; }
+  dit::remove_rendezvous_dir(dir);
+  CHECK(stat(dir.c_str(), &st) != 0);
+}

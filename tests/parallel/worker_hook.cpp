@@ -1,0 +1,124 @@
+// Worker mode of the test binary. When DIT_PT_MODE is set, test_parallel does not run
+// Catch2 at all: a static initializer takes over and behaves like dit-gen's main does
+// (maybe_launch, then connect and run a scenario), so process tests exercise the real
+// launcher and real worker processes without a second helper executable.
+//
+//   DIT_PT_MODE=launch      be dit-gen: launch if needed, else be a rank
+//   DIT_PT_WORLD=N          requested world size (LaunchOptions::world_size)
+//   DIT_PT_GRACE_MS         launcher grace period after a failure
+//   DIT_PT_TIMEOUT_MS       communication timeout of the ranks
+//   DIT_PT_RDZV=SPEC        --rendezvous (e.g. redis://127.0.0.1:PORT/run)
+//   DIT_PT_SCENARIO=collectives|kill|badinput|loop|hang
+//   DIT_PT_VICTIM=r         the rank that dies (kill) or cannot load its input (badinput)
+//   DIT_PT_MESH=dp,cfg,ring,ulysses   also build and check a device mesh (collectives)
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "collective_checks.h"
+#include "parallel/launcher.h"
+#include "parallel/mesh.h"
+#include "runtime/error.h"
+
+namespace {
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? std::atoi(v) : fallback;
+}
+
+int run_rank(const dit::LaunchEnv& env) {
+  std::string scenario = std::getenv("DIT_PT_SCENARIO") ? std::getenv("DIT_PT_SCENARIO") : "collectives";
+  int victim = env_int("DIT_PT_VICTIM", 1);
+  dit::CommOptions co;
+  co.timeout = std::chrono::milliseconds(env_int("DIT_PT_TIMEOUT_MS", 30000));
+  std::shared_ptr<dit::ProcessGroup> world;
+  try {
+    if (scenario == "badinput" && env.rank == victim)
+      throw dit::Error("cannot load input '/nonexistent/prompts.txt': No such file or directory");
+    world = dit::connect_world(env, co);
+    if (scenario == "collectives") {
+      dit_test::check_everything(*world);
+      if (const char* m = std::getenv("DIT_PT_MESH")) {
+        dit::MeshDegrees d;
+        if (std::sscanf(m, "%d,%d,%d,%d", &d.dp, &d.cfg, &d.ring, &d.ulysses) != 4) throw dit::Error("bad DIT_PT_MESH");
+        dit::DeviceMesh mesh(world, d);
+        dit_test::check_mesh_groups(mesh);
+        dit_test::check_all_to_all(mesh.ulysses(), 100);
+        dit_test::check_ring_p2p(mesh.ring(), 100, 3);
+      }
+    } else if (scenario == "kill" || scenario == "badinput" || scenario == "loop") {
+      std::vector<float> x(1 << 16, 1.f);
+      for (int step = 0;; step++) {
+        if (scenario == "kill" && env.rank == victim && step == 20) raise(SIGKILL);
+        world->all_reduce_sum(x.data(), x.size());
+        std::fill(x.begin(), x.end(), 1.f);
+      }
+    } else if (scenario == "hang") {
+      world->barrier();
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+    world->shutdown();
+    if (env.rank == 0) std::printf("ok: rank 0 of %d passed\n", env.world);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    if (world)
+      world->abort(e.what());
+    else
+      dit::report_rank_failure(env, e.what());
+    return 1;
+  }
+}
+
+int worker_main() {
+  // argv of this process, for the launcher to re-execute.
+  std::vector<std::string> args;
+  {
+    FILE* f = std::fopen("/proc/self/cmdline", "rb");
+    std::string cur;
+    int c;
+    while (f && (c = std::fgetc(f)) != EOF) {
+      if (c == 0) {
+        args.push_back(cur);
+        cur.clear();
+      } else {
+        cur.push_back(char(c));
+      }
+    }
+    if (f) std::fclose(f);
+  }
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  try {
+    dit::LaunchOptions lo;
+    lo.world_size = env_int("DIT_PT_WORLD", 1);
+    lo.grace = std::chrono::milliseconds(env_int("DIT_PT_GRACE_MS", 3000));
+    lo.program = "test-launcher";
+    if (const char* r = std::getenv("DIT_PT_RDZV")) lo.rendezvous = r;
+    if (auto rc = dit::maybe_launch(int(args.size()), argv.data(), lo)) return *rc;
+    return run_rank(dit::detect_launch_env(lo));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
+
+const int g_hook = [] {
+  const char* mode = std::getenv("DIT_PT_MODE");
+  if (mode && std::string(mode) == "launch") {
+    std::fflush(stdout);
+    int rc = worker_main();
+    std::fflush(stdout);
+    std::fflush(stderr);
+    _exit(rc);
+  }
+  return 0;
+}();
+
+}  // namespace
