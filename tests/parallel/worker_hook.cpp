@@ -8,6 +8,7 @@
 //   DIT_PT_GRACE_MS         launcher grace period after a failure
 //   DIT_PT_TIMEOUT_MS       communication timeout of the ranks
 //   DIT_PT_RDZV=SPEC        --rendezvous (e.g. redis://127.0.0.1:PORT/run)
+//   DIT_PT_NNODES, DIT_PT_NODE_RANK   --nnodes, --node-rank
 //   DIT_PT_SCENARIO=collectives|kill|badinput|loop|hang
 //   DIT_PT_VICTIM=r         the rank that dies (kill) or cannot load its input (badinput)
 //   DIT_PT_MESH=dp,cfg,ring,ulysses   also build and check a device mesh (collectives)
@@ -101,6 +102,8 @@ int worker_main() {
     lo.grace = std::chrono::milliseconds(env_int("DIT_PT_GRACE_MS", 3000));
     lo.program = "test-launcher";
     if (const char* r = std::getenv("DIT_PT_RDZV")) lo.rendezvous = r;
+    lo.nnodes = env_int("DIT_PT_NNODES", 1);
+    lo.node_rank = env_int("DIT_PT_NODE_RANK", 0);
     if (auto rc = dit::maybe_launch(int(args.size()), argv.data(), lo)) return *rc;
     return run_rank(dit::detect_launch_env(lo));
   } catch (const std::exception& e) {
