@@ -153,6 +153,8 @@ TEST_CASE("Attention block sizes and tails", "[kernels][attention]") {
   check_attention(1, 2, 100, 250, 8, false, DType::F32, 128, 512);
   check_attention(1, 2, 129, 513, 16, false, DType::F32, 64, 128);
   check_attention(1, 1, 200, 200, 512, false, DType::F32);  // VAE-like single head of 512
+  check_attention(1, 2, 70, 2100, 16, false, DType::F32);   // long K/V, dense
+  check_attention(1, 2, 2100, 2100, 8, true, DType::F32);   // long K/V from fused QKV: copied dense
   // large logits: the online softmax must stay stable
   check_attention(2, 2, 100, 300, 16, false, DType::F32, 32, 64, 1.0f, 4.f);
 }
