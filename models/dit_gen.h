@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "models/step_exchange.h"
 #include "runtime/tensor.h"
@@ -79,6 +80,10 @@ class Pipeline {
   ~Pipeline();
   // Runs one generation; every rank of a parallel run calls it with the same request.
   Result generate(const Request& req, const ProgressFn& progress = {});
+  // Denoises several requests together as one batch (a micro-batch); they must share size,
+  // steps, sampler, decoding and whether guidance is on (seeds, classes and guidance scales
+  // may differ). Each result equals what generate() gives for its request alone.
+  std::vector<Result> generate_batch(const std::vector<Request>& reqs, const ProgressFn& progress = {});
   const ModelInfo& info() const;
   StepExchange& exchange();
 

@@ -51,14 +51,15 @@ struct Pipeline::Impl {
   std::unique_ptr<DiTTransformer> dit;
 
   // Per-shape state (rebuilt only when the batch or size changes).
-  int64_t B = 0, h = 0, w = 0;
+  int64_t B = 0, K = 0, h = 0, w = 0;
   int64_t vae_h = 0, vae_w = 0;
   Tensor x, xs, x_in, local_out, full_out, eps, eps_both, guided;
   std::vector<double> tvec;
   std::vector<int64_t> yvec;
 
-  void ensure_shape(int64_t batch, int64_t lh, int64_t lw) {
-    if (batch == B && lh == h && lw == w) return;
+  // batch = model batch (items × branches); items = latents stepped by the samplers.
+  void ensure_shape(int64_t batch, int64_t items, int64_t lh, int64_t lw) {
+    if (batch == B && items == K && lh == h && lw == w) return;
     const int64_t C = tcfg.in_channels, p = tcfg.patch, gh = lh / p, gw = lw / p, N = gh * gw;
     const int64_t row = tcfg.patch_dim_out();
     TokenRange r = ex->token_range(N);
@@ -69,18 +70,19 @@ struct Pipeline::Impl {
     s.token_begin = r.begin;
     s.token_end = r.end;
     dit->prepare(s, attn.get());
-    ex->prepare(batch, N, row, C * lh * lw);
-    x = Tensor::empty({1, C, lh, lw});
-    xs = Tensor::empty({1, C, lh, lw});
+    ex->prepare(batch, N, row, items * C * lh * lw);
+    x = Tensor::empty({items, C, lh, lw});
+    xs = Tensor::empty({items, C, lh, lw});
     x_in = Tensor::empty({batch, C, lh, lw});
     local_out = Tensor::empty({batch, r.size(), row});
     full_out = Tensor::empty({batch, N, row});
     eps = Tensor::empty({batch, C, lh, lw});
-    eps_both = Tensor::empty({2, C, lh, lw});
-    guided = Tensor::empty({1, C, lh, lw});
+    eps_both = Tensor::empty({2 * items, C, lh, lw});
+    guided = Tensor::empty({items, C, lh, lw});
     tvec.assign(batch, 0.0);
     yvec.assign(batch, 0);
     B = batch;
+    K = items;
     h = lh;
     w = lw;
   }
@@ -127,78 +129,121 @@ std::unique_ptr<Pipeline> Pipeline::load(const PipelineOptions& opt) {
 }
 
 Result Pipeline::generate(const Request& req, const ProgressFn& progress) {
+  return std::move(generate_batch({req}, progress).front());
+}
+
+namespace {
+
+struct Validated {
+  int W = 0, H = 0;
+  ClassChoice cls;
+};
+
+}  // namespace
+
+std::vector<Result> Pipeline::generate_batch(const std::vector<Request>& reqs, const ProgressFn& progress) {
   Impl& m = *impl_;
   const auto t_start = Clock::now();
   const ModelInfo& info = m.info;
-  const int W = req.width ? req.width : info.default_width, H = req.height ? req.height : info.default_height;
-  DIT_CHECK(W > 0 && H > 0 && W % info.size_multiple == 0 && H % info.size_multiple == 0,
-            "size " << W << "x" << H << " is not allowed: width and height must be positive multiples of "
-                    << info.size_multiple << " (VAE scale " << info.vae_scale << " × patch " << m.tcfg.patch << ")");
-  DIT_CHECK(int64_t(W) * H <= int64_t(16384) * 16384, "size " << W << "x" << H << " is too large");
-  DIT_CHECK(req.steps >= 1 && req.steps <= 1000, "steps must be in 1..1000, got " << req.steps);
-  DIT_CHECK(std::isfinite(req.guidance_scale), "guidance scale must be a finite number");
-  DIT_CHECK(req.negative_prompt.empty(),
-            "--negative-prompt is not supported by class-conditional DiT models (the unconditional branch is the "
-            "null class)");
-  const ClassChoice cls = resolve_class(m.index, req.prompt, m.tcfg.num_classes);
-
-  SchedulerConfig sc = req.sampler.empty() ? m.scfg : with_sampler(m.scfg, req.sampler);
-  std::unique_ptr<Sampler> sampler = make_sampler(sc);
-  sampler->set_timesteps(req.steps);
-
-  const bool use_cfg = req.guidance_scale > 1.0;
+  DIT_CHECK(!reqs.empty(), "generate_batch: no requests");
+  const int64_t k = int64_t(reqs.size());
   const int branch = m.ex->cfg_branch();
-  DIT_CHECK(use_cfg || branch == -1, "--cfg-parallel needs classifier-free guidance, but the guidance scale is "
-                                         << req.guidance_scale << " (<= 1 runs one branch only)");
-  const int64_t batch = (use_cfg && branch == -1) ? 2 : 1;
+
+  // Validate every request; a micro-batch shares size, steps, sampler and whether CFG is on.
+  std::vector<Validated> v(reqs.size());
+  for (size_t j = 0; j < reqs.size(); ++j) {
+    const Request& req = reqs[j];
+    const int W = req.width ? req.width : info.default_width, H = req.height ? req.height : info.default_height;
+    DIT_CHECK(W > 0 && H > 0 && W % info.size_multiple == 0 && H % info.size_multiple == 0,
+              "size " << W << "x" << H << " is not allowed: width and height must be positive multiples of "
+                      << info.size_multiple << " (VAE scale " << info.vae_scale << " × patch " << m.tcfg.patch << ")");
+    DIT_CHECK(int64_t(W) * H <= int64_t(16384) * 16384, "size " << W << "x" << H << " is too large");
+    DIT_CHECK(req.steps >= 1 && req.steps <= 1000, "steps must be in 1..1000, got " << req.steps);
+    DIT_CHECK(std::isfinite(req.guidance_scale), "guidance scale must be a finite number");
+    DIT_CHECK(req.negative_prompt.empty(),
+              "--negative-prompt is not supported by class-conditional DiT models (the unconditional branch is the "
+              "null class)");
+    DIT_CHECK(req.guidance_scale > 1.0 || branch == -1,
+              "--cfg-parallel needs classifier-free guidance, but the guidance scale is "
+                  << req.guidance_scale << " (<= 1 runs one branch only)");
+    v[j] = {W, H, resolve_class(m.index, req.prompt, m.tcfg.num_classes)};
+    if (j > 0) {
+      DIT_CHECK(W == v[0].W && H == v[0].H && req.steps == reqs[0].steps && req.sampler == reqs[0].sampler &&
+                    (req.guidance_scale > 1.0) == (reqs[0].guidance_scale > 1.0) && req.decode == reqs[0].decode,
+                "generate_batch: requests of one micro-batch must share size, steps, sampler, decoding and "
+                "whether guidance is on");
+    }
+  }
+  const int W = v[0].W, H = v[0].H, steps = reqs[0].steps;
+  const bool use_cfg = reqs[0].guidance_scale > 1.0;
+
+  // One sampler per item (each keeps its own multistep state).
+  SchedulerConfig sc = reqs[0].sampler.empty() ? m.scfg : with_sampler(m.scfg, reqs[0].sampler);
+  std::vector<std::unique_ptr<Sampler>> samplers;
   const int64_t lh = H / info.vae_scale, lw = W / info.vae_scale;
   const int64_t C = m.tcfg.in_channels, n = C * lh * lw;
-  m.ensure_shape(batch, lh, lw);
-  sampler->prepare(n);
+  for (int64_t j = 0; j < k; ++j) {
+    samplers.push_back(make_sampler(sc));
+    samplers.back()->set_timesteps(steps);
+    samplers.back()->prepare(n);
+  }
+  const std::vector<double>& ts = samplers[0]->timesteps();
+
+  // Batch layout: [cond_0 .. cond_{k-1}, uncond_0 .. uncond_{k-1}] (diffusers' [cond, uncond]
+  // for k = 1), or one branch of k items under CFG parallel or without guidance.
+  const int64_t branches = (use_cfg && branch == -1) ? 2 : 1;
+  const int64_t batch = branches * k;
+  m.ensure_shape(batch, k, lh, lw);
   const int null_id = m.tcfg.null_class();
-  if (!use_cfg) {
-    m.yvec[0] = cls.id;
-  } else if (branch == -1) {
-    m.yvec[0] = cls.id;  // diffusers batch order: [cond, uncond]
-    m.yvec[1] = null_id;
-  } else {
-    m.yvec[0] = branch == 0 ? cls.id : null_id;
+  for (int64_t j = 0; j < k; ++j) {
+    if (!use_cfg) {
+      m.yvec[j] = v[j].cls.id;
+    } else if (branch == -1) {
+      m.yvec[j] = v[j].cls.id;
+      m.yvec[k + j] = null_id;
+    } else {
+      m.yvec[j] = branch == 0 ? v[j].cls.id : null_id;
+    }
   }
 
-  Result res;
-  res.eps0 = Tensor::empty({1, C, lh, lw});
-  Tensor noise = torch_randn(req.seed, {1, C, lh, lw});
-  const float sigma0 = sampler->init_noise_sigma();
-  for (int64_t k = 0; k < n; ++k) m.x.f32()[k] = noise.f32()[k] * sigma0;
+  std::vector<Result> res(reqs.size());
+  for (int64_t j = 0; j < k; ++j) {
+    res[j].eps0 = Tensor::empty({1, C, lh, lw});
+    Tensor noise = torch_randn(reqs[j].seed, {1, C, lh, lw});
+    const float sigma0 = samplers[j]->init_noise_sigma();
+    float* x = m.x.f32() + j * n;
+    for (int64_t e = 0; e < n; ++e) x[e] = noise.f32()[e] * sigma0;
+  }
 
   const auto t_loop = Clock::now();
-  const std::vector<double>& ts = sampler->timesteps();
-  const float g = float(req.guidance_scale);
   for (int i = 0; i < int(ts.size()); ++i) {
     const auto t_step = Clock::now();
-    sampler->scale_model_input(m.x.f32(), m.xs.f32(), n, i);
+    for (int64_t j = 0; j < k; ++j) samplers[j]->scale_model_input(m.x.f32() + j * n, m.xs.f32() + j * n, n, i);
     for (int64_t b = 0; b < batch; ++b) {
-      std::memcpy(m.x_in.f32() + b * n, m.xs.f32(), n * 4);
+      std::memcpy(m.x_in.f32() + b * n, m.xs.f32() + (b % k) * n, n * 4);
       m.tvec[b] = ts[i];
     }
     m.dit->forward(m.x_in.f32(), m.tvec.data(), m.yvec.data(), m.local_out.f32());  // [B, T_local, p·p·C_out]
     m.ex->gather_tokens(m.local_out.f32(), m.full_out.f32());                      // [B, N, p·p·C_out]
     unpatchify(m.full_out.f32(), batch, lh / m.tcfg.patch, lw / m.tcfg.patch, m.tcfg.patch, m.tcfg.out_channels, C,
                m.eps.f32());                                                       // [B, C, h, w] (learned sigma dropped)
-    const float* eps = m.eps.f32();
-    if (use_cfg) {
-      const float* both = eps;  // [cond, uncond]
-      if (branch != -1) {
-        m.ex->exchange_cfg(eps, m.eps_both.f32());
-        both = m.eps_both.f32();
-      }
-      const float *cond = both, *unc = both + n;
-      float* gd = m.guided.f32();
-      for (int64_t k = 0; k < n; ++k) gd[k] = unc[k] + g * (cond[k] - unc[k]);  // uncond + g·(cond − uncond)
-      eps = gd;
+    const float* both = m.eps.f32();  // [cond × k, uncond × k] when guided
+    if (use_cfg && branch != -1) {
+      m.ex->exchange_cfg(m.eps.f32(), m.eps_both.f32());
+      both = m.eps_both.f32();
     }
-    if (i == 0) std::memcpy(res.eps0.f32(), eps, n * 4);
-    sampler->step(i, eps, m.x.f32(), n);
+    for (int64_t j = 0; j < k; ++j) {
+      const float* eps = m.eps.f32() + j * n;
+      if (use_cfg) {
+        const float g = float(reqs[j].guidance_scale);
+        const float *cond = both + j * n, *unc = both + (k + j) * n;
+        float* gd = m.guided.f32() + j * n;
+        for (int64_t e = 0; e < n; ++e) gd[e] = unc[e] + g * (cond[e] - unc[e]);  // uncond + g·(cond − uncond)
+        eps = gd;
+      }
+      if (i == 0) std::memcpy(res[j].eps0.f32(), eps, n * 4);
+      samplers[j]->step(i, eps, m.x.f32() + j * n, n);
+    }
     if (progress) {
       StepInfo si;
       si.step = i + 1;
@@ -208,35 +253,41 @@ Result Pipeline::generate(const Request& req, const ProgressFn& progress) {
       progress(si);
     }
   }
-  m.ex->check_agreement(m.x.f32(), n);
-  res.denoise_seconds = since(t_loop);
-  res.latents = m.x.clone();
+  m.ex->check_agreement(m.x.f32(), k * n);
+  const double denoise = since(t_loop);
 
-  if (req.decode && m.ex->is_output_rank()) {
-    if (m.vae_h != lh || m.vae_w != lw) {
-      m.vae->prepare(1, lh, lw);
-      m.vae_h = lh;
-      m.vae_w = lw;
+  for (int64_t j = 0; j < k; ++j) {
+    Result& r = res[j];
+    const Request& req = reqs[j];
+    r.latents = Tensor::empty({1, C, lh, lw});
+    std::memcpy(r.latents.f32(), m.x.f32() + j * n, n * 4);
+    if (req.decode && m.ex->is_output_rank()) {
+      if (m.vae_h != lh || m.vae_w != lw) {
+        m.vae->prepare(1, lh, lw);
+        m.vae_h = lh;
+        m.vae_w = lw;
+      }
+      r.image = Tensor::empty({1, 3, H, W});
+      m.vae->decode(r.latents.f32(), r.image.f32());
     }
-    res.image = Tensor::empty({1, 3, H, W});
-    m.vae->decode(res.latents.f32(), res.image.f32());
+    r.class_id = v[j].cls.id;
+    r.label = v[j].cls.label;
+    r.sampler = samplers[j]->name();
+    r.width = W;
+    r.height = H;
+    r.steps = steps;
+    r.guidance_scale = req.guidance_scale;
+    r.seed = req.seed;
+    r.denoise_seconds = denoise / double(k);
+    std::ostringstream ps;
+    ps << req.prompt << "\nSteps: " << steps << ", Sampler: " << r.sampler << ", CFG scale: " << fmt_num(req.guidance_scale)
+       << ", Seed: " << req.seed << ", Size: " << W << "x" << H << ", Model: " << info.name << ", Class: " << r.class_id
+       << (r.label.empty() ? "" : " (" + r.label + ")") << ", Dtype: " << dtype_name(m.dtype)
+       << ", Version: dit-gen " << DIT_VERSION;
+    r.parameters = ps.str();
   }
-
-  res.class_id = cls.id;
-  res.label = cls.label;
-  res.sampler = sampler->name();
-  res.width = W;
-  res.height = H;
-  res.steps = req.steps;
-  res.guidance_scale = req.guidance_scale;
-  res.seed = req.seed;
-  std::ostringstream ps;
-  ps << req.prompt << "\nSteps: " << req.steps << ", Sampler: " << res.sampler
-     << ", CFG scale: " << fmt_num(req.guidance_scale) << ", Seed: " << req.seed << ", Size: " << W << "x" << H
-     << ", Model: " << info.name << ", Class: " << cls.id << (cls.label.empty() ? "" : " (" + cls.label + ")")
-     << ", Dtype: " << dtype_name(m.dtype) << ", Version: dit-gen " << DIT_VERSION;
-  res.parameters = ps.str();
-  res.seconds = since(t_start);
+  const double total = since(t_start);
+  for (Result& r : res) r.seconds = total / double(k);
   return res;
 }
 
