@@ -81,6 +81,7 @@ void DiTTransformer::prepare(const DiTShape& s, SelfAttention* attn) {
   SelfAttentionShape as;
   as.batch = B;
   as.local_tokens = T;
+  as.total_tokens = s.tokens();
   as.heads = c.heads;
   as.head_dim = c.head_dim;
   as.compute = w_.compute;

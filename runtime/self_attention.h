@@ -13,6 +13,7 @@ namespace dit {
 struct SelfAttentionShape {
   int64_t batch = 1;         // sequences (e.g. 2 for [cond, uncond])
   int64_t local_tokens = 0;  // tokens held by this process
+  int64_t total_tokens = 0;  // the whole sequence, over all ranks (0: local_tokens)
   int64_t heads = 1, head_dim = 1;
   DType compute = DType::F32;
 };

@@ -1,0 +1,33 @@
+// Sequence-parallel self-attention: the tokens of a sequence are split across the ranks
+// of a sequence-parallel group (parallel/sequence_split.h) and attention is computed
+// exactly, as if one process held them all.
+//
+//  - Ulysses (the `ulysses` group, U ranks): one packed all-to-all of Q, K and V turns the
+//    token split into a head split (rank u gets heads [u·H/U, (u+1)·H/U) of all the
+//    group's tokens), attention runs on full-length heads, a second all-to-all turns it back.
+//  - Ring (the `ring` group, R ranks): every rank keeps its queries; K/V blocks travel round
+//    the ring, each send/receive posted before computing on the current block (double
+//    buffered), and the partial results are merged exactly by log-sum-exp in float32.
+//  - USP: both — Ulysses inside, Ring across (xDiT's layout: Ulysses ranks contiguous).
+//
+//   auto attn = make_sequence_parallel_attention(ulysses_group, ring_group);
+//   attn->prepare({.batch = 2, .local_tokens = T_r, .total_tokens = N, .heads = H, .head_dim = d});
+//   attn->forward(qkv, out);   // every rank of both groups, same order
+//
+// Sequence-parallel rank s = ring_rank · U + ulysses_rank owns split_tokens(N, R·U, s).
+// forward() allocates nothing and creates no oneDNN primitive.
+#pragma once
+
+#include <memory>
+
+#include "parallel/process_group.h"
+#include "runtime/self_attention.h"
+
+namespace dit {
+
+// Groups of size 1 switch that axis off. Throws at prepare() when the heads do not divide
+// by the Ulysses degree.
+std::unique_ptr<SelfAttention> make_sequence_parallel_attention(std::shared_ptr<ProcessGroup> ulysses,
+                                                                std::shared_ptr<ProcessGroup> ring);
+
+}  // namespace dit

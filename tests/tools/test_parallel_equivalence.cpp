@@ -1,0 +1,137 @@
+// Every parallel layout gives the serial run's result: CFG parallel, Ulysses, Ring and USP
+// (Ulysses × Ring), alone and combined, as processes over loopback started by dit-gen's
+// own launcher — exactly as a user runs them.
+#include <stb/stb_image.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <map>
+
+#include "cli_util.h"
+#include "runtime/npy.h"
+
+using namespace dit_test;
+
+namespace {
+
+struct Output {
+  dit::Tensor eps0, latents;
+  std::vector<unsigned char> pixels;
+};
+
+struct Diffs {
+  double eps0_rel = 0, latents_rel = 0;
+  int64_t px_diff = 0, px_total = 0, px_max_level = 0;
+  bool eps0_bitwise = true, latents_bitwise = true;
+};
+
+double rel_diff(const dit::Tensor& a, const dit::Tensor& b, bool& bitwise) {
+  double m = 0, ref = 0;
+  bitwise = a.numel() == b.numel();
+  for (int64_t i = 0; i < std::min(a.numel(), b.numel()); ++i) {
+    m = std::max(m, double(std::fabs(a.f32()[i] - b.f32()[i])));
+    ref = std::max(ref, double(std::fabs(b.f32()[i])));
+    bitwise = bitwise && a.f32()[i] == b.f32()[i];
+  }
+  return a.numel() == b.numel() ? m / ref : INFINITY;
+}
+
+Output generate(const std::string& model, const std::string& layout_flags, const std::string& extra, const Scratch& s,
+                const std::string& tag) {
+  const std::string png = s.file(tag + ".png"), lat = s.file(tag + ".lat.npy"), eps = s.file(tag + ".eps.npy");
+  const std::string cmd = bin("dit-gen") + " --progress none -m " + data_path(model) + " -p 3 -s 7 --steps 10 -g 4 " +
+                          "--sampler ddim -t 1 --timeout 60 " + extra + " " + layout_flags + " -o " + png +
+                          " --save-latents " + lat + " --save-noise-pred " + eps;
+  RunResult r = run(cmd);
+  INFO(cmd << "\n" << r.err);
+  REQUIRE(r.code == 0);
+  Output o;
+  o.eps0 = dit::read_npy(eps);
+  o.latents = dit::read_npy(lat);
+  int w, h, c;
+  unsigned char* px = stbi_load(png.c_str(), &w, &h, &c, 3);
+  REQUIRE(px);
+  o.pixels.assign(px, px + size_t(w) * h * 3);
+  stbi_image_free(px);
+  return o;
+}
+
+Diffs compare(const Output& par, const Output& ser) {
+  Diffs d;
+  d.eps0_rel = rel_diff(par.eps0, ser.eps0, d.eps0_bitwise);
+  d.latents_rel = rel_diff(par.latents, ser.latents, d.latents_bitwise);
+  d.px_total = int64_t(ser.pixels.size());
+  for (size_t i = 0; i < ser.pixels.size() && i < par.pixels.size(); ++i) {
+    const int64_t diff = std::abs(int(par.pixels[i]) - int(ser.pixels[i]));
+    d.px_diff += diff != 0;
+    d.px_max_level = std::max(d.px_max_level, diff);
+  }
+  if (par.pixels.size() != ser.pixels.size()) d.px_diff = d.px_total;
+  return d;
+}
+
+void check_layouts(const std::string& model, const std::string& extra, const std::vector<std::string>& layouts) {
+  Scratch s;
+  const Output serial = generate(model, "", extra, s, "serial");
+  int n = 0;
+  for (const std::string& layout : layouts) {
+    const Output par = generate(model, layout, extra, s, "par" + std::to_string(n++));
+    const Diffs d = compare(par, serial);
+    INFO(model << " " << extra << " layout '" << layout << "': eps0 rel " << d.eps0_rel << ", latents rel "
+               << d.latents_rel << ", pixels differing " << d.px_diff << "/" << d.px_total << " (max "
+               << d.px_max_level << " levels)");
+    WARN(model << " " << extra << " [" << layout << "] eps0 rel " << d.eps0_rel << (d.eps0_bitwise ? " (bit-identical)" : "")
+               << ", latents rel " << d.latents_rel << (d.latents_bitwise ? " (bit-identical)" : "")
+               << ", pixels differing " << d.px_diff << "/" << d.px_total);
+    CHECK(d.eps0_rel <= 1e-5);
+    CHECK(d.latents_rel <= 1e-4);
+    CHECK(d.px_max_level <= 1);
+    CHECK(double(d.px_diff) <= 0.001 * double(d.px_total));
+  }
+}
+
+const std::vector<std::string> kLayouts = {"--cfg-parallel",
+                                           "--ulysses 2",
+                                           "--ring 2",
+                                           "--ring 3",
+                                           "--ring 4",
+                                           "--ulysses 2 --ring 2",
+                                           "--cfg-parallel --ulysses 2",
+                                           "--cfg-parallel --ring 2",
+                                           "--cfg-parallel --ulysses 2 --ring 2"};
+
+}  // namespace
+
+TEST_CASE("parallel layouts equal serial: tiny model (16 tokens; r3 splits unevenly)", "[parallel][equivalence]") {
+  std::vector<std::string> layouts = kLayouts;
+  layouts.push_back("--ulysses 4");
+  check_layouts("dit-tiny", "", layouts);
+}
+
+TEST_CASE("parallel layouts equal serial: small model (64 tokens, 6 heads; r3 uneven)", "[parallel][equivalence]") {
+  check_layouts("dit-small", "", kLayouts);
+}
+
+TEST_CASE("parallel layouts equal serial: non-square size with uneven token split", "[parallel][equivalence]") {
+  // 48x64 pixels on the small model: a 6x8 patch grid = 48 tokens; split over 5 ranks is uneven too.
+  check_layouts("dit-small", "-W 64 -H 48", {"--ring 3", "--ulysses 2 --ring 2", "--cfg-parallel --ring 5"});
+}
+
+TEST_CASE("parallel: Ulysses degree that does not divide the heads is a clear error", "[parallel][cli]") {
+  Scratch s;
+  RunResult r = run(bin("dit-gen") + " --progress none -m " + data_path("dit-small") + " -p 1 --steps 1 --ulysses 4 -t 1 -o " +
+                    s.file("x.png"));
+  INFO(r.err);
+  CHECK(r.code != 0);
+  CHECK(r.err.find("6 heads") != std::string::npos);
+  CHECK(r.err.find("4") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(s.file("x.png")));
+}
+
+TEST_CASE("parallel: --cfg-parallel without guidance is an error that says why", "[parallel][cli]") {
+  Scratch s;
+  RunResult r = run(bin("dit-gen") + " --progress none -m " + data_path("dit-tiny") + " -p 1 -g 1 --cfg-parallel -o " +
+                    s.file("x.png"));
+  CHECK(r.code != 0);
+  CHECK(r.err.find("guidance") != std::string::npos);
+}

@@ -1,0 +1,228 @@
+#include "tools/cli/batch_items.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "runtime/error.h"
+#include "samplers/scheduler_config.h"
+
+namespace dit::cli {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string trim(const std::string& s) {
+  const char* ws = " \t\r\n\v\f";
+  const size_t b = s.find_first_not_of(ws);
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(ws) - b + 1);
+}
+
+std::string index_name(int index, const std::string& prompt) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%05d-", index);
+  return buf + slugify(prompt) + ".png";
+}
+
+// Nesting depth of a JSON text (brackets outside strings), to refuse absurd lines before parsing.
+int json_depth(const std::string& s) {
+  int depth = 0, max_depth = 0;
+  bool in_str = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (in_str) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_str = false;
+    } else if (c == '"') {
+      in_str = true;
+    } else if (c == '[' || c == '{') {
+      max_depth = std::max(max_depth, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+
+const char* type_of(const json& v) { return v.type_name(); }
+
+int get_int(const json& v, const char* key) {
+  DIT_CHECK(v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()),
+            "\"" << key << "\" must be an integer, got " << type_of(v) << " " << v.dump());
+  const double d = v.get<double>();
+  DIT_CHECK(d >= -2147483648.0 && d <= 2147483647.0, "\"" << key << "\" is out of range: " << v.dump());
+  return int(d);
+}
+
+std::string get_string(const json& v, const char* key) {
+  DIT_CHECK(v.is_string(), "\"" << key << "\" must be a string, got " << type_of(v) << " " << v.dump());
+  return v.get<std::string>();
+}
+
+// Applies one JSON object's keys to the item (which holds the command-line defaults).
+void apply_json(const std::string& line, BatchItem& it, bool& has_seed) {
+  DIT_CHECK(json_depth(line) <= 16, "nested too deeply");
+  json j;
+  try {
+    j = json::parse(line);
+  } catch (const json::exception& e) {
+    DIT_FAIL("malformed JSON: " << e.what());
+  }
+  DIT_CHECK(j.is_object(), "expected a JSON object, got " << type_of(j));
+  Request& r = it.req;
+  for (const auto& [key, v] : j.items()) {
+    if (v.is_null()) continue;  // null: as if left out
+    if (key == "prompt") {
+      if (v.is_number_unsigned() || v.is_number_integer())
+        r.prompt = std::to_string(v.get<int64_t>());  // a bare class id
+      else
+        r.prompt = get_string(v, "prompt");
+    } else if (key == "negative_prompt") {
+      r.negative_prompt = get_string(v, "negative_prompt");
+    } else if (key == "seed") {
+      DIT_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0),
+                "\"seed\" must be a non-negative integer, got " << v.dump());
+      r.seed = v.get<uint64_t>();
+      has_seed = true;
+    } else if (key == "steps") {
+      r.steps = get_int(v, "steps");
+    } else if (key == "guidance_scale") {
+      DIT_CHECK(v.is_number(), "\"guidance_scale\" must be a number, got " << type_of(v) << " " << v.dump());
+      r.guidance_scale = v.get<double>();
+    } else if (key == "sampler") {
+      r.sampler = get_string(v, "sampler");
+    } else if (key == "width") {
+      r.width = get_int(v, "width");
+    } else if (key == "height") {
+      r.height = get_int(v, "height");
+    } else if (key == "output") {
+      const std::string out = get_string(v, "output");
+      check_item_output(out);
+      it.output = out;
+    } else {
+      DIT_FAIL("unknown key \"" << key
+                                << "\" (expected prompt, negative_prompt, seed, steps, guidance_scale, sampler, width, "
+                                   "height, output)");
+    }
+  }
+}
+
+}  // namespace
+
+std::string slugify(const std::string& prompt) {
+  std::string s;
+  for (unsigned char c : prompt) {
+    if (std::isalnum(c) && c < 0x80) {
+      s += char(std::tolower(c));
+    } else if (!s.empty() && s.back() != '-') {
+      s += '-';
+    }
+    if (s.size() >= 48) break;
+  }
+  while (!s.empty() && s.back() == '-') s.pop_back();
+  return s.empty() ? "item" : s;
+}
+
+void check_item_output(const std::string& rel) {
+  DIT_CHECK(!rel.empty(), "\"output\" is empty");
+  DIT_CHECK(rel.find('\0') == std::string::npos, "\"output\" contains a NUL byte");
+  const fs::path p(rel);
+  DIT_CHECK(!p.is_absolute() && !p.has_root_name() && !p.has_root_directory(),
+            "output '" << rel << "' is an absolute path; outputs must stay inside --output-dir");
+  const fs::path n = p.lexically_normal();
+  DIT_CHECK(!n.empty() && n.begin()->string() != "..",
+            "output '" << rel << "' escapes --output-dir; outputs must stay inside it");
+  DIT_CHECK(n.has_filename() && n.filename() != "." && n.filename() != "..",
+            "output '" << rel << "' is not a file path");
+  DIT_CHECK(n != "results.jsonl", "output 'results.jsonl' is the batch's results file");
+}
+
+std::vector<BatchItem> parse_batch(const std::string& text_in, const GenOptions& d, const std::string& output_dir) {
+  std::string text = text_in;
+  if (text.compare(0, 3, "\xEF\xBB\xBF") == 0) text.erase(0, 3);  // UTF-8 byte order mark
+  std::vector<std::string> lines;
+  {
+    std::istringstream is(text);
+    for (std::string l; std::getline(is, l);) lines.push_back(l);
+  }
+  bool jsonl = false;
+  for (const std::string& l : lines) {
+    const std::string t = trim(l);
+    if (t.empty() || t[0] == '#') continue;
+    jsonl = t[0] == '{';
+    break;
+  }
+
+  std::vector<BatchItem> items;
+  std::map<std::string, int> owner;  // normalized output -> index of the item that has it
+  for (size_t ln = 0; ln < lines.size(); ++ln) {
+    const std::string t = trim(lines[ln]);
+    if (t.empty() || t[0] == '#') continue;
+    BatchItem it;
+    it.index = int(items.size());
+    it.line = int(ln) + 1;
+    Request& r = it.req;
+    r.prompt = d.prompt;
+    r.negative_prompt = d.negative_prompt;
+    r.steps = d.steps;
+    r.guidance_scale = d.guidance;
+    r.sampler = d.sampler;
+    r.width = d.width;
+    r.height = d.height;
+    bool has_seed = false;
+    try {
+      if (jsonl)
+        apply_json(t, it, has_seed);
+      else
+        r.prompt = t;
+      DIT_CHECK(!trim(r.prompt).empty(), "no prompt (a class label or id)");
+    } catch (const Error& e) {
+      it.error = "line " + std::to_string(it.line) + ": " + e.what();
+    }
+    if (!has_seed) r.seed = d.seed + uint64_t(it.index);
+    if (it.output.empty()) it.output = index_name(it.index, r.prompt);
+    const std::string key = fs::path(it.output).lexically_normal().string();
+    if (it.error.empty()) {
+      auto [pos, inserted] = owner.emplace(key, it.index);
+      if (!inserted)
+        it.error = "line " + std::to_string(it.line) + ": output '" + it.output + "' is also item " +
+                   std::to_string(pos->second) + "'s output";
+    }
+    it.path = (fs::path(output_dir) / fs::path(it.output).lexically_normal()).string();
+    items.push_back(std::move(it));
+  }
+  return items;
+}
+
+void validate_items(std::vector<BatchItem>& items, const ModelInfo& info, const ModelIndex& index, bool cfg_split) {
+  const auto& names = sampler_names();
+  for (BatchItem& it : items) {
+    if (!it.error.empty()) continue;
+    const Request& r = it.req;
+    try {
+      const int W = r.width ? r.width : info.default_width, H = r.height ? r.height : info.default_height;
+      const int m = info.size_multiple > 0 ? info.size_multiple : 1;
+      DIT_CHECK(W > 0 && H > 0 && W % m == 0 && H % m == 0,
+                "size " << W << "x" << H << " is not allowed: width and height must be positive multiples of " << m);
+      DIT_CHECK(int64_t(W) * H <= int64_t(16384) * 16384, "size " << W << "x" << H << " is too large");
+      DIT_CHECK(r.steps >= 1 && r.steps <= 1000, "steps must be in 1..1000, got " << r.steps);
+      DIT_CHECK(std::isfinite(r.guidance_scale), "guidance scale must be a finite number");
+      DIT_CHECK(r.negative_prompt.empty(), "negative_prompt is not supported by class-conditional DiT models");
+      DIT_CHECK(r.sampler.empty() || std::find(names.begin(), names.end(), r.sampler) != names.end(),
+                "unknown sampler '" << r.sampler << "' (supported: ddim, dpm++2m, euler)");
+      DIT_CHECK(!cfg_split || r.guidance_scale > 1.0,
+                "--cfg-parallel needs classifier-free guidance, but the guidance scale is " << r.guidance_scale);
+      it.cls = resolve_class(index, r.prompt, info.num_classes);
+    } catch (const Error& e) {
+      it.error = "line " + std::to_string(it.line) + ": " + e.what();
+    }
+  }
+}
+
+}  // namespace dit::cli

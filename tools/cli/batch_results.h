@@ -1,0 +1,49 @@
+// DIR/results.jsonl: one JSON object per finished batch item, appended and flushed to disk
+// at once, so a killed batch still has the record of everything it finished:
+//
+//   {"index":3,"prompt":"goldfish","seed":45,"class_id":1,"label":"goldfish, Carassius auratus",
+//    "output":"out/00003-goldfish.png","status":"done","seconds":1.52}
+//   status: "done", "skipped" (resumed: the output was already there) or "failed" (+ "error").
+//
+// Several processes append to the same file (one per data-parallel replica): each line is
+// one write() on an O_APPEND descriptor, which Linux keeps whole and unmixed for regular
+// files on a local file system (not guaranteed on NFS). Lines come in completion order;
+// "index" says which item.
+#pragma once
+
+#include <string>
+
+namespace dit::cli {
+
+struct ItemRecord {
+  int index = 0;
+  std::string prompt;
+  unsigned long long seed = 0;
+  int class_id = -1;  // -1: unknown (the item failed before its class was resolved)
+  std::string label;
+  std::string output;
+  std::string status;  // done | skipped | failed
+  double seconds = 0;
+  std::string error;
+};
+
+// The record as one JSON line (no newline).
+std::string record_json(const ItemRecord& r);
+
+class ResultsLog {
+ public:
+  // Opens (creates) `path` for appending; throws dit::Error naming it.
+  explicit ResultsLog(const std::string& path);
+  ~ResultsLog();
+  ResultsLog(const ResultsLog&) = delete;
+  ResultsLog& operator=(const ResultsLog&) = delete;
+  // Appends the record's line with one write() and fsyncs it; throws dit::Error on failure.
+  void append(const ItemRecord& r);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+}  // namespace dit::cli

@@ -1,0 +1,78 @@
+#include "tools/cli/options.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "runtime/error.h"
+#include "runtime/progress.h"
+#include "runtime/tensor.h"
+
+namespace dit::cli {
+
+void add_generation_options(CLI::App& app, GenOptions& o) {
+  app.add_option("-m,--model", o.model, "diffusers DiT pipeline directory (model_index.json, transformer/, vae/, "
+                                        "scheduler/); default: the demo model");
+  app.add_option("-p,--prompt", o.prompt, "class label (e.g. \"golden retriever\") or class id");
+  app.add_option("-n,--negative-prompt", o.negative_prompt, "not supported by class-conditional DiT (must be empty)");
+  app.add_option("-s,--seed", o.seed, "random seed (torch-compatible noise)")->capture_default_str();
+  app.add_option("--steps", o.steps, "denoising steps")->capture_default_str()->check(CLI::Range(1, 1000));
+  app.add_option("-g,--guidance-scale,--cfg-scale", o.guidance, "classifier-free guidance scale (<= 1: no guidance)")
+      ->capture_default_str();
+  app.add_option("--sampler", o.sampler, "ddim|dpm++2m|euler (default: the model's scheduler_config.json)");
+  app.add_option("-W,--width", o.width, "image width in pixels (default: the model's sample_size x VAE scale)");
+  app.add_option("-H,--height", o.height, "image height in pixels (default: the model's sample_size x VAE scale)");
+  app.add_option("-o,--output", o.output, "output PNG")->capture_default_str();
+  app.add_option("--save-latents", o.save_latents, "also write the final latents (before VAE scaling) as .npy");
+  app.add_option("--save-noise-pred", o.save_noise_pred,
+                 "also write the first step's guided noise prediction as .npy (to compare layouts)");
+  app.add_flag("--no-decode", o.no_decode, "skip the VAE decode and the PNG");
+  app.add_option("--dtype", o.dtype, "matmul compute type: f32|bf16")->capture_default_str();
+  app.add_option("-t,--threads", o.threads, "threads per rank (default: cores / local ranks)")->capture_default_str();
+  app.add_option("--progress", o.progress, "auto|bar|json|none (auto: a bar on a terminal)")->capture_default_str();
+  app.add_flag("-v,--verbose", o.verbose, "print model and timing details");
+  const char* par = "Parallel (ranks are processes; started here unless launched externally, see README)";
+  app.add_flag("--cfg-parallel", o.cfg_parallel, "run the cond and uncond branches on two rank groups")->group(par);
+  app.add_option("--ulysses", o.ulysses, "Ulysses degree: split tokens across ranks, all-to-all over heads")
+      ->capture_default_str()
+      ->group(par);
+  app.add_option("--ring", o.ring, "Ring degree: split tokens across ranks, K/V passed round a ring")
+      ->capture_default_str()
+      ->group(par);
+  app.add_option("--timeout", o.timeout, "seconds any collective may wait before the run fails")
+      ->capture_default_str()
+      ->group(par);
+  app.add_option("--rendezvous", o.rendezvous,
+                 "file:DIR or redis://HOST:PORT[/RUN] (default: a private temporary directory on this machine)")
+      ->group(par);
+  app.add_option("--nnodes", o.nnodes, "machines taking part (with --rendezvous redis://...)")
+      ->capture_default_str()
+      ->group(par);
+  app.add_option("--node-rank", o.node_rank, "index of this machine")->capture_default_str()->group(par);
+  app.add_option("--nproc-per-node", o.nproc_per_node, "ranks started on this machine (default: world / nnodes)")
+      ->capture_default_str()
+      ->group(par);
+}
+
+void check_output_path(const std::string& path, const char* flag) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  DIT_CHECK(!path.empty() && p.has_filename(), flag << ": '" << path << "' is not a file path");
+  const fs::path parent = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  DIT_CHECK(fs::is_directory(parent), flag << ": directory '" << parent.string() << "' does not exist");
+  DIT_CHECK(::access(parent.c_str(), W_OK) == 0, flag << ": directory '" << parent.string() << "' is not writable");
+  DIT_CHECK(!fs::is_directory(p), flag << ": '" << path << "' is a directory");
+}
+
+void validate(const GenOptions& o) {
+  parse_progress_mode(o.progress);
+  parse_dtype(o.dtype);
+  DIT_CHECK(o.ulysses >= 1 && o.ring >= 1, "--ulysses and --ring must be >= 1");
+  DIT_CHECK(o.degrees().world() <= 1024, "--ulysses × --ring × cfg is too large (" << o.degrees().world() << " ranks)");
+  DIT_CHECK(o.timeout > 0 && o.timeout <= 86400, "--timeout must be in (0, 86400] seconds");
+  DIT_CHECK(!o.cfg_parallel || o.guidance > 1.0,
+            "--cfg-parallel needs classifier-free guidance, but --guidance-scale is " << o.guidance
+                                                                                      << " (<= 1 runs one branch only)");
+}
+
+}  // namespace dit::cli

@@ -1,0 +1,48 @@
+// dit-gen's command-line options, shared by single-image and batch mode.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "parallel/mesh.h"
+
+namespace dit::cli {
+
+struct GenOptions {
+  std::string model;
+  std::string prompt;
+  std::string negative_prompt;
+  uint64_t seed = 42;
+  int steps = 50;
+  double guidance = 4.0;
+  std::string sampler;
+  int width = 0, height = 0;
+  std::string output = "output.png";
+  std::string save_latents;
+  std::string save_noise_pred;
+  bool no_decode = false;
+  std::string dtype = "f32";
+  int threads = 0;
+  std::string progress = "auto";
+  bool verbose = false;
+  // Parallel layout.
+  bool cfg_parallel = false;
+  int ulysses = 1, ring = 1;
+  double timeout = 300;
+  std::string rendezvous;
+  int nnodes = 1, node_rank = 0, nproc_per_node = 0;
+
+  MeshDegrees degrees() const { return {1, cfg_parallel ? 2 : 1, ring, ulysses}; }
+};
+
+// Registers every option (with its default shown in --help) on `app`.
+void add_generation_options(CLI::App& app, GenOptions& o);
+
+// Checks that need no model, done before any rank starts so a bad flag gives one error.
+void validate(const GenOptions& o);
+
+// flag: '<path>' must be a writable file path in an existing directory.
+void check_output_path(const std::string& path, const char* flag);
+
+}  // namespace dit::cli

@@ -1,0 +1,64 @@
+#include "tools/cli/session.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "models/distributed_exchange.h"
+#include "runtime/engine.h"
+#include "tools/cli/demo_model.h"
+
+namespace dit::cli {
+
+LaunchOptions launch_options(const GenOptions& o, int world_size) {
+  LaunchOptions lo;
+  lo.world_size = world_size;
+  lo.threads = o.threads;
+  lo.nnodes = o.nnodes;
+  lo.node_rank = o.node_rank;
+  lo.nproc_per_node = o.nproc_per_node;
+  lo.rendezvous = o.rendezvous;
+  return lo;
+}
+
+void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
+  if (s.env.threads > 0)
+    set_num_threads(s.env.threads);
+  else if (o.threads > 0)
+    set_num_threads(o.threads);
+
+  PipelineOptions po;
+  po.model_dir = o.model.empty() ? demo_model_dir() : o.model;
+  po.dtype = parse_dtype(o.dtype);
+  if (degrees.world() > 1) {
+    CommOptions co;
+    co.timeout = std::chrono::milliseconds(int64_t(o.timeout * 1000));
+    s.world = connect_world(s.env, co);
+    s.mesh = std::make_shared<DeviceMesh>(s.world, degrees);
+    po.exchange = make_distributed_exchange(s.mesh);
+  }
+  s.pipe = Pipeline::load(po);
+  const ModelInfo& info = s.pipe->info();
+  if (o.verbose && s.env.rank == 0)
+    std::fprintf(stderr,
+                 "dit-gen: model %s: DiT %d layers, hidden %d, %d heads, %d classes, VAE scale %d, %d threads/rank\n",
+                 info.dir.c_str(), info.layers, info.hidden, info.heads, info.num_classes, info.vae_scale,
+                 num_threads());
+}
+
+void print_layout(Session& s, const MeshDegrees& degrees, int64_t tokens) {
+  if (!s.world) return;
+  if (s.env.rank == 0)
+    std::fprintf(stderr, "dit-gen: %d ranks, mesh %s, %d threads per rank\n", degrees.world(),
+                 mesh_str(degrees).c_str(), num_threads());
+  std::fflush(stderr);
+  s.world->barrier();
+  for (int r = 0; r < degrees.world(); ++r) {
+    if (r == s.env.rank) {
+      std::fprintf(stderr, "dit-gen:   %s\n", s.pipe->exchange().describe(tokens, s.pipe->info().heads).c_str());
+      std::fflush(stderr);
+    }
+    s.world->barrier();
+  }
+}
+
+}  // namespace dit::cli

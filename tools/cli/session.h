@@ -1,0 +1,31 @@
+// One rank's view of a dit-gen run: its launch environment, its process groups (for a
+// parallel run) and the loaded pipeline. Shared by single-image and batch mode.
+#pragma once
+
+#include <memory>
+
+#include "models/dit_gen.h"
+#include "parallel/launcher.h"
+#include "parallel/mesh.h"
+#include "tools/cli/options.h"
+
+namespace dit::cli {
+
+struct Session {
+  LaunchEnv env;
+  std::shared_ptr<ProcessGroup> world;  // null for one process
+  std::shared_ptr<DeviceMesh> mesh;     // null for one process
+  std::unique_ptr<Pipeline> pipe;
+};
+
+// Sets threads, connects the ranks (when world > 1), builds the mesh and loads the pipeline.
+// `world` is filled as soon as it exists so the caller can abort it on failure.
+void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s);
+
+// Prints the mesh: one line per rank, in rank order (rank 0's terminal gets them all).
+void print_layout(Session& s, const MeshDegrees& degrees, int64_t tokens);
+
+// Launch options from the flags.
+LaunchOptions launch_options(const GenOptions& o, int world_size);
+
+}  // namespace dit::cli
