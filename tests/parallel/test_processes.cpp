@@ -92,7 +92,7 @@ TEST_CASE("external launch: a rank that fails during set-up stops the others wai
   dit::remove_rendezvous_dir(dir);
 }
 
-TEST_CASE("launcher: a worker SIGKILLed mid-collective; survivors fail on their own within 2x timeout",
+TEST_CASE("launcher: a worker SIGKILLed mid-collective - survivors fail on their own within 2x timeout",
           "[parallel]") {
   const int timeout_ms = 3000;
   auto vars = launch_vars(4, "kill");
@@ -138,7 +138,7 @@ TEST_CASE("launcher: Ctrl-C stops every worker and exits 130", "[parallel]") {
   CHECK(process_group_gone(p.pid));
 }
 
-TEST_CASE("launch environment: DIT_*, mpirun and srun variables; threads per rank", "[parallel]") {
+TEST_CASE("launch environment: DIT_*, mpirun and srun variables - threads per rank", "[parallel]") {
   auto clear = [] {
     for (const char* v : {"DIT_RANK", "DIT_WORLD_SIZE", "DIT_RENDEZVOUS", "DIT_LOCAL_RANK", "DIT_LOCAL_WORLD_SIZE",
                           "DIT_THREADS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID",

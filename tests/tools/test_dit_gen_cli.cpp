@@ -51,7 +51,7 @@ TEST_CASE("dit-gen writes a PNG of the right size with the parameters chunk", "[
   CHECK(lat.shape() == dit::Shape{1, 4, 8, 8});
 }
 
-TEST_CASE("dit-gen: same seed, identical files; another seed, another image", "[cli]") {
+TEST_CASE("dit-gen: same seed, identical files - another seed, another image", "[cli]") {
   Scratch s;
   REQUIRE(run(gen(kTiny + " -p 7 --steps 2 -s 11 -o " + s.file("a.png"))).code == 0);
   REQUIRE(run(gen(kTiny + " -p 7 --steps 2 -s 11 -o " + s.file("b.png"))).code == 0);
@@ -91,7 +91,7 @@ TEST_CASE("dit-gen: bad input gives a one-line error, a non-zero exit and no out
   expect_failure("-m " + broken + " -p 1" + o, "diffusion_pytorch_model.safetensors", png);
 }
 
-TEST_CASE("dit-gen --help shows every default; --version", "[cli]") {
+TEST_CASE("dit-gen --help shows every default - --version", "[cli]") {
   RunResult h = run(bin("dit-gen") + " --help");
   CHECK(h.code == 0);
   for (const char* s : {"--prompt", "--steps", "50", "--guidance-scale", "--cfg-scale", "4", "--seed", "42",

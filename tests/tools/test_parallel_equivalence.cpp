@@ -102,13 +102,13 @@ const std::vector<std::string> kLayouts = {"--cfg-parallel",
 
 }  // namespace
 
-TEST_CASE("parallel layouts equal serial: tiny model (16 tokens; r3 splits unevenly)", "[parallel][equivalence]") {
+TEST_CASE("parallel layouts equal serial: tiny model (16 tokens, r3 splits unevenly)", "[parallel][equivalence]") {
   std::vector<std::string> layouts = kLayouts;
   layouts.push_back("--ulysses 4");
   check_layouts("dit-tiny", "", layouts);
 }
 
-TEST_CASE("parallel layouts equal serial: small model (64 tokens, 6 heads; r3 uneven)", "[parallel][equivalence]") {
+TEST_CASE("parallel layouts equal serial: small model (64 tokens, 6 heads, r3 uneven)", "[parallel][equivalence]") {
   check_layouts("dit-small", "", kLayouts);
 }
 
