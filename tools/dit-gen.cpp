@@ -4,12 +4,14 @@
 //   dit-gen --prompt "golden retriever" -o dog.png                 # the bundled demo model
 //   dit-gen -m /models/DiT-XL-2-256 -p "tabby cat" --steps 50 -s 7 -o cat.png
 //   dit-gen -p 207 --cfg-parallel --ulysses 2 -o dog.png          # 4 processes
+//   dit-gen --batch prompts.jsonl --output-dir out --dp 2          # many images, 2 replicas
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
 
 #include "parallel/launcher.h"
 #include "runtime/error.h"
+#include "tools/cli/batch.h"
 #include "tools/cli/demo_model.h"
 #include "tools/cli/options.h"
 #include "tools/cli/session.h"
@@ -36,15 +38,17 @@ int main(int argc, char** argv) {
   try {
     s.env = dit::detect_launch_env(lo);
     validate(o);
-    if (!o.no_decode) check_output_path(o.output, "--output");
-    if (!o.save_latents.empty()) check_output_path(o.save_latents, "--save-latents");
-    if (!o.save_noise_pred.empty()) check_output_path(o.save_noise_pred, "--save-noise-pred");
+    if (o.batch.empty()) {
+      if (!o.no_decode) check_output_path(o.output, "--output");
+      if (!o.save_latents.empty()) check_output_path(o.save_latents, "--save-latents");
+      if (!o.save_noise_pred.empty()) check_output_path(o.save_noise_pred, "--save-noise-pred");
+    }
     if (!s.env.external) {  // the launcher, or a single process
       if (o.model.empty()) ensure_demo_model();
       if (auto rc = dit::maybe_launch(argc, argv, lo)) return *rc;
     }
     open_session(o, degrees, s);
-    const int rc = run_single(o, s);
+    const int rc = o.batch.empty() ? run_single(o, s) : run_batch(o, s);
     if (s.world) s.world->shutdown();
     return rc;
   } catch (const std::exception& e) {

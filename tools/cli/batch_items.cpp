@@ -76,41 +76,49 @@ void apply_json(const std::string& line, BatchItem& it, bool& has_seed) {
   }
   DIT_CHECK(j.is_object(), "expected a JSON object, got " << type_of(j));
   Request& r = it.req;
+  std::string first_error;  // every key is applied (so a failed item still has its prompt and seed)
   for (const auto& [key, v] : j.items()) {
     if (v.is_null()) continue;  // null: as if left out
-    if (key == "prompt") {
-      if (v.is_number_unsigned() || v.is_number_integer())
-        r.prompt = std::to_string(v.get<int64_t>());  // a bare class id
-      else
-        r.prompt = get_string(v, "prompt");
-    } else if (key == "negative_prompt") {
-      r.negative_prompt = get_string(v, "negative_prompt");
-    } else if (key == "seed") {
-      DIT_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0),
-                "\"seed\" must be a non-negative integer, got " << v.dump());
-      r.seed = v.get<uint64_t>();
-      has_seed = true;
-    } else if (key == "steps") {
-      r.steps = get_int(v, "steps");
-    } else if (key == "guidance_scale") {
-      DIT_CHECK(v.is_number(), "\"guidance_scale\" must be a number, got " << type_of(v) << " " << v.dump());
-      r.guidance_scale = v.get<double>();
-    } else if (key == "sampler") {
-      r.sampler = get_string(v, "sampler");
-    } else if (key == "width") {
-      r.width = get_int(v, "width");
-    } else if (key == "height") {
-      r.height = get_int(v, "height");
-    } else if (key == "output") {
-      const std::string out = get_string(v, "output");
-      check_item_output(out);
-      it.output = out;
-    } else {
-      DIT_FAIL("unknown key \"" << key
-                                << "\" (expected prompt, negative_prompt, seed, steps, guidance_scale, sampler, width, "
-                                   "height, output)");
+    try {
+      if (key == "prompt") {
+        if (v.is_number_unsigned() || v.is_number_integer())
+          r.prompt = std::to_string(v.get<int64_t>());  // a bare class id
+        else
+          r.prompt = get_string(v, "prompt");
+      } else if (key == "negative_prompt") {
+        r.negative_prompt = get_string(v, "negative_prompt");
+      } else if (key == "seed") {
+        DIT_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0),
+                  "\"seed\" must be a non-negative integer, got " << v.dump());
+        r.seed = v.get<uint64_t>();
+        has_seed = true;
+      } else if (key == "steps") {
+        r.steps = get_int(v, "steps");
+      } else if (key == "guidance_scale") {
+        DIT_CHECK(v.is_number(), "\"guidance_scale\" must be a number, got " << type_of(v) << " " << v.dump());
+        r.guidance_scale = v.get<double>();
+      } else if (key == "sampler") {
+        r.sampler = get_string(v, "sampler");
+      } else if (key == "width") {
+        r.width = get_int(v, "width");
+      } else if (key == "height") {
+        r.height = get_int(v, "height");
+      } else if (key == "output") {
+        const std::string out = get_string(v, "output");
+        check_item_output(out);
+        it.output = out;
+      } else {
+        DIT_FAIL("unknown key \"" << key
+                                  << "\" (expected prompt, negative_prompt, seed, steps, guidance_scale, sampler, width, "
+                                     "height, output)");
+      }
+    } catch (const Error& e) {
+      if (first_error.empty()) first_error = e.what();
+    } catch (const json::exception& e) {
+      if (first_error.empty()) first_error = "\"" + key + "\": " + e.what();
     }
   }
+  if (!first_error.empty()) throw Error(first_error);
 }
 
 }  // namespace
@@ -220,7 +228,9 @@ void validate_items(std::vector<BatchItem>& items, const ModelInfo& info, const 
                 "--cfg-parallel needs classifier-free guidance, but the guidance scale is " << r.guidance_scale);
       it.cls = resolve_class(index, r.prompt, info.num_classes);
     } catch (const Error& e) {
-      it.error = "line " + std::to_string(it.line) + ": " + e.what();
+      std::string msg = e.what();
+      if (msg.rfind("--prompt: ", 0) == 0) msg = "prompt: " + msg.substr(10);  // not a flag here
+      it.error = "line " + std::to_string(it.line) + ": " + msg;
     }
   }
 }

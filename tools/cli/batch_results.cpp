@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include <nlohmann/json.hpp>
+
 #include "runtime/error.h"
 #include "runtime/progress.h"
 
@@ -21,6 +23,25 @@ std::string record_json(const ItemRecord& r) {
   s += ",\"output\":" + json_quote(r.output) + ",\"status\":" + json_quote(r.status) + ",\"seconds\":" + secs;
   if (!r.error.empty()) s += ",\"error\":" + json_quote(r.error);
   return s + "}";
+}
+
+ItemRecord record_from_json(const std::string& line) {
+  try {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    ItemRecord r;
+    r.index = j.at("index").get<int>();
+    r.prompt = j.at("prompt").get<std::string>();
+    r.seed = j.at("seed").get<unsigned long long>();
+    r.class_id = j.value("class_id", -1);
+    r.label = j.value("label", std::string());
+    r.output = j.at("output").get<std::string>();
+    r.status = j.at("status").get<std::string>();
+    r.seconds = j.at("seconds").get<double>();
+    r.error = j.value("error", std::string());
+    return r;
+  } catch (const nlohmann::json::exception& e) {
+    DIT_FAIL("malformed item record: " << e.what());
+  }
 }
 
 ResultsLog::ResultsLog(const std::string& path) : path_(path) {

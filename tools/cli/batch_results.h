@@ -27,8 +27,9 @@ struct ItemRecord {
   std::string error;
 };
 
-// The record as one JSON line (no newline).
+// The record as one JSON line (no newline), and back (throws dit::Error if malformed).
 std::string record_json(const ItemRecord& r);
+ItemRecord record_from_json(const std::string& line);
 
 class ResultsLog {
  public:

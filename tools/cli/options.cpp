@@ -22,7 +22,9 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
   app.add_option("--sampler", o.sampler, "ddim|dpm++2m|euler (default: the model's scheduler_config.json)");
   app.add_option("-W,--width", o.width, "image width in pixels (default: the model's sample_size x VAE scale)");
   app.add_option("-H,--height", o.height, "image height in pixels (default: the model's sample_size x VAE scale)");
-  app.add_option("-o,--output", o.output, "output PNG")->capture_default_str();
+  app.add_option("-o,--output", o.output, "output PNG")->capture_default_str()->each([&o](const std::string&) {
+    o.output_given = true;
+  });
   app.add_option("--save-latents", o.save_latents, "also write the final latents (before VAE scaling) as .npy");
   app.add_option("--save-noise-pred", o.save_noise_pred,
                  "also write the first step's guided noise prediction as .npy (to compare layouts)");
@@ -31,6 +33,22 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
   app.add_option("-t,--threads", o.threads, "threads per rank (default: cores / local ranks)")->capture_default_str();
   app.add_option("--progress", o.progress, "auto|bar|json|none (auto: a bar on a terminal)")->capture_default_str();
   app.add_flag("-v,--verbose", o.verbose, "print model and timing details");
+  const char* bat = "Batch (many prompts per model load; see README)";
+  app.add_option("--batch", o.batch,
+                 "JSON Lines or text file of prompts (- = standard input); with --output-dir. Keys left out take "
+                 "the command line's values")
+      ->group(bat);
+  app.add_option("--output-dir", o.output_dir, "batch: directory for the PNGs and results.jsonl (created)")->group(bat);
+  app.add_flag("--overwrite", o.overwrite, "batch: regenerate items whose output already exists (default: skip them)")
+      ->group(bat);
+  app.add_option("--micro-batch", o.micro_batch, "batch: denoise up to N consecutive same-size items together")
+      ->capture_default_str()
+      ->group(bat);
+  app.add_option("--dp", o.dp, "batch: data-parallel replicas, each taking a share of the items")
+      ->capture_default_str()
+      ->group(bat);
+  app.add_flag("--save-item-latents", o.item_latents, "batch: also write each item's final latents as <output>.npy")
+      ->group(bat);
   const char* par = "Parallel (ranks are processes; started here unless launched externally, see README)";
   app.add_flag("--cfg-parallel", o.cfg_parallel, "run the cond and uncond branches on two rank groups")->group(par);
   app.add_option("--ulysses", o.ulysses, "Ulysses degree: split tokens across ranks, all-to-all over heads")
@@ -68,9 +86,26 @@ void validate(const GenOptions& o) {
   parse_progress_mode(o.progress);
   parse_dtype(o.dtype);
   DIT_CHECK(o.ulysses >= 1 && o.ring >= 1, "--ulysses and --ring must be >= 1");
+  DIT_CHECK(o.dp >= 1 && o.dp <= 1024, "--dp must be in 1..1024");
+  DIT_CHECK(o.micro_batch >= 1 && o.micro_batch <= 256, "--micro-batch must be in 1..256");
+  if (o.batch.empty()) {
+    DIT_CHECK(o.output_dir.empty() && !o.overwrite && !o.item_latents,
+              "--output-dir, --overwrite and --save-item-latents are for batch mode (--batch FILE)");
+    DIT_CHECK(o.dp == 1 && o.micro_batch == 1, "--dp and --micro-batch are for batch mode (--batch FILE)");
+  } else {
+    DIT_CHECK(!o.output_dir.empty(), "--batch needs --output-dir DIR");
+    DIT_CHECK(!o.output_given, "-o/--output is for one image; a batch writes into --output-dir (or per-item \"output\")");
+    DIT_CHECK(o.save_latents.empty() && o.save_noise_pred.empty(),
+              "--save-latents/--save-noise-pred are for one image; use --save-item-latents with --batch");
+    DIT_CHECK(!o.no_decode, "--no-decode is not supported with --batch (resuming needs the PNGs)");
+    DIT_CHECK(o.batch == "-" || std::filesystem::is_regular_file(o.batch),
+              "--batch: '" << o.batch << "' is not a readable file");
+    DIT_CHECK(!std::filesystem::exists(o.output_dir) || std::filesystem::is_directory(o.output_dir),
+              "--output-dir: '" << o.output_dir << "' is not a directory");
+  }
   DIT_CHECK(o.degrees().world() <= 1024, "--ulysses × --ring × cfg is too large (" << o.degrees().world() << " ranks)");
   DIT_CHECK(o.timeout > 0 && o.timeout <= 86400, "--timeout must be in (0, 86400] seconds");
-  DIT_CHECK(!o.cfg_parallel || o.guidance > 1.0,
+  DIT_CHECK(!o.cfg_parallel || o.guidance > 1.0 || !o.batch.empty(),  // batch: checked per item
             "--cfg-parallel needs classifier-free guidance, but --guidance-scale is " << o.guidance
                                                                                       << " (<= 1 runs one branch only)");
 }

@@ -19,6 +19,7 @@ struct GenOptions {
   std::string sampler;
   int width = 0, height = 0;
   std::string output = "output.png";
+  bool output_given = false;  // -o was on the command line
   std::string save_latents;
   std::string save_noise_pred;
   bool no_decode = false;
@@ -32,8 +33,15 @@ struct GenOptions {
   double timeout = 300;
   std::string rendezvous;
   int nnodes = 1, node_rank = 0, nproc_per_node = 0;
+  // Batch mode (tools/cli/batch.h).
+  std::string batch;       // --batch FILE ("-": standard input)
+  std::string output_dir;  // --output-dir
+  bool overwrite = false;
+  bool item_latents = false;  // --save-item-latents: <output>.npy next to each PNG
+  int dp = 1;              // data-parallel replicas
+  int micro_batch = 1;
 
-  MeshDegrees degrees() const { return {1, cfg_parallel ? 2 : 1, ring, ulysses}; }
+  MeshDegrees degrees() const { return {dp, cfg_parallel ? 2 : 1, ring, ulysses}; }
 };
 
 // Registers every option (with its default shown in --help) on `app`.

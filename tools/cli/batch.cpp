@@ -1,0 +1,283 @@
+#include "tools/cli/batch.h"
+
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "models/model_index.h"
+#include "runtime/error.h"
+#include "runtime/npy.h"
+#include "runtime/progress.h"
+#include "tools/cli/batch_items.h"
+#include "tools/cli/batch_progress.h"
+#include "tools/cli/batch_results.h"
+#include "tools/cli/batch_resume.h"
+
+namespace dit::cli {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// A failure that ends the whole batch (another rank failed), never recorded as an item's.
+struct BatchAbort : Error {
+  using Error::Error;
+};
+
+std::string read_batch_text(const std::string& file) {
+  std::string text;
+  if (file == "-") {
+    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  } else {
+    std::ifstream f(file, std::ios::binary);
+    DIT_CHECK(f, "--batch: cannot read '" << file << "'");
+    text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    DIT_CHECK(!f.bad(), "--batch: error reading '" << file << "'");
+  }
+  DIT_CHECK(text.size() <= (size_t(256) << 20), "--batch: '" << file << "' is larger than 256 MiB");
+  return text;
+}
+
+void broadcast_string(ProcessGroup& g, std::string& s) {
+  uint64_t n = s.size();
+  g.broadcast_bytes(&n, sizeof n, 0);
+  s.resize(n);
+  if (n) g.broadcast_bytes(s.data(), n, 0);
+}
+
+// Items that may share a micro-batch (what Pipeline::generate_batch requires to match).
+struct Shape {
+  int W, H, steps;
+  std::string sampler;
+  bool cfg;
+  bool operator==(const Shape& o) const {
+    return W == o.W && H == o.H && steps == o.steps && sampler == o.sampler && cfg == o.cfg;
+  }
+};
+Shape shape_of(const Request& r, const ModelInfo& info) {
+  return {r.width ? r.width : info.default_width, r.height ? r.height : info.default_height, r.steps, r.sampler,
+          r.guidance_scale > 1.0};
+}
+
+bool comm_broken(Session& s) {
+  if (!s.mesh) return false;
+  DeviceMesh& m = *s.mesh;
+  return m.world().failed() || m.replica().failed() || m.sp().failed() || m.cfg().failed() || m.ulysses().failed() ||
+         m.ring().failed() || m.dp().failed();
+}
+
+// Stops a wait on the store when another rank has failed.
+void check_peers(RendezvousStore& store, int world, Clock::time_point& next_dead_check) {
+  if (auto ab = store.find_abort()) {
+    note_peer_failure();
+    throw BatchAbort("rank " + std::to_string(ab->rank) + " failed: " + ab->message);
+  }
+  if (Clock::now() >= next_dead_check) {
+    next_dead_check = Clock::now() + std::chrono::seconds(2);
+    std::vector<int> all(world);
+    for (int r = 0; r < world; ++r) all[r] = r;
+    const std::vector<int> dead = store.dead_local_ranks(all);
+    if (!dead.empty()) {
+      note_peer_failure();
+      throw BatchAbort("rank " + std::to_string(dead[0]) + " is no longer running");
+    }
+  }
+}
+
+// Finished items of replicas 1..D-1 travel to rank 0 through the rendezvous store: the
+// replica's output rank sets "dit-batch/<replica>/<k>" to its k-th record.
+std::string relay_key(int replica, int k) { return "dit-batch-item-" + std::to_string(replica) + "-" + std::to_string(k); }
+
+}  // namespace
+
+int run_batch(const GenOptions& o, Session& s) {
+  const int rank = s.env.rank;
+  Pipeline& pipe = *s.pipe;
+  const ModelInfo& info = pipe.info();
+  StepExchange& ex = pipe.exchange();
+  const int D = s.mesh ? s.mesh->degrees().dp : 1;
+  const int replica = s.mesh ? s.mesh->coord().dp : 0;
+  const bool out_rank = ex.is_output_rank();
+  const std::string dtype = dtype_name(parse_dtype(o.dtype));
+  const fs::path dir(o.output_dir);
+  const std::string results_path = (dir / "results.jsonl").string();
+  std::shared_ptr<RendezvousStore> store = s.world ? s.world->store() : nullptr;
+
+  // Every rank parses the same text (rank 0 reads it: standard input is rank 0's).
+  std::string text;
+  if (rank == 0) text = read_batch_text(o.batch);
+  if (s.world) broadcast_string(*s.world, text);
+  std::vector<BatchItem> items = parse_batch(text, o, o.output_dir);
+  validate_items(items, info, ModelIndex::load(info.dir), ex.cfg_branch() != -1);
+  const int n = int(items.size());
+
+  std::unique_ptr<ResultsLog> log;
+  if (out_rank) {
+    fs::create_directories(dir);
+    log = std::make_unique<ResultsLog>(results_path);
+  }
+  // Rank 0 decides what is left to do (resume) and tells everyone.
+  enum : uint8_t { kGenerate = 0, kSkip = 1, kFailed = 2 };
+  std::vector<uint8_t> state(size_t(n), kGenerate);
+  if (rank == 0)
+    for (int i = 0; i < n; ++i)
+      state[i] = !items[i].error.empty()                                         ? kFailed
+                 : !o.overwrite && output_is_done(items[i].path, items[i].req, info, dtype) ? kSkip
+                                                                                             : kGenerate;
+  if (s.world && n > 0) s.world->broadcast_bytes(state.data(), size_t(n), 0);
+
+  std::vector<int> todo;
+  for (int i = 0; i < n; ++i)
+    if (state[i] == kGenerate) todo.push_back(i);
+  std::vector<int> mine, expected(size_t(D), 0);
+  for (size_t j = 0; j < todo.size(); ++j) {
+    expected[j % D]++;
+    if (int(j % D) == replica) mine.push_back(todo[j]);
+  }
+  {
+    const int m = info.size_multiple > 0 ? info.size_multiple : 1;
+    const int W = o.width ? o.width : info.default_width, H = o.height ? o.height : info.default_height;
+    print_layout(s, o.degrees(), int64_t(H / m) * (W / m));
+  }
+
+  auto record_of = [&](const BatchItem& it) {
+    ItemRecord r;
+    r.index = it.index;
+    r.prompt = it.req.prompt;
+    r.seed = it.req.seed;
+    r.class_id = it.error.empty() ? it.cls.id : -1;
+    r.label = it.error.empty() ? it.cls.label : "";
+    r.output = it.path;
+    return r;
+  };
+
+  std::optional<BatchProgress> progress;
+  if (rank == 0) {
+    progress.emplace(parse_progress_mode(o.progress), n, int(todo.size()), D);
+    for (int i = 0; i < n; ++i) {
+      if (state[i] == kGenerate) continue;
+      ItemRecord r = record_of(items[i]);
+      r.status = state[i] == kSkip ? "skipped" : "failed";
+      r.error = items[i].error;
+      log->append(r);
+      progress->item(r);
+    }
+  }
+
+  // Rank 0: draws in the records the other replicas posted so far.
+  std::vector<int> received(size_t(D), 0);
+  auto poll_relay = [&]() {
+    for (int r = 1; r < D; ++r)
+      while (received[r] < expected[r] && store->check({relay_key(r, received[r])})) {
+        const std::vector<char> v = store->get(relay_key(r, received[r]));
+        progress->item(record_from_json(std::string(v.begin(), v.end())));
+        received[r]++;
+      }
+  };
+  int posted = 0;
+  auto finish_item = [&](const BatchItem& it, const Result* res, const std::string& error) {
+    if (!out_rank) return;
+    ItemRecord r = record_of(it);
+    if (res) {
+      r.class_id = res->class_id;
+      r.label = res->label;
+      r.seconds = res->seconds;
+      try {
+        fs::create_directories(fs::path(it.path).parent_path());
+        save_png(*res, it.path);
+        if (o.item_latents) write_npy(fs::path(it.path).replace_extension(".npy").string(), res->latents);
+        r.status = "done";
+      } catch (const std::exception& e) {
+        r.status = "failed";
+        r.error = e.what();
+      }
+    } else {
+      r.status = "failed";
+      r.error = error;
+    }
+    log->append(r);
+    if (rank == 0)
+      progress->item(r);
+    else
+      store->set(relay_key(replica, posted++), [&] {
+        const std::string j = record_json(r);
+        return std::vector<char>(j.begin(), j.end());
+      }());
+  };
+
+  // This replica's items: consecutive same-shape ones together, up to --micro-batch.
+  std::deque<std::vector<int>> queue;
+  for (int i : mine) {
+    if (!queue.empty() && int(queue.back().size()) < o.micro_batch &&
+        shape_of(items[queue.back().front()].req, info) == shape_of(items[i].req, info))
+      queue.back().push_back(i);
+    else
+      queue.push_back({i});
+  }
+  Clock::time_point next_poll = Clock::now();
+  while (!queue.empty()) {
+    const std::vector<int> group = queue.front();
+    queue.pop_front();
+    std::vector<Request> reqs;
+    for (int i : group) reqs.push_back(items[i].req);
+    std::vector<Result> res;
+    try {
+      res = pipe.generate_batch(reqs, [&](const StepInfo& st) {
+        if (!progress) return;
+        progress->step(group, st.step, st.total, st.step_seconds, st.elapsed_seconds);
+        if (D > 1 && Clock::now() >= next_poll) {
+          next_poll = Clock::now() + std::chrono::milliseconds(500);
+          poll_relay();
+        }
+      });
+    } catch (const BatchAbort&) {
+      throw;
+    } catch (const Error& e) {
+      // Raised identically on every rank of the replica before any collective (a check in
+      // generate_batch), so the replica can go on; a broken connection cannot.
+      if (comm_broken(s)) throw;
+      if (group.size() > 1) {  // find the bad one: retry one by one
+        for (auto it = group.rbegin(); it != group.rend(); ++it) queue.push_front({*it});
+        continue;
+      }
+      finish_item(items[group[0]], nullptr, e.what());
+      continue;
+    }
+    for (size_t j = 0; j < group.size(); ++j) finish_item(items[group[j]], &res[j], "");
+  }
+
+  // The end: rank 0 waits for every replica's records, prints the summary and tells the
+  // others the outcome (through the store: replicas may finish far apart, beyond --timeout).
+  int failed = 0;
+  if (rank == 0) {
+    Clock::time_point dead_check = Clock::now();
+    for (;;) {
+      if (D > 1) poll_relay();
+      bool all = true;
+      for (int r = 1; r < D; ++r) all = all && received[r] == expected[r];
+      if (all) break;
+      check_peers(*store, s.env.world, dead_check);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    failed = progress->finish(results_path);
+    if (store) store->set("dit-batch-end", std::vector<char>{char(failed ? 1 : 0)});
+  } else {
+    Clock::time_point dead_check = Clock::now();
+    while (!store->check({"dit-batch-end"})) {
+      check_peers(*store, s.env.world, dead_check);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    failed = store->get("dit-batch-end").at(0);
+  }
+  return failed ? 1 : 0;
+}
+
+}  // namespace dit::cli
