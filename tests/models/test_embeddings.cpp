@@ -9,14 +9,16 @@
 TEST_CASE("timestep embedding matches diffusers (flip, shift 1)", "[models][embeddings]") {
   std::vector<float> e(256);
   dit::timestep_embedding(500.0, 256, 1.0f, e.data());
-  // Reference values for t=500 (FORMATS.md §1.6): dims 1, 127, 129, 255.
+  // Reference values for t=500 (FORMATS.md §1.6, computed in float64): dims 1, 127, 129, 255.
+  // torch (and we) compute t·f_k in float32, so large arguments (dim 129: t·f ≈ 500) carry
+  // ~3e-5 of argument rounding; hence the wider margin there.
   CHECK(e[1] == Approx(0.997772).margin(2e-6));
   CHECK(e[127] == Approx(0.998750).margin(2e-6));
-  CHECK(e[129] == Approx(0.066711).margin(2e-6));
+  CHECK(e[129] == Approx(0.066711).margin(5e-5));
   CHECK(e[255] == Approx(0.049979).margin(2e-6));
   dit::timestep_embedding(500.0, 256, 0.0f, e.data());  // shift 0 (original DiT) differs
   CHECK(e[1] == Approx(0.945943).margin(2e-6));
-  CHECK(e[129] == Approx(0.324334).margin(2e-6));
+  CHECK(e[129] == Approx(0.324334).margin(5e-5));
 }
 
 TEST_CASE("2-D sin-cos positions: column half first, rescaled grid", "[models][embeddings]") {
