@@ -1,9 +1,15 @@
 // Ulysses, Ring and USP attention (ranks as threads) against local attention over the
 // whole sequence: every rank feeds its slice of one global Q/K/V and the gathered
 // outputs must equal the serial result.
+//
+// oneDNN from several std::threads: each Attention object owns its primitives' scratchpad
+// (scratchpad_mode::user) and its per-thread buffers, and primitive execution is
+// thread-safe, so rank threads may run attention concurrently; each rank thread gets its
+// own OpenMP team.
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <mutex>
 #include <random>
@@ -19,85 +25,148 @@ using namespace dit;
 
 namespace {
 
-struct Case {
-  int ulysses, ring;
+struct Shape {
   int64_t batch, heads, head_dim, tokens;
 };
 
-void run_case(const Case& c) {
-  const int world = c.ulysses * c.ring;
-  const int64_t B = c.batch, H = c.heads, d = c.head_dim, N = c.tokens;
-  std::mt19937 rng(1234);
+// One attention problem: a global random QKV, the serial result, what the ranks produced.
+struct Problem {
+  Shape s;
+  std::vector<float> qkv, ref, got;
+  bool repeat_differs = false;  // a second forward on the same object gave other bits
+};
+
+Problem make_problem(const Shape& sh, unsigned seed) {
+  Problem p{sh, {}, {}, {}};
+  const int64_t B = sh.batch, H = sh.heads, d = sh.head_dim, N = sh.tokens;
+  std::mt19937 rng(seed);
   std::normal_distribution<float> nd;
-  std::vector<float> qkv(size_t(B * N * 3 * H * d));
-  for (float& x : qkv) x = nd(rng);
+  p.qkv.resize(size_t(B * N * 3 * H * d));
+  for (float& x : p.qkv) x = 2.0f * nd(rng);  // scaled: peaked softmax rows exercise the LSE merge
+  p.ref.resize(size_t(B * N * H * d));
+  p.got.assign(p.ref.size(), NAN);
+  auto local = make_local_self_attention();
+  SelfAttentionShape s;
+  s.batch = B;
+  s.local_tokens = s.total_tokens = N;
+  s.heads = H;
+  s.head_dim = d;
+  local->prepare(s);
+  local->forward(p.qkv.data(), p.ref.data());
+  return p;
+}
 
-  // Serial reference.
-  std::vector<float> ref(size_t(B * N * H * d));
-  {
-    auto local = make_local_self_attention();
-    SelfAttentionShape s;
-    s.batch = B;
-    s.local_tokens = s.total_tokens = N;
-    s.heads = H;
-    s.head_dim = d;
-    local->prepare(s);
-    local->forward(qkv.data(), ref.data());
-  }
+std::shared_ptr<ProcessGroup> ref_of(ProcessGroup& g) {  // non-owning: the mesh owns its groups
+  return std::shared_ptr<ProcessGroup>(std::shared_ptr<ProcessGroup>(), &g);
+}
 
-  std::vector<float> got(ref.size(), NAN);
+// Runs fn(world group, rank) on `world` threads sharing one in-memory store; returns the
+// first failure as "rank r: what" (empty when every rank succeeded).
+std::string run_ranks(int world, std::chrono::milliseconds timeout,
+                      const std::function<void(std::shared_ptr<ProcessGroup>, int)>& fn) {
   auto hash = std::make_shared<MemoryStore>();
   std::mutex mu;
   std::string first_error;
   std::vector<std::thread> threads;
-  const MeshDegrees deg{1, 1, c.ring, c.ulysses};
-  for (int r = 0; r < world; ++r) {
+  for (int r = 0; r < world; ++r)
     threads.emplace_back([&, r] {
       try {
-        auto timeout = std::chrono::milliseconds(30000);
-        auto store = RendezvousStore::wrap(hash, world, timeout);
-        auto pg = ProcessGroup::create_world(store, r, world, {timeout});
-        {
-          DeviceMesh mesh(pg, deg);
-          auto ref_of = [](ProcessGroup& g) { return std::shared_ptr<ProcessGroup>(std::shared_ptr<ProcessGroup>(), &g); };
-          auto attn = make_sequence_parallel_attention(ref_of(mesh.ulysses()), ref_of(mesh.ring()));
-          const SeqRange mine = split_tokens(N, world, mesh.coord().sp_rank);
-          const int64_t T = mine.size();
-          SelfAttentionShape s;
-          s.batch = B;
-          s.local_tokens = T;
-          s.total_tokens = N;
-          s.heads = H;
-          s.head_dim = d;
-          attn->prepare(s);
-          std::vector<float> in(size_t(B * T * 3 * H * d) + 1), out(size_t(B * T * H * d) + 1);
-          for (int64_t b = 0; b < B; ++b)
-            std::copy_n(qkv.data() + (b * N + mine.begin) * 3 * H * d, T * 3 * H * d, in.data() + b * T * 3 * H * d);
-          for (int rep = 0; rep < 2; ++rep) {  // buffers reused: the second call must give the same result
-            attn->forward(in.data(), out.data());
-            std::lock_guard<std::mutex> lock(mu);
-            for (int64_t b = 0; b < B; ++b)
-              std::copy_n(out.data() + b * T * H * d, T * H * d, got.data() + (b * N + mine.begin) * H * d);
-          }
-        }
+        auto pg = ProcessGroup::create_world(RendezvousStore::wrap(hash, world, timeout), r, world, {timeout});
+        fn(pg, r);
         pg->shutdown();
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> lock(mu);
         if (first_error.empty()) first_error = "rank " + std::to_string(r) + ": " + e.what();
       }
     });
-  }
   for (auto& t : threads) t.join();
-  if (!first_error.empty()) FAIL(first_error);
-  double maxd = 0, maxr = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    maxd = std::max(maxd, double(std::fabs(got[i] - ref[i])));
-    maxr = std::max(maxr, double(std::fabs(ref[i])));
+  return first_error;
+}
+
+// All problems on one mesh (ulysses x ring), the groups built as mesh_layout gives them
+// for dp = cfg = 1. Every attention object is prepared first (as the model does before
+// the denoising loop), then all run forward in turn, twice: objects sharing the groups
+// interleave, and the second pass reuses every buffer and must repeat the first bit for bit.
+void run_layout(int ulysses, int ring, std::vector<Problem>& problems) {
+  const int world = ulysses * ring;
+  const MeshDegrees deg{1, 1, ring, ulysses};
+  const char* want_name = ulysses > 1 && ring > 1 ? "usp" : ulysses > 1 ? "ulysses" : "ring";
+  std::mutex mu;
+  std::string err = run_ranks(world, std::chrono::milliseconds(30000), [&](std::shared_ptr<ProcessGroup> pg, int) {
+    DeviceMesh mesh(pg, deg);
+    // (Catch assertions are not thread-safe: rank threads throw instead.)
+    const int sp_rank = mesh.coord().sp_rank;
+    DIT_CHECK(mesh.ulysses().size() == ulysses && mesh.ring().size() == ring &&
+                  sp_rank == mesh.ring().rank() * ulysses + mesh.ulysses().rank(),
+              "unexpected mesh groups");
+    struct Mine {
+      std::unique_ptr<SelfAttention> attn;
+      SeqRange range;
+      std::vector<float> in, out, first;
+    };
+    std::vector<Mine> mine(problems.size());
+    for (size_t i = 0; i < problems.size(); ++i) {
+      const Shape& sh = problems[i].s;
+      const int64_t B = sh.batch, H = sh.heads, d = sh.head_dim, N = sh.tokens;
+      Mine& m = mine[i];
+      m.attn = make_sequence_parallel_attention(ref_of(mesh.ulysses()), ref_of(mesh.ring()));
+      DIT_CHECK(std::strcmp(m.attn->name(), want_name) == 0, "name() is " << m.attn->name() << ", not " << want_name);
+      m.range = split_tokens(N, world, sp_rank);
+      const int64_t T = m.range.size();
+      SelfAttentionShape s;
+      s.batch = B;
+      s.local_tokens = T;
+      s.total_tokens = N;
+      s.heads = H;
+      s.head_dim = d;
+      m.attn->prepare(s);
+      m.in.resize(size_t(B * T * 3 * H * d) + 1);
+      m.out.assign(size_t(B * T * H * d) + 1, NAN);
+      for (int64_t b = 0; b < B; ++b)
+        std::copy_n(problems[i].qkv.data() + (b * N + m.range.begin) * 3 * H * d, T * 3 * H * d,
+                    m.in.data() + b * T * 3 * H * d);
+    }
+    for (int pass = 0; pass < 2; ++pass)
+      for (size_t i = 0; i < problems.size(); ++i) {
+        Mine& m = mine[i];
+        m.attn->forward(m.in.data(), m.out.data());
+        if (pass == 0) {
+          m.first = m.out;
+          continue;
+        }
+        const Shape& sh = problems[i].s;
+        const int64_t B = sh.batch, HD = sh.heads * sh.head_dim, N = sh.tokens, T = m.range.size();
+        std::lock_guard<std::mutex> lock(mu);
+        if (std::memcmp(m.first.data(), m.out.data(), size_t(B * T * HD) * 4) != 0) problems[i].repeat_differs = true;
+        for (int64_t b = 0; b < B; ++b)
+          std::copy_n(m.out.data() + b * T * HD, T * HD, problems[i].got.data() + (b * N + m.range.begin) * HD);
+      }
+  });
+  if (!err.empty()) FAIL("u" << ulysses << " r" << ring << ": " << err);
+  for (const Problem& p : problems) {
+    double maxd = 0, maxr = 0;
+    for (size_t i = 0; i < p.ref.size(); ++i) {
+      maxd = std::max(maxd, double(std::fabs(p.got[i] - p.ref[i])));
+      maxr = std::max(maxr, double(std::fabs(p.ref[i])));
+    }
+    INFO("u" << ulysses << " r" << ring << " batch " << p.s.batch << " heads " << p.s.heads << " head_dim "
+              << p.s.head_dim << " tokens " << p.s.tokens << ": max diff " << maxd << " (max " << maxr << ")");
+    CHECK(std::isfinite(maxd));  // NaN (a token nobody wrote) fails here
+    CHECK(maxd <= 1e-5 * maxr);
+    CHECK_FALSE(p.repeat_differs);
   }
-  INFO("u" << c.ulysses << " r" << c.ring << " batch " << B << " heads " << H << " d " << d << " tokens " << N
-           << ": max diff " << maxd << " (max " << maxr << ")");
-  CHECK(std::isfinite(maxd));
-  CHECK(maxd <= 1e-5 * maxr);
+}
+
+// batch 1 and 2 x head_dim 8 and 16 x tokens 64, 37 (uneven) and 3 (fewer than 4 ranks:
+// empty ranges), for each head count.
+std::vector<Problem> problems_for(std::initializer_list<int64_t> heads) {
+  std::vector<Problem> ps;
+  unsigned seed = 1;
+  for (int64_t h : heads)
+    for (int64_t b : {1, 2})
+      for (int64_t d : {8, 16})
+        for (int64_t n : {64, 37, 3}) ps.push_back(make_problem({b, h, d, n}, seed++));
+  return ps;
 }
 
 }  // namespace
@@ -106,9 +175,13 @@ TEST_CASE("sequence split: contiguous, sizes differ by at most one, covers every
   for (int64_t n : {0, 1, 3, 16, 37, 64})
     for (int p : {1, 2, 3, 4, 5, 8}) {
       auto all = split_all(n, p);
+      REQUIRE(all.size() == size_t(p));
       int64_t next = 0, lo = n, hi = 0;
-      for (const SeqRange& r : all) {
+      for (int i = 0; i < p; ++i) {
+        const SeqRange& r = all[size_t(i)];
         CHECK(r.begin == next);
+        CHECK(r.size() >= 0);
+        CHECK(r.size() == n / p + (i < n % p ? 1 : 0));  // the first n % p ranges get the extra token
         next = r.end;
         lo = std::min(lo, r.size());
         hi = std::max(hi, r.size());
@@ -116,16 +189,20 @@ TEST_CASE("sequence split: contiguous, sizes differ by at most one, covers every
       CHECK(next == n);
       CHECK(hi - lo <= 1);
     }
+  CHECK_THROWS_AS(split_tokens(10, 0, 0), Error);
+  CHECK_THROWS_AS(split_tokens(10, 2, 2), Error);
 }
 
 TEST_CASE("Ulysses, Ring and USP attention equal serial attention", "[parallel][attention]") {
-  const std::vector<Case> cases = {
-      {2, 1, 1, 4, 8, 64},  {2, 1, 2, 4, 16, 37}, {4, 1, 2, 4, 8, 37},  {4, 1, 1, 4, 8, 3},   // Ulysses
-      {1, 2, 1, 4, 8, 64},  {1, 2, 2, 4, 16, 37}, {1, 3, 2, 6, 8, 37},  {1, 4, 2, 4, 8, 37},  // Ring
-      {1, 4, 1, 4, 8, 3},                                                                    // empty ranks
-      {2, 2, 2, 4, 8, 64},  {2, 2, 2, 4, 16, 37}, {2, 2, 1, 4, 8, 3},                         // USP
+  struct Layout {
+    int ulysses, ring;
+    std::initializer_list<int64_t> heads;
   };
-  for (const Case& c : cases) run_case(c);
+  const Layout layouts[] = {{2, 1, {4}}, {4, 1, {4}}, {1, 2, {4}}, {1, 3, {4, 6}}, {1, 4, {4}}, {2, 2, {4}}};
+  for (const Layout& l : layouts) {
+    auto problems = problems_for(l.heads);
+    run_layout(l.ulysses, l.ring, problems);
+  }
 }
 
 TEST_CASE("Ulysses: heads not divisible by the degree is a clear error", "[parallel][attention]") {
@@ -155,4 +232,52 @@ TEST_CASE("Ulysses: heads not divisible by the degree is a clear error", "[paral
     CHECK(e.find("4 heads") != std::string::npos);
     CHECK(e.find("Ulysses degree 3") != std::string::npos);
   }
+}
+
+TEST_CASE("sequence-parallel attention: a wrong local token count is refused at prepare", "[parallel][attention]") {
+  // No communication at prepare: one process, groups of one, stands for the check.
+  auto hash = std::make_shared<MemoryStore>();
+  auto pg = ProcessGroup::create_world(RendezvousStore::wrap(hash, 1, std::chrono::seconds(5)), 0, 1);
+  auto attn = make_sequence_parallel_attention(pg, pg);
+  SelfAttentionShape s;
+  s.local_tokens = 5;
+  s.total_tokens = 6;
+  s.heads = 2;
+  s.head_dim = 8;
+  REQUIRE_THROWS_WITH(attn->prepare(s), Catch::Contains("holds 5 tokens, expected 6"));
+}
+
+TEST_CASE("sequence-parallel attention: a failed peer becomes dit::Error, no hang", "[parallel][attention]") {
+  // USP u2 x r2: rank 3 gives up after prepare; its Ulysses partner (rank 2) fails in the
+  // all-to-all, ranks 0 and 1 in the ring exchange. Short timeout keeps the test fast.
+  const int world = 4;
+  std::vector<std::string> errors(world);
+  std::string err = run_ranks(world, std::chrono::milliseconds(1500), [&](std::shared_ptr<ProcessGroup> pg, int r) {
+    DeviceMesh mesh(pg, {1, 1, 2, 2});
+    auto attn = make_sequence_parallel_attention(ref_of(mesh.ulysses()), ref_of(mesh.ring()));
+    SelfAttentionShape s;
+    s.batch = 1;
+    s.total_tokens = 16;
+    s.local_tokens = split_tokens(16, world, mesh.coord().sp_rank).size();
+    s.heads = 2;
+    s.head_dim = 8;
+    attn->prepare(s);
+    if (r == 3) {
+      pg->abort("rank 3 gave up");
+      return;
+    }
+    std::vector<float> in(size_t(s.local_tokens * 3 * 16), 0.5f), out(size_t(s.local_tokens * 16));
+    try {
+      attn->forward(in.data(), out.data());
+    } catch (const Error& e) {
+      errors[size_t(r)] = e.what();
+      pg->abort(e.what());
+    }
+  });
+  INFO(err);
+  for (int r = 0; r < 3; ++r) {
+    INFO("rank " << r << ": " << errors[size_t(r)]);
+    CHECK(errors[size_t(r)].find("rank 3 failed: rank 3 gave up") != std::string::npos);
+  }
+  CHECK(errors[2].find("all_to_all_v on group 'ulysses'") != std::string::npos);
 }
