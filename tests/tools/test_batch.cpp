@@ -1,0 +1,298 @@
+// dit-gen --batch end to end, as a user runs it: text and JSONL batches, resume, bad items,
+// path escapes, --dp and --micro-batch giving the same images, the JSON progress stream.
+#include <sys/stat.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli_util.h"
+#include "runtime/png.h"
+
+using namespace dit_test;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+const std::string kTiny = " -m " + data_path("dit-tiny");
+std::string batch(const std::string& args) { return bin("dit-gen") + kTiny + " -t 1 " + args; }
+
+void write(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+}
+
+// results.jsonl: index -> its last record.
+std::map<int, json> results(const std::string& dir) {
+  std::map<int, json> m;
+  std::istringstream is(slurp(dir + "/results.jsonl"));
+  for (std::string l; std::getline(is, l);) {
+    const json j = json::parse(l);
+    m[j.at("index").get<int>()] = j;
+  }
+  return m;
+}
+
+int64_t mtime_ns(const std::string& p) {
+  struct stat st {};
+  REQUIRE(::stat(p.c_str(), &st) == 0);
+  return int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+const char* kPrompts =
+    "# fish first\n"
+    "tench\n"
+    "\n"
+    "goldfish\n"
+    "great white shark\n"
+    "4\n"
+    "ostrich\n";
+
+}  // namespace
+
+TEST_CASE("batch: a text file gives one PNG per prompt, seeds --seed + index, and results.jsonl", "[cli][batch]") {
+  Scratch s;
+  write(s.file("p.txt"), kPrompts);
+  const std::string out = s.file("out");
+  RunResult r = run(batch("--batch " + s.file("p.txt") + " --output-dir " + out + " --steps 2 -s 10 --progress none"));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const char* names[] = {"00000-tench.png", "00001-goldfish.png", "00002-great-white-shark.png", "00003-4.png",
+                         "00004-ostrich.png"};
+  for (int i = 0; i < 5; ++i) {
+    const std::string p = out + "/" + names[i];
+    REQUIRE(fs::exists(p));
+    const std::string params = dit::read_png_text(p, "parameters");
+    CHECK(params.find("Seed: " + std::to_string(10 + i) + ",") != std::string::npos);
+    CHECK(params.find("Steps: 2,") != std::string::npos);
+  }
+  auto res = results(out);
+  REQUIRE(res.size() == 5);
+  CHECK(res[0]["status"] == "done");
+  CHECK(res[0]["class_id"] == 0);
+  CHECK(res[0]["label"] == "tench, Tinca tinca");
+  CHECK(res[2]["class_id"] == 2);
+  CHECK(res[3]["class_id"] == 4);
+  CHECK(res[4]["seed"] == 14);
+  CHECK(res[4]["output"] == out + "/00004-ostrich.png");
+  CHECK(r.err.find("5 items: 5 generated, 0 skipped, 0 failed") != std::string::npos);
+
+  // The same prompt and seed as a single-image run gives the same file.
+  REQUIRE(run(bin("dit-gen") + kTiny + " -t 1 --progress none -p goldfish -s 11 --steps 2 -o " + s.file("one.png"))
+              .code == 0);
+  CHECK(slurp(s.file("one.png")) == slurp(out + "/00001-goldfish.png"));
+}
+
+TEST_CASE("batch: JSONL keys override the command line; standard input", "[cli][batch]") {
+  Scratch s;
+  const std::string out = s.file("out");
+  write(s.file("b.jsonl"),
+        "{\"prompt\": \"tiger shark\", \"seed\": 7, \"steps\": 3, \"output\": \"sharks/tiger.png\"}\n"
+        "{\"prompt\": 1, \"width\": 32, \"height\": 16, \"sampler\": \"euler\", \"guidance_scale\": 1.5}\n"
+        "{\"seed\": 9}\n");
+  RunResult r = run("(cat " + s.file("b.jsonl") + " | " +
+                    batch("--batch - --output-dir " + out + " --steps 2 -p ostrich --progress none") + ")");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const std::string a = dit::read_png_text(out + "/sharks/tiger.png", "parameters");
+  CHECK(a.rfind("tiger shark\nSteps: 3, Sampler: ddim, CFG scale: 4, Seed: 7,", 0) == 0);
+  const std::string b = dit::read_png_text(out + "/00001-1.png", "parameters");
+  CHECK(b.rfind("1\nSteps: 2, Sampler: euler, CFG scale: 1.5, Seed: 43, Size: 32x16,", 0) == 0);
+  const std::string c = dit::read_png_text(out + "/00002-ostrich.png", "parameters");  // --prompt as default
+  CHECK(c.find("Seed: 9,") != std::string::npos);
+  CHECK(results(out).size() == 3);
+}
+
+TEST_CASE("batch: resume skips finished items and generates the rest", "[cli][batch]") {
+  Scratch s;
+  const std::string out = s.file("out");
+  write(s.file("p.txt"), kPrompts);
+  // A batch "killed" after two items: the first two lines done by a shorter batch.
+  write(s.file("first.txt"), "tench\ngoldfish\n");
+  REQUIRE(run(batch("--batch " + s.file("first.txt") + " --output-dir " + out + " --steps 2 --progress none")).code ==
+          0);
+  const std::string done0 = out + "/00000-tench.png", done1 = out + "/00001-goldfish.png";
+  const int64_t t0 = mtime_ns(done0), t1 = mtime_ns(done1);
+  const std::string bytes0 = slurp(done0);
+  // A stale output from other settings (other steps) is regenerated, not skipped.
+  REQUIRE(run(bin("dit-gen") + kTiny + " -t 1 --progress none -p 4 -s 45 --steps 3 -o " + out + "/00003-4.png").code ==
+          0);
+  fs::remove(s.file("out/results.jsonl"));
+
+  RunResult r = run(batch("--batch " + s.file("p.txt") + " --output-dir " + out + " --steps 2 --progress json"));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  auto res = results(out);
+  REQUIRE(res.size() == 5);
+  CHECK(res[0]["status"] == "skipped");
+  CHECK(res[1]["status"] == "skipped");
+  CHECK(res[2]["status"] == "done");
+  CHECK(res[3]["status"] == "done");
+  CHECK(res[4]["status"] == "done");
+  CHECK(mtime_ns(done0) == t0);
+  CHECK(mtime_ns(done1) == t1);
+  CHECK(slurp(done0) == bytes0);
+  CHECK(dit::read_png_text(out + "/00003-4.png", "parameters").find("Steps: 2,") != std::string::npos);
+  CHECK(r.err.find("5 items: 3 generated, 2 skipped, 0 failed") != std::string::npos);
+
+  // Everything is there now; --overwrite regenerates anyway (same bytes: same parameters).
+  r = run(batch("--batch " + s.file("p.txt") + " --output-dir " + out + " --steps 2 --progress none"));
+  CHECK(r.err.find("0 generated, 5 skipped") != std::string::npos);
+  r = run(batch("--batch " + s.file("p.txt") + " --output-dir " + out + " --steps 2 --overwrite --progress none"));
+  CHECK(r.err.find("5 generated, 0 skipped") != std::string::npos);
+  CHECK(mtime_ns(done0) != t0);
+  CHECK(slurp(done0) == bytes0);
+}
+
+TEST_CASE("batch: a killed batch finishes the rest when run again", "[cli][batch]") {
+  Scratch s;
+  const std::string out = s.file("out");
+  std::string prompts;
+  const int n = 40;  // about 40 ms each at 100 steps: the kill lands well before the end
+  for (int i = 0; i < n; ++i) prompts += std::to_string(i % 10) + "\n";
+  write(s.file("p.txt"), prompts);
+  // Kill the run (SIGKILL, nothing cleaned up) as soon as the first item is reported done.
+  const std::string cmd = batch("--batch " + s.file("p.txt") + " --output-dir " + out + " --steps 100 --progress json");
+  run("sh -c '" + cmd + " 2> " + s.file("ev") + " & pid=$!; i=0; while ! grep -q item_done " + s.file("ev") +
+      " && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; kill -9 $pid; wait $pid'");
+  auto first = results(out);
+  REQUIRE(first.size() >= 1);
+  REQUIRE(first.size() < size_t(n));  // killed midway
+  std::map<int, int64_t> mt;
+  for (auto& [i, j] : first) mt[i] = mtime_ns(j["output"].get<std::string>());
+
+  RunResult r = run(cmd);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  auto res = results(out);
+  REQUIRE(res.size() == size_t(n));
+  for (auto& [i, t] : mt) {
+    CHECK(res[i]["status"] == "skipped");
+    CHECK(mtime_ns(res[i]["output"].get<std::string>()) == t);
+  }
+  int generated = 0;
+  for (int i = 0; i < n; ++i) {
+    CHECK(fs::exists(res[i]["output"].get<std::string>()));
+    generated += res[i]["status"] == "done";
+  }
+  CHECK(generated > 0);
+  CHECK(r.err.find(std::to_string(generated) + " generated, " + std::to_string(n - generated) + " skipped") !=
+        std::string::npos);
+  int pngs = 0;  // (the killed run may have left a temporary file of its atomic PNG write)
+  for (auto& e : fs::directory_iterator(out)) pngs += e.path().extension() == ".png";
+  CHECK(pngs == n);
+}
+
+TEST_CASE("batch: bad items are recorded as failed and the batch goes on", "[cli][batch]") {
+  Scratch s;
+  const std::string out = s.file("out");
+  write(s.file("b.jsonl"),
+        "{\"prompt\": \"tench\"}\n"
+        "{\"prompt\": \"zebra\"}\n"
+        "{this is not json\n"
+        "{\"prompt\": \"goldfish\", \"width\": 17}\n"
+        "{\"prompt\": \"goldfish\", \"stepz\": 3}\n"
+        "{\"prompt\": \"hen\", \"output\": \"../escape.png\"}\n"
+        "{\"prompt\": \"hen\", \"output\": \"/tmp/dit-batch-escape.png\"}\n"
+        "{\"prompt\": \"hen\", \"output\": \"a/../../escape.png\"}\n"
+        "{\"prompt\": \"ostrich\"}\n");
+  RunResult r = run(batch("--batch " + s.file("b.jsonl") + " --output-dir " + out + " --steps 2 --progress none"));
+  INFO(r.err);
+  CHECK(r.code != 0);
+  auto res = results(out);
+  REQUIRE(res.size() == 9);
+  CHECK(res[0]["status"] == "done");
+  CHECK(res[8]["status"] == "done");
+  for (int i = 1; i <= 7; ++i) {
+    INFO(res[i].dump());
+    CHECK(res[i]["status"] == "failed");
+    CHECK(res[i]["error"].get<std::string>().find("line " + std::to_string(i + 1) + ":") == 0);
+  }
+  CHECK(res[1]["error"].get<std::string>().find("zebra") != std::string::npos);
+  CHECK(res[2]["error"].get<std::string>().find("malformed JSON") != std::string::npos);
+  CHECK(res[3]["error"].get<std::string>().find("multiples of") != std::string::npos);
+  CHECK(res[4]["error"].get<std::string>().find("stepz") != std::string::npos);
+  for (int i = 5; i <= 7; ++i) CHECK(res[i]["error"].get<std::string>().find("--output-dir") != std::string::npos);
+  CHECK_FALSE(fs::exists(s.path() + "/escape.png"));
+  CHECK_FALSE(fs::exists("/tmp/dit-batch-escape.png"));
+  CHECK(r.err.find("9 items: 2 generated, 0 skipped, 7 failed") != std::string::npos);
+  CHECK(r.err.find("item 1 failed") != std::string::npos);
+}
+
+TEST_CASE("batch: --dp 2 and --micro-batch give the same files as one replica one at a time", "[cli][batch]") {
+  Scratch s;
+  std::string prompts;
+  for (int i = 0; i < 7; ++i) prompts += std::to_string(i % 10) + "\n";
+  write(s.file("p.txt"), prompts);
+  auto go = [&](const std::string& dir, const std::string& flags) {
+    RunResult r = run(batch("--batch " + s.file("p.txt") + " --output-dir " + s.file(dir) +
+                            " --steps 3 --save-item-latents --progress none " + flags));
+    INFO(flags << "\n" << r.err);
+    REQUIRE(r.code == 0);
+    CHECK(results(s.file(dir)).size() == 7);
+  };
+  go("ref", "");
+  go("dp2", "--dp 2");
+  go("mb2", "--micro-batch 2");
+  go("mb3dp2", "--micro-batch 3 --dp 2 --cfg-parallel");
+  for (int i = 0; i < 7; ++i) {
+    const std::string name = "0000" + std::to_string(i) + "-" + std::to_string(i % 10);
+    const std::string png = slurp(s.file("ref/" + name + ".png")), npy = slurp(s.file("ref/" + name + ".npy"));
+    REQUIRE(!png.empty());
+    REQUIRE(!npy.empty());
+    for (const char* d : {"dp2", "mb2", "mb3dp2"}) {
+      INFO(d << " " << name);
+      CHECK(slurp(s.file(std::string(d) + "/" + name + ".png")) == png);
+      CHECK(slurp(s.file(std::string(d) + "/" + name + ".npy")) == npy);  // the latents, bit for bit
+    }
+  }
+}
+
+TEST_CASE("batch: the JSON progress stream parses and counts every step", "[cli][batch]") {
+  Scratch s;
+  write(s.file("p.txt"), kPrompts);
+  for (const char* flags : {"", "--micro-batch 2"}) {
+    INFO(flags);
+    RunResult r = run(batch("--batch " + s.file("p.txt") + " --output-dir " + s.file("out") +
+                            " --steps 3 --overwrite --progress json " + flags));
+    REQUIRE(r.code == 0);
+    std::map<std::string, int> count;
+    std::istringstream is(r.err);
+    json last;
+    for (std::string l; std::getline(is, l);) {
+      if (l.empty() || l[0] != '{') continue;
+      json j;
+      REQUIRE_NOTHROW(j = json::parse(l));
+      count[j.at("event").get<std::string>()]++;
+      last = j;
+    }
+    CHECK(count["batch_start"] == 1);
+    CHECK(count["step"] == 5 * 3);
+    CHECK(count["item_done"] == 5);
+    CHECK(count["batch_done"] == 1);
+    CHECK(last["event"] == "batch_done");
+    CHECK(last["generated"] == 5);
+  }
+}
+
+TEST_CASE("batch: flag errors", "[cli][batch]") {
+  Scratch s;
+  write(s.file("p.txt"), "tench\n");
+  auto fails = [&](const std::string& args, const std::string& needle) {
+    RunResult r = run(batch(args));
+    INFO(args << "\n" << r.err);
+    CHECK(r.code != 0);
+    CHECK(r.err.find(needle) != std::string::npos);
+  };
+  fails("--batch " + s.file("p.txt"), "--output-dir");
+  fails("--batch " + s.file("nope.txt") + " --output-dir " + s.file("o"), "nope.txt");
+  fails("--batch " + s.file("p.txt") + " --output-dir " + s.file("o") + " -o x.png", "-o");
+  fails("--batch " + s.file("p.txt") + " --output-dir " + s.file("o") + " --dp 0", "--dp");
+  fails("--batch " + s.file("p.txt") + " --output-dir " + s.file("o") + " --micro-batch 0", "--micro-batch");
+  fails("-p 1 --dp 2", "batch mode");
+  CHECK_FALSE(fs::exists(s.file("o")));
+}
