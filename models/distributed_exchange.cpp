@@ -9,6 +9,7 @@
 #include "parallel/parallel_attention.h"
 #include "parallel/sequence_split.h"
 #include "runtime/error.h"
+#include "runtime/profile.h"
 
 namespace dit {
 
@@ -50,7 +51,11 @@ class DistributedExchange final : public StepExchange {
       return;
     }
     // Blocks arrive packed in sp-rank order: [rank][batch][tokens_rank][row] -> [batch][tokens][row].
-    mesh_->sp().all_gather_v(local, staging_.data(), counts_);
+    {
+      profile::Scope pc(profile::Cat::Communication);
+      profile::add_bytes(uint64_t(counts_[size_t(mesh_->coord().sp_rank)]) * 4 * uint64_t(sp_size() - 1));
+      mesh_->sp().all_gather_v(local, staging_.data(), counts_);
+    }
     const float* src = staging_.data();
     for (const SeqRange& r : ranges_)
       for (int64_t b = 0; b < batch_; ++b) {
@@ -63,6 +68,8 @@ class DistributedExchange final : public StepExchange {
   int cfg_branch() const override { return mesh_->degrees().cfg == 2 ? mesh_->coord().cfg : -1; }
 
   void exchange_cfg(const float* mine, float* both) override {
+    profile::Scope pc(profile::Cat::Communication);
+    profile::add_bytes(uint64_t(latent_elems_) * 4 * uint64_t(mesh_->cfg().size() - 1));
     mesh_->cfg().all_gather(mine, both, size_t(latent_elems_));  // cfg rank 0 = cond, 1 = uncond
   }
 

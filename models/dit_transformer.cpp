@@ -5,6 +5,7 @@
 #include "models/dit_embeddings.h"
 #include "runtime/elementwise.h"
 #include "runtime/error.h"
+#include "runtime/profile.h"
 
 namespace dit {
 
@@ -109,6 +110,8 @@ void DiTTransformer::forward(const float* latents, const double* t, const int64_
   float* x = x_.f32();
   float* h = h_.f32();
   auto chunk = [&](int k) { return chunks_.f32() + k * B * D; };
+  // Profiler (off unless enabled): what the scopes below do not claim is norm/elementwise.
+  profile::Scope prof(profile::Cat::NormElementwise);
 
   // Patch embedding of the local tokens + fixed positions: x = patches·Wᵀ + b + pos   [B, T, D]
   if (T > 0) {
@@ -126,7 +129,10 @@ void DiTTransformer::forward(const float* latents, const double* t, const int64_
     // 0 shift_msa, 1 scale_msa, 2 gate_msa, 3 shift_mlp, 4 scale_mlp, 5 gate_mlp
     if (T > 0) ln_attn_.run(x, h, chunk(0), chunk(1));  // h = LN(x)(1 + scale_msa) + shift_msa
     if (T > 0) o.qkv.run(h, qkv_.f32());                 // [B, T, 3, H, d]
-    attn_->forward(qkv_.f32(), attn_out_.f32());            // [B, T, H, d]  (may talk to other ranks)
+    {
+      profile::Scope pa(profile::Cat::Attention);
+      attn_->forward(qkv_.f32(), attn_out_.f32());            // [B, T, H, d]  (may talk to other ranks)
+    }
     if (T > 0) {
       o.attn_out.run(attn_out_.f32(), x, chunk(2));          // x += gate_msa ⊙ (attn·Wo + bo)
       ln_mlp_.run(x, h, chunk(3), chunk(4));             // h = LN(x)(1 + scale_mlp) + shift_mlp

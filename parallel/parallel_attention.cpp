@@ -10,12 +10,21 @@
 #include "parallel/sequence_split.h"
 #include "runtime/attention.h"
 #include "runtime/error.h"
+#include "runtime/profile.h"
 
 namespace dit {
 
 namespace {
 
 using Buf = std::vector<float>;
+
+// Bytes of an all-to-all this rank sends to other ranks (the block to itself stays local).
+uint64_t bytes_to_others(const std::vector<size_t>& counts, int me) {
+  uint64_t n = 0;
+  for (size_t j = 0; j < counts.size(); ++j)
+    if (int(j) != me) n += counts[j] * 4;
+  return n;
+}
 
 class SequenceParallelAttention final : public SelfAttention {
  public:
@@ -142,7 +151,11 @@ void SequenceParallelAttention::ulysses_scatter_heads(const float* qkv) {
           std::memcpy(p, qkv + ((b * T_ + t) * 3 + c) * H_ * d_ + j * hd, size_t(hd) * 4);
           p += hd;
         }
-  uly_->all_to_all_v(send_.data(), qkv_send_counts_, recv_.data(), qkv_recv_counts_);
+  {
+    profile::Scope pc(profile::Cat::Communication);
+    profile::add_bytes(bytes_to_others(qkv_send_counts_, u_));
+    uly_->all_to_all_v(send_.data(), qkv_send_counts_, recv_.data(), qkv_recv_counts_);
+  }
   const float* q = recv_.data();
   int64_t t0 = 0;
   for (int j = 0; j < U_; ++j) {  // from rank j: [B, Tj, 3, Hu, d]
@@ -170,7 +183,11 @@ void SequenceParallelAttention::ulysses_gather_heads(float* out) {
     }
     t0 += tj;
   }
-  uly_->all_to_all_v(send_.data(), out_send_counts_, recv_.data(), out_recv_counts_);
+  {
+    profile::Scope pc(profile::Cat::Communication);
+    profile::add_bytes(bytes_to_others(out_send_counts_, u_));
+    uly_->all_to_all_v(send_.data(), out_send_counts_, recv_.data(), out_recv_counts_);
+  }
   const float* q = recv_.data();
   for (int j = 0; j < U_; ++j)  // from rank j: [B, T, Hu, d] of heads j·Hu..
     for (int64_t b = 0; b < B_; ++b)
@@ -199,7 +216,12 @@ void SequenceParallelAttention::ring_attention(const float* qkv_g, float* out_g)
   for (int s = 0; s < R_; ++s) {
     const int cur = s % 2;
     if (s + 1 < R_) {  // post the next block's transfer before computing on this one
-      send.wait();     // the buffer we receive into was being sent one step ago
+      {
+        profile::Scope pw(profile::Cat::Waiting);
+        send.wait();     // the buffer we receive into was being sent one step ago
+      }
+      profile::Scope pc(profile::Cat::Communication);
+      profile::add_bytes(bytes);
       recv = ring_->irecv(kv_[1 - cur].data(), bytes, prev, tag0 + uint32_t(s));
       send = ring_->isend(kv_[cur].data(), bytes, next, tag0 + uint32_t(s));
     }
@@ -209,9 +231,13 @@ void SequenceParallelAttention::ring_attention(const float* qkv_g, float* out_g)
       by_kv_len_.at(tj).run(qkv_g, kv, kv + Hu_ * d_, part_.data(), lse_part_.data());
       attention_merge(acc_.data(), lse_acc_.data(), part_.data(), lse_part_.data(), rows, d_);
     }
+    profile::Scope pw(profile::Cat::Waiting);
     recv.wait();
   }
-  send.wait();
+  {
+    profile::Scope pw(profile::Cat::Waiting);
+    send.wait();
+  }
   // acc [B, Hu, Tg, d] -> out_g [B, Tg, Hu, d]
   for (int64_t b = 0; b < B_; ++b)
     for (int64_t h = 0; h < Hu_; ++h)

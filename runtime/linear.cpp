@@ -5,6 +5,7 @@
 
 #include "runtime/engine.h"
 #include "runtime/error.h"
+#include "runtime/profile.h"
 
 namespace dit {
 
@@ -147,6 +148,7 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
 
 void Linear::run(const float* x, float* y, const float* gate) const {
   DIT_CHECK(impl_, "Linear::run on an empty Linear");
+  profile::Scope prof(profile::Cat::Linear);
   Impl& m = *impl_;
   DIT_CHECK(!m.spec.gated_residual || gate, m.what << ": gated_residual needs a gate");
   dnnl_call(m.what.c_str(), [&] {

@@ -6,6 +6,7 @@
 
 #include "runtime/engine.h"
 #include "runtime/error.h"
+#include "runtime/profile.h"
 #include "runtime/simd_math.h"
 
 namespace dit {
@@ -71,6 +72,7 @@ LayerNormModulate::LayerNormModulate(int64_t batch, int64_t rows, int64_t dim, f
 
 void LayerNormModulate::run(const float* x, float* y, const float* shift, const float* scale) const {
   DIT_CHECK(impl_, "LayerNormModulate::run on an empty object");
+  profile::Scope prof(profile::Cat::NormElementwise);
   Impl& m = *impl_;
   DIT_CHECK((shift == nullptr) == (scale == nullptr), m.what << ": shift and scale must both be given or both null");
   const int64_t D = m.dim, per = m.rows * m.dim;
