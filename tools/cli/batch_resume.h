@@ -15,8 +15,9 @@
 
 namespace dit::cli {
 
-// The image-defining part of `parameters` for req: everything up to and including
-// ", Model: NAME, Class: " (the class follows), and the dtype as ", Dtype: D".
+// Whether `parameters` (a PNG's embedded text) describes the image `req` gives with this
+// model and dtype: the text must start with "<prompt>\nSteps: ... Model: NAME, Class: " as
+// the pipeline writes it for req, and its last ", Dtype: " field must be `dtype`.
 bool parameters_match(const std::string& parameters, const Request& req, const ModelInfo& info,
                       const std::string& dtype);
 
