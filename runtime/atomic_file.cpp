@@ -1,5 +1,10 @@
 #include "runtime/atomic_file.h"
 
+#include <signal.h>
+
+#include <csignal>
+#include <cstring>
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -37,7 +42,38 @@ void fsync_dir(const std::string& dir) {
   ::close(fd);
 }
 
+// The temporary file of the write in progress, for the signal handler (async-signal-safe:
+// a fixed buffer and a flag).
+char g_partial[4096];
+volatile sig_atomic_t g_has_partial = 0;
+
+void track_partial(const std::string& tmp) {
+  g_has_partial = 0;
+  if (tmp.size() + 1 > sizeof g_partial) return;
+  std::memcpy(g_partial, tmp.c_str(), tmp.size() + 1);
+  g_has_partial = 1;
+}
+
+void untrack_partial(const std::string& tmp) {
+  if (g_has_partial && tmp == g_partial) g_has_partial = 0;
+}
+
+extern "C" void remove_partial_and_reraise(int sig) {
+  if (g_has_partial) ::unlink(g_partial);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
 }  // namespace
+
+void remove_partial_files_on_signal() {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction sa {};
+    sa.sa_handler = remove_partial_and_reraise;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(sig, &sa, nullptr);
+  }
+}
 
 AtomicFile::AtomicFile(const std::string& path) : path_(path) {
   DIT_CHECK(!path.empty(), "cannot write a file with an empty path");
@@ -47,9 +83,11 @@ AtomicFile::AtomicFile(const std::string& path) : path_(path) {
     if (fd_ < 0 && errno != EEXIST) break;
   }
   if (fd_ < 0) DIT_FAIL(path << ": cannot create temporary file " << tmp_ << ": " << errno_str());
+  track_partial(tmp_);
 }
 
 AtomicFile::~AtomicFile() {
+  untrack_partial(tmp_);
   if (committed_) return;
   close_fd();
   if (!tmp_.empty()) ::unlink(tmp_.c_str());
@@ -80,6 +118,7 @@ void AtomicFile::commit() {
   if (rc != 0) DIT_FAIL(path_ << ": close failed: " << errno_str());
   if (::rename(tmp_.c_str(), path_.c_str()) != 0) DIT_FAIL(path_ << ": rename from " << tmp_ << " failed: " << errno_str());
   committed_ = true;
+  untrack_partial(tmp_);
   fsync_dir(dir_of(path_));
 }
 

@@ -40,4 +40,10 @@ class AtomicFile {
 // Writes `n` bytes to `path` atomically (AtomicFile + commit).
 void write_file_atomic(const std::string& path, const void* data, size_t n);
 
+// Installs SIGINT/SIGTERM/SIGHUP handlers that remove the temporary file of the write in
+// progress (the most recently opened AtomicFile not yet committed or destroyed) and then
+// let the signal end the process as before. Call once from main(); without it a process
+// stopped mid-write leaves its `.tmp.<pid>.<random>` file behind (never the destination).
+void remove_partial_files_on_signal();
+
 }  // namespace dit

@@ -10,6 +10,7 @@
 #include <exception>
 
 #include "parallel/launcher.h"
+#include "runtime/atomic_file.h"
 #include "runtime/error.h"
 #include "tools/cli/batch.h"
 #include "tools/cli/demo_model.h"
@@ -20,6 +21,7 @@
 using namespace dit::cli;
 
 int main(int argc, char** argv) {
+  dit::remove_partial_files_on_signal();  // Ctrl-C mid-write leaves no temporary file
   GenOptions o;
   CLI::App app{"dit-gen: class-conditional DiT image generation (diffusers checkpoint layout) on CPUs, on one process "
                "or many.\nWithout --model it uses the bundled demo model (random weights: its images are noise), "
