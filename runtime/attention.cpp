@@ -14,6 +14,7 @@
 
 #include "runtime/engine.h"
 #include "runtime/error.h"
+#include "runtime/parallel_for.h"
 #include "runtime/simd_math.h"
 
 namespace dit {
@@ -334,11 +335,10 @@ void Attention::run(const float* q, const float* k, const float* v, float* out, 
     // Dense bf16 copies of Q, K and V ([batch, heads, tokens, head_dim]), converted once per call.
     auto convert = [&](const float* src, const AttnLayout& L, int64_t T, uint16_t* dst) {
       const int64_t rows = s.batch * H * T;
-#pragma omp parallel for schedule(static) num_threads(nthr)
-      for (int64_t r = 0; r < rows; ++r) {
+      parallel_for(rows, true, [&](int64_t r) {
         const int64_t b = r / (H * T), h = (r / T) % H, t = r % T;
         to_bf16_row(src + b * L.batch_stride + h * L.head_stride + t * L.token_stride, dst + r * D, D);
-      }
+      }, nthr);
     };
     convert(q, s.q, s.q_len, m.qb.bf16());
     convert(k, s.k, s.kv_len, m.kb.bf16());
@@ -349,12 +349,11 @@ void Attention::run(const float* q, const float* k, const float* v, float* out, 
   } else if (m.pack_kv) {
     auto copy = [&](const float* src, const AttnLayout& L, int64_t T, float* dst) {
       const int64_t rows = s.batch * H * T;
-#pragma omp parallel for schedule(static) num_threads(nthr)
-      for (int64_t r = 0; r < rows; ++r) {
+      parallel_for(rows, true, [&](int64_t r) {
         const int64_t b = r / (H * T), h = (r / T) % H, t = r % T;
         std::memcpy(dst + r * D, src + b * L.batch_stride + h * L.head_stride + t * L.token_stride,
                     sizeof(float) * D);
-      }
+      }, nthr);
     };
     copy(k, s.k, s.kv_len, m.kd.f32());
     copy(v, s.v, s.kv_len, m.vd.f32());
@@ -364,11 +363,7 @@ void Attention::run(const float* q, const float* k, const float* v, float* out, 
 
   const int64_t tasks = s.batch * H * m.nqb;
   std::string error;
-#pragma omp parallel num_threads(nthr)
-  {
-    ThreadState& T = m.th[omp_get_thread_num()];
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < tasks; ++task) {
+  auto run_task = [&](ThreadState& T, int64_t task) {
       try {
         const int64_t b = task / (H * m.nqb), h = (task / m.nqb) % H, qi = task % m.nqb;
         const int64_t q0 = qi * m.QB;
@@ -390,13 +385,13 @@ void Attention::run(const float* q, const float* k, const float* v, float* out, 
           const BlockPrims& p = m.prims[qt][kt];
           A.qk_src.set_data_handle(const_cast<char*>(qp));
           A.qk_wei.set_data_handle(const_cast<char*>(kp + k0 * m.ek.token_stride * esz));
-          p.qk.execute(T.stream, A.qk);
+          execute(p.qk, T.stream, A.qk);
           if (bf16)
             softmax_block_bf16(T.S, static_cast<uint16_t*>(T.P), qr, kc, m.KB, T.m, T.l, T.a);
           else
             softmax_block(T.S, static_cast<float*>(T.P), qr, kc, m.KB, T.m, T.l, T.a);
           A.pv_wei.set_data_handle(const_cast<char*>(vp + k0 * m.ev.token_stride * esz));
-          p.pv.execute(T.stream, A.pv);
+          execute(p.pv, T.stream, A.pv);
           rescale_add(T.O, T.PV, T.a, qr, D, kj == 0);
         }
         float* op = out + b * s.out.batch_stride + h * s.out.head_stride + q0 * s.out.token_stride;
@@ -418,6 +413,15 @@ void Attention::run(const float* q, const float* k, const float* v, float* out, 
 #pragma omp critical(dit_attention_error)
         if (error.empty()) error = e.what();
       }
+  };
+  if (nthr == 1 || tasks == 1) {  // no parallel region: libgomp allocates a team per 1-thread region
+    for (int64_t task = 0; task < tasks; ++task) run_task(m.th[0], task);
+  } else {
+#pragma omp parallel num_threads(nthr)
+    {
+      ThreadState& T = m.th[omp_get_thread_num()];
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t task = 0; task < tasks; ++task) run_task(T, task);
     }
   }
   if (!error.empty()) throw Error(m.what + ": oneDNN: " + error);
@@ -434,16 +438,15 @@ void attention_merge(float* out_a, float* lse_a, const float* out_b, const float
                      int64_t out_stride_a, int64_t out_stride_b) {
   if (out_stride_a == 0) out_stride_a = dim;
   if (out_stride_b == 0) out_stride_b = dim;
-#pragma omp parallel for schedule(static) if (rows * dim > 16384)
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_for(rows, rows * dim > 16384, [&](int64_t r) {
     const float la = lse_a[r], lb = lse_b[r];
     float* oa = out_a + r * out_stride_a;
     const float* ob = out_b + r * out_stride_b;
-    if (lb == kNegInf) continue;  // nothing to add
+    if (lb == kNegInf) return;  // nothing to add
     if (la == kNegInf) {          // nothing yet: take b
       for (int64_t j = 0; j < dim; ++j) oa[j] = ob[j];
       lse_a[r] = lb;
-      continue;
+      return;
     }
     const float mx = std::max(la, lb);
     const float lse = mx + std::log(std::exp(la - mx) + std::exp(lb - mx));
@@ -451,7 +454,7 @@ void attention_merge(float* out_a, float* lse_a, const float* out_b, const float
 #pragma omp simd
     for (int64_t j = 0; j < dim; ++j) oa[j] = oa[j] * wa + ob[j] * wb;
     lse_a[r] = lse;
-  }
+  });
 }
 
 }  // namespace dit

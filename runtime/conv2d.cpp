@@ -127,10 +127,10 @@ void Conv2d::run(const float* x, float* y) const {
     auto& st = Engine::get().stream;
     m.user_src.set_data_handle(const_cast<float*>(x));
     m.user_dst.set_data_handle(y);
-    if (m.reorder_src) m.src_in.execute(st, m.src_in_args);
-    if (m.reorder_dst && m.spec.accumulate) m.dst_in.execute(st, m.dst_in_args);
-    m.prim.execute(st, m.args);
-    if (m.reorder_dst) m.dst_out.execute(st, m.dst_out_args);
+    if (m.reorder_src) execute(m.src_in, st, m.src_in_args);
+    if (m.reorder_dst && m.spec.accumulate) execute(m.dst_in, st, m.dst_in_args);
+    execute(m.prim, st, m.args);
+    if (m.reorder_dst) execute(m.dst_out, st, m.dst_out_args);
     st.wait();
   });
 }

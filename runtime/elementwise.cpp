@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "runtime/parallel_for.h"
 #include "runtime/simd_math.h"
 
 namespace dit {
@@ -26,11 +27,10 @@ DIT_MULTIVERSION static void gelu_chunk(const float* x, float* y, int64_t n) {
 template <class F>
 static void chunked(int64_t n, F f) {
   const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (int64_t c = 0; c < chunks; ++c) {
+  parallel_for(chunks, chunks > 1, [&](int64_t c) {
     const int64_t b = c * kChunk;
     f(b, std::min(n, b + kChunk) - b);
-  }
+  });
 }
 
 void silu(const float* x, float* y, int64_t n) {
@@ -52,29 +52,27 @@ void add(const float* a, const float* b, float* y, int64_t n) {
 }
 
 void gated_residual_add(const float* f, const float* gate, float* x, int64_t batch, int64_t rows, int64_t dim) {
-#pragma omp parallel for schedule(static) collapse(2) if (batch * rows * dim > kChunk)
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* g = gate + b * dim;
-      const float* pf = f + (b * rows + r) * dim;
-      float* px = x + (b * rows + r) * dim;
+  parallel_for(batch * rows, batch * rows * dim > kChunk, [&](int64_t br) {
+    const int64_t b = br / rows;
+    const float* g = gate + b * dim;
+    const float* pf = f + br * dim;
+    float* px = x + br * dim;
 #pragma omp simd
-      for (int64_t i = 0; i < dim; ++i) px[i] += g[i] * pf[i];
-    }
+    for (int64_t i = 0; i < dim; ++i) px[i] += g[i] * pf[i];
+  });
 }
 
 void modulate(const float* x, const float* shift, const float* scale, float* y, int64_t batch, int64_t rows,
               int64_t dim) {
-#pragma omp parallel for schedule(static) collapse(2) if (batch * rows * dim > kChunk)
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* sc = scale + b * dim;
-      const float* sh = shift + b * dim;
-      const float* px = x + (b * rows + r) * dim;
-      float* py = y + (b * rows + r) * dim;
+  parallel_for(batch * rows, batch * rows * dim > kChunk, [&](int64_t br) {
+    const int64_t b = br / rows;
+    const float* sc = scale + b * dim;
+    const float* sh = shift + b * dim;
+    const float* px = x + br * dim;
+    float* py = y + br * dim;
 #pragma omp simd
-      for (int64_t i = 0; i < dim; ++i) py[i] = px[i] * (1.f + sc[i]) + sh[i];
-    }
+    for (int64_t i = 0; i < dim; ++i) py[i] = px[i] * (1.f + sc[i]) + sh[i];
+  });
 }
 
 void upsample_nearest2x(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w) {
@@ -110,8 +108,7 @@ DIT_MULTIVERSION static void softmax_row(float* p, int64_t cols) {
 }
 
 void softmax_rows(float* x, int64_t rows, int64_t cols) {
-#pragma omp parallel for schedule(static) if (rows * cols > kChunk)
-  for (int64_t r = 0; r < rows; ++r) softmax_row(x + r * cols, cols);
+  parallel_for(rows, rows * cols > kChunk, [&](int64_t r) { softmax_row(x + r * cols, cols); });
 }
 
 }  // namespace dit

@@ -32,3 +32,19 @@ void rethrow_dnnl(const char* what, const dnnl::error& e) {
 }
 
 }  // namespace dit
+
+namespace dit {
+
+void execute(const dnnl::primitive& p, const dnnl::stream& s, const std::unordered_map<int, dnnl::memory>& args) {
+  constexpr size_t kMax = 32;
+  if (args.size() > kMax) {  // never in this project; the allocating path stays correct
+    p.execute(s, args);
+    return;
+  }
+  dnnl_exec_arg_t c[kMax];
+  int n = 0;
+  for (const auto& [arg, mem] : args) c[n++] = {arg, mem.get(true)};
+  dnnl::error::wrap_c_api(dnnl_primitive_execute(p.get(), s.get(), n, c), "could not execute a primitive");
+}
+
+}  // namespace dit

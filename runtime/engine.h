@@ -4,6 +4,7 @@
 
 #include <dnnl.hpp>
 #include <string>
+#include <unordered_map>
 
 namespace dit {
 
@@ -16,6 +17,11 @@ struct Engine {
 // Threads used by oneDNN and the OpenMP loops of the hand-written kernels.
 void set_num_threads(int n);
 int num_threads();
+
+// p.execute(s, args) without the std::vector that dnnl::primitive::execute builds per call:
+// the C arguments are laid out on the stack (at most 32), so the caller allocates nothing.
+// (oneDNN 2.x itself still builds a small argument map inside dnnl_primitive_execute.)
+void execute(const dnnl::primitive& p, const dnnl::stream& s, const std::unordered_map<int, dnnl::memory>& args);
 
 // Runs f(); a dnnl::error thrown inside becomes dit::Error("<what>: oneDNN: <message> (status N)").
 template <class F>

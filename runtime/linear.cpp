@@ -72,6 +72,8 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
             m.what << ": weight is " << shape_str(w.weight.shape()));
   DIT_CHECK(w.weight.dtype() == w.compute, m.what << ": weight dtype does not match the compute type");
   const int64_t B = spec.batch, M = spec.rows, K = spec.in, N = spec.out;
+  const int64_t ldy = spec.out_stride > 0 ? spec.out_stride : N;
+  DIT_CHECK(ldy >= N && (ldy == N || !spec.gated_residual), m.what << ": bad out_stride " << spec.out_stride);
   const dt cdt = w.compute == DType::BF16 ? dt::bf16 : dt::f32;
   dnnl_call(m.what.c_str(), [&] {
     auto& eng = Engine::get().engine;
@@ -86,7 +88,7 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
       src_md = memory::desc({B * M, K}, cdt, memory::dims{K, 1});
       wei_md = memory::desc({K, N}, cdt, memory::dims{1, K});
       bias_md = memory::desc({1, N}, dt::f32, memory::dims{N, 1});
-      dst_md = memory::desc({B * M, N}, dt::f32, memory::dims{N, 1});
+      dst_md = memory::desc({B * M, N}, dt::f32, memory::dims{ldy, 1});
     }
     dnnl::post_ops po;
     if (spec.act == Act::GeluTanh) po.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_tanh, 0.f, 0.f);
@@ -155,13 +157,13 @@ void Linear::run(const float* x, float* y, const float* gate) const {
     auto& s = Engine::get().stream;
     if (m.w.compute == DType::BF16) {
       m.cvt_src.set_data_handle(const_cast<float*>(x));
-      m.cvt.execute(s, m.cvt_args);
+      execute(m.cvt, s, m.cvt_args);
     } else {
       m.src.set_data_handle(const_cast<float*>(x));
     }
     m.dst.set_data_handle(y);
     if (m.spec.gated_residual) m.gate.set_data_handle(const_cast<float*>(gate));
-    m.prim.execute(s, m.args);
+    execute(m.prim, s, m.args);
     s.wait();
   });
 }

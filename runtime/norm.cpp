@@ -83,7 +83,7 @@ void LayerNormModulate::run(const float* x, float* y, const float* shift, const 
       for (int64_t b = 0; b < m.batch; ++b) {
         m.src.set_data_handle(const_cast<float*>(x + b * per));
         m.dst.set_data_handle(y + b * per);
-        m.plain.execute(s, m.plain_args);
+        execute(m.plain, s, m.plain_args);
       }
     } else {
       float* ops = m.one_plus_scale.f32();
@@ -93,7 +93,7 @@ void LayerNormModulate::run(const float* x, float* y, const float* shift, const 
         m.dst.set_data_handle(y + b * per);
         m.scale.set_data_handle(ops + b * D);
         m.shift.set_data_handle(const_cast<float*>(shift + b * D));
-        m.mod.execute(s, m.mod_args);
+        execute(m.mod, s, m.mod_args);
       }
     }
     s.wait();
