@@ -30,6 +30,10 @@ struct PipelineOptions {
   std::string model_dir;
   DType dtype = DType::F32;  // compute type of the transformer's matmuls (bf16 needs AVX-512 bf16 for speed)
   std::shared_ptr<StepExchange> exchange;  // null = serial
+  // true: Q, K, V as one matmul over weights concatenated at load (a private copy of 3·D²
+  // floats per block per process); false: three matmuls over the memory-mapped weights,
+  // shared by every process on the machine (f32 checkpoints; see README "Benchmarks").
+  bool fuse_qkv = true;
 };
 
 struct Request {

@@ -28,7 +28,7 @@ void DiTTransformer::prepare(const DiTShape& s, SelfAttention* attn) {
   attn_ = attn;
   const int64_t B = s.batch, T = s.local_tokens(), D = c.hidden();
 
-  auto lin = [&](const LinearWeight& lw, int64_t batch, int64_t rows, Act act, bool gated) {
+  auto lin = [&](const LinearWeight& lw, int64_t batch, int64_t rows, Act act, bool gated, int64_t out_stride = 0) {
     LinearSpec spec;
     spec.batch = batch;
     spec.rows = rows;
@@ -36,6 +36,7 @@ void DiTTransformer::prepare(const DiTShape& s, SelfAttention* attn) {
     spec.out = lw.out();
     spec.act = act;
     spec.gated_residual = gated;
+    spec.out_stride = out_stride;
     return Linear(spec, lw);
   };
 
@@ -47,7 +48,14 @@ void DiTTransformer::prepare(const DiTShape& s, SelfAttention* attn) {
     o.t_fc2 = lin(bw.t_fc2, 1, B, Act::None, false);
     o.ada = lin(bw.ada, 1, B, Act::None, false);
     if (T > 0) {
-      o.qkv = lin(bw.qkv, 1, B * T, Act::None, false);
+      if (bw.qkv.weight.defined()) {
+        o.qkv = lin(bw.qkv, 1, B * T, Act::None, false);
+      } else {  // three matmuls writing the Q, K, V column blocks of one [B·T, 3D] buffer
+        o.split_qkv = true;
+        o.q = lin(bw.q, 1, B * T, Act::None, false, 3 * D);
+        o.k = lin(bw.k, 1, B * T, Act::None, false, 3 * D);
+        o.v = lin(bw.v, 1, B * T, Act::None, false, 3 * D);
+      }
       o.attn_out = lin(bw.attn_out, B, T, Act::None, true);
       o.fc1 = lin(bw.fc1, 1, B * T, Act::GeluTanh, false);
       o.fc2 = lin(bw.fc2, B, T, Act::None, true);
@@ -128,7 +136,12 @@ void DiTTransformer::forward(const float* latents, const double* t, const int64_
     split_chunks(mod_.f32(), B, 6, D, chunks_.f32());
     // 0 shift_msa, 1 scale_msa, 2 gate_msa, 3 shift_mlp, 4 scale_mlp, 5 gate_mlp
     if (T > 0) ln_attn_.run(x, h, chunk(0), chunk(1));  // h = LN(x)(1 + scale_msa) + shift_msa
-    if (T > 0) o.qkv.run(h, qkv_.f32());                 // [B, T, 3, H, d]
+    if (T > 0 && !o.split_qkv) o.qkv.run(h, qkv_.f32());  // [B, T, 3, H, d]
+    if (T > 0 && o.split_qkv) {
+      o.q.run(h, qkv_.f32());
+      o.k.run(h, qkv_.f32() + D);
+      o.v.run(h, qkv_.f32() + 2 * D);
+    }
     {
       profile::Scope pa(profile::Cat::Attention);
       attn_->forward(qkv_.f32(), attn_out_.f32());            // [B, T, H, d]  (may talk to other ranks)

@@ -48,6 +48,8 @@ class DiTTransformer {
   Linear patch_;
   struct BlockOps {
     Linear t_fc1, t_fc2, ada, qkv, attn_out, fc1, fc2;
+    Linear q, k, v;  // unfused Q, K, V (weights not concatenated): column blocks of qkv_
+    bool split_qkv = false;
   };
   std::vector<BlockOps> ops_;
   Linear final_ada_, final_out_;

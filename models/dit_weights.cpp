@@ -36,7 +36,7 @@ Tensor as_f32(const Tensor& t) { return t.dtype() == DType::F32 ? t : t.to(DType
 
 }  // namespace
 
-DiTWeights DiTWeights::load(const DiTConfig& cfg, const WeightStore& s, DType compute) {
+DiTWeights DiTWeights::load(const DiTConfig& cfg, const WeightStore& s, DType compute, bool fuse_qkv) {
   DiTWeights w;
   w.cfg = cfg;
   w.compute = compute;
@@ -54,6 +54,11 @@ DiTWeights DiTWeights::load(const DiTConfig& cfg, const WeightStore& s, DType co
     bw.class_table = as_f32(s.get(e + "class_embedder.embedding_table.weight", {cfg.num_classes + 1, D}));
     bw.ada = linear(s, b + "norm1.linear", 6 * D, D, compute);
     const std::string a = b + "attn1.";
+    if (!fuse_qkv) {
+      bw.q = linear(s, a + "to_q", D, D, compute);
+      bw.k = linear(s, a + "to_k", D, D, compute);
+      bw.v = linear(s, a + "to_v", D, D, compute);
+    } else {
     Tensor qkv_w = concat_rows({s.get(a + "to_q.weight", {D, D}), s.get(a + "to_k.weight", {D, D}),
                                 s.get(a + "to_v.weight", {D, D})});
     Tensor qkv_b = concat_rows({as_f32(s.get(a + "to_q.bias", {D})).reshape({1, D}),
@@ -61,6 +66,7 @@ DiTWeights DiTWeights::load(const DiTConfig& cfg, const WeightStore& s, DType co
                                 as_f32(s.get(a + "to_v.bias", {D})).reshape({1, D})})
                        .reshape({3 * D});
     bw.qkv = LinearWeight::prepare(qkv_w, qkv_b, compute);
+    }
     bw.attn_out = linear(s, a + "to_out.0", D, D, compute);
     bw.fc1 = linear(s, b + "ff.net.0.proj", 4 * D, D, compute);
     bw.fc2 = linear(s, b + "ff.net.2", D, 4 * D, compute);

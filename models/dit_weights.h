@@ -20,7 +20,8 @@ struct DiTBlockWeights {
   LinearWeight t_fc2;   // [D, D]
   Tensor class_table;   // [num_classes + 1, D] f32
   LinearWeight ada;     // [6D, D]  -> shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp
-  LinearWeight qkv;     // [3D, D]  to_q | to_k | to_v
+  LinearWeight qkv;     // [3D, D]  to_q | to_k | to_v (a private copy), or undefined when split:
+  LinearWeight q, k, v; // [D, D] each, in place in the memory map (f32), when not fused
   LinearWeight attn_out;// [D, D]
   LinearWeight fc1;     // [4D, D]  GELU-tanh
   LinearWeight fc2;     // [D, 4D]
@@ -34,7 +35,9 @@ struct DiTWeights {
   LinearWeight final_ada;  // proj_out_1 [2D, D] -> shift, scale
   LinearWeight final_out;  // proj_out_2 [p·p·C_out, D]
 
-  static DiTWeights load(const DiTConfig& cfg, const WeightStore& store, DType compute);
+  // fuse_qkv: one [3D, D] projection (fastest; a private copy per process); else Q, K and V
+  // stay separate views of the memory map, shared by all processes that map the file.
+  static DiTWeights load(const DiTConfig& cfg, const WeightStore& store, DType compute, bool fuse_qkv = true);
 };
 
 // Rows of several [n_i, k] tensors of one dtype stacked into one [sum n_i, k] tensor.

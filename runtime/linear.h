@@ -42,6 +42,11 @@ struct LinearSpec {
   // shape. Costs a private copy of the weights per Linear (no sharing of the mmap); the
   // default (false) reads the [out, in] weights in place.
   bool pack_weights = false;
+  // Elements from one output row to the next (0: out). Larger: y is a column block of a
+  // wider [batch·rows, out_stride] buffer, e.g. Q, K and V written by three matmuls into
+  // one [rows, 3D] buffer with unconcatenated (shared, memory-mapped) weights. Not with
+  // gated_residual.
+  int64_t out_stride = 0;
 };
 
 class Linear {

@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
@@ -58,6 +59,7 @@ struct Opts {
   double guidance = 4.0;
   std::string gemm = "1024,1152,4608";
   // worker
+  std::string qkv = "fused";
   bool worker = false;
   std::string layout, result_dir, dtype = "f32";
   int size = 0;
@@ -143,8 +145,8 @@ double maxrss_mb() {
   return double(ru.ru_maxrss) / 1024.0;  // kB on Linux
 }
 
-// GFLOP/s of an M×K×N oneDNN matmul with prepacked weights (the best case for a GEMM).
-double gemm_gflops(int64_t M, int64_t K, int64_t N, DType c, int runs) {
+// GFLOP/s of each of `runs` M×K×N oneDNN matmuls with prepacked weights (the best case for a GEMM).
+std::vector<double> gemm_gflops(int64_t M, int64_t K, int64_t N, DType c, int runs) {
   using dnnl::memory;
   const auto dt = c == DType::BF16 ? memory::data_type::bf16 : memory::data_type::f32;
   auto& eng = Engine::get().engine;
@@ -169,9 +171,9 @@ double gemm_gflops(int64_t M, int64_t K, int64_t N, DType c, int runs) {
     auto t0 = std::chrono::steady_clock::now();
     mm.execute(st, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, cm}});
     st.wait();
-    if (i > 0) t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (i > 0) t.push_back(2.0 * M * K * N / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 1e9);
   }
-  return 2.0 * M * K * N / median(t) / 1e9;
+  return t;
 }
 
 struct Flops {
@@ -215,6 +217,7 @@ int run_worker(const Opts& o) {
     PipelineOptions po;
     po.model_dir = o.model;
     po.dtype = parse_dtype(o.dtype);
+    po.fuse_qkv = o.qkv == "fused";
     std::shared_ptr<DeviceMesh> mesh;
     if (lay.deg.world() > 1) {
       world = connect_world(env);
@@ -228,10 +231,16 @@ int run_worker(const Opts& o) {
     std::vector<int64_t> mkn;
     for (auto& x : split_list(o.gemm)) mkn.push_back(std::stoll(x));
     DIT_CHECK(mkn.size() == 3, "--gemm needs M,K,N");
-    if (world) world->barrier();
-    const double g32 = gemm_gflops(mkn[0], mkn[1], mkn[2], DType::F32, o.gemm_runs);
-    const double g16 = gemm_gflops(mkn[0], mkn[1], mkn[2], DType::BF16, o.gemm_runs);
-    if (world) world->barrier();
+    // Timed before and after the denoising loop (medians over both), so a change of machine
+    // load during the run shows in the reference too.
+    std::vector<double> g32s, g16s;
+    auto time_gemms = [&] {
+      if (world) world->barrier();
+      for (double g : gemm_gflops(mkn[0], mkn[1], mkn[2], DType::F32, o.gemm_runs)) g32s.push_back(g);
+      for (double g : gemm_gflops(mkn[0], mkn[1], mkn[2], DType::BF16, o.gemm_runs)) g16s.push_back(g);
+      if (world) world->barrier();
+    };
+    time_gemms();
 
     Request req;
     req.prompt = "1";  // a class id every model has
@@ -253,6 +262,8 @@ int run_worker(const Opts& o) {
     });
     const profile::Totals tot = profile::totals();
     profile::enable(false);
+    time_gemms();
+    const double g32 = median(g32s), g16 = median(g16s);
 
     // Per-rank result.
     json r;
@@ -388,7 +399,9 @@ int run_driver(const Opts& o, const char* argv0) {
   doc["threads_per_rank"] = o.threads;
   doc["guidance_scale"] = o.guidance;
   doc["gemm_mkn"] = o.gemm;
+  doc["qkv"] = o.qkv;
   json runs = json::array();
+  std::map<std::string, std::vector<float>> latents_of;  // "layout size" -> f32 run's final latents
   int rc_all = 0;
   for (int size : sizes)
     for (const std::string& dtype : dtypes) {
@@ -406,7 +419,7 @@ int run_driver(const Opts& o, const char* argv0) {
                                          "--threads",    std::to_string(o.threads),  "--guidance",
                                          std::to_string(o.guidance),  "--gemm",      o.gemm,
                                          "--gemm-runs",  std::to_string(o.gemm_runs), "--result-dir",
-                                         rdir.string()};
+                                         rdir.string(),  "--qkv",     o.qkv};
         std::vector<char*> av;
         for (auto& a : args) av.push_back(a.data());
         av.push_back(nullptr);
@@ -481,6 +494,9 @@ int run_driver(const Opts& o, const char* argv0) {
           run["latents_rel_diff_vs_serial"] = rel_diff(lat, serial_latents);
         }
         // bf16 vs the f32 run of the same layout and size, when both were asked for.
+        const std::string key = lname + " " + std::to_string(size);
+        if (dtype == "f32") latents_of[key] = lat;
+        else if (latents_of.count(key)) run["latents_rel_diff_vs_f32"] = rel_diff(lat, latents_of[key]);
         runs.push_back(run);
         fs::remove_all(rdir);
       }
@@ -525,6 +541,11 @@ int main(int argc, char** argv) {
   app.add_option("--gemm", o.gemm, "M,K,N of the reference oneDNN GEMM")->capture_default_str();
   app.add_option("--gemm-runs", o.gemm_runs, "timed runs of the reference GEMM")->capture_default_str();
   app.add_option("-o,--output", o.output, "also write the JSON to this file");
+  app.add_option("--qkv", o.qkv,
+                 "fused: Q, K, V as one matmul over weights concatenated at load (a private copy per rank); split: "
+                 "three matmuls over the shared memory-mapped weights")
+      ->check(CLI::IsMember({"fused", "split"}))
+      ->capture_default_str();
   app.add_flag("--worker", o.worker)->group("");
   app.add_option("--layout", o.layout)->group("");
   app.add_option("--result-dir", o.result_dir)->group("");
