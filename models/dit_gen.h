@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "models/dit_weights.h"
 #include "models/step_exchange.h"
 #include "runtime/tensor.h"
 
@@ -30,10 +31,10 @@ struct PipelineOptions {
   std::string model_dir;
   DType dtype = DType::F32;  // compute type of the transformer's matmuls (bf16 needs AVX-512 bf16 for speed)
   std::shared_ptr<StepExchange> exchange;  // null = serial
-  // true: Q, K, V as one matmul over weights concatenated at load (a private copy of 3·D²
-  // floats per block per process); false: three matmuls over the memory-mapped weights,
-  // shared by every process on the machine (f32 checkpoints; see README "Benchmarks").
-  bool fuse_qkv = true;
+  // Q, K, V as one matmul over weights concatenated at load (Fused: a private copy per
+  // process) or three over the checkpoint's weights in place (Split: shared by the processes
+  // on a machine); Auto: Split when the weights are used in place (models/dit_weights.h).
+  QkvProjection qkv = QkvProjection::Auto;
 };
 
 struct Request {

@@ -36,7 +36,7 @@ Tensor as_f32(const Tensor& t) { return t.dtype() == DType::F32 ? t : t.to(DType
 
 }  // namespace
 
-DiTWeights DiTWeights::load(const DiTConfig& cfg, const WeightStore& s, DType compute, bool fuse_qkv) {
+DiTWeights DiTWeights::load(const DiTConfig& cfg, const WeightStore& s, DType compute, QkvProjection qkv) {
   DiTWeights w;
   w.cfg = cfg;
   w.compute = compute;
@@ -54,7 +54,9 @@ DiTWeights DiTWeights::load(const DiTConfig& cfg, const WeightStore& s, DType co
     bw.class_table = as_f32(s.get(e + "class_embedder.embedding_table.weight", {cfg.num_classes + 1, D}));
     bw.ada = linear(s, b + "norm1.linear", 6 * D, D, compute);
     const std::string a = b + "attn1.";
-    if (!fuse_qkv) {
+    const bool fuse = qkv == QkvProjection::Fused ||
+                      (qkv == QkvProjection::Auto && s.get(a + "to_q.weight", {D, D}).dtype() != compute);
+    if (!fuse) {
       bw.q = linear(s, a + "to_q", D, D, compute);
       bw.k = linear(s, a + "to_k", D, D, compute);
       bw.v = linear(s, a + "to_v", D, D, compute);

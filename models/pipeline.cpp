@@ -106,7 +106,7 @@ std::unique_ptr<Pipeline> Pipeline::load(const PipelineOptions& opt) {
                 << m.tcfg.in_channels);
   m.dtype = opt.dtype;
   m.tstore = WeightStore::open_dir(dir + "/transformer");
-  m.weights = DiTWeights::load(m.tcfg, m.tstore, opt.dtype, opt.fuse_qkv);
+  m.weights = DiTWeights::load(m.tcfg, m.tstore, opt.dtype, opt.qkv);
   m.vstore = WeightStore::open_dir(dir + "/vae");
   m.vae = std::make_unique<VaeDecoder>(m.vcfg, m.vstore);
   m.ex = opt.exchange ? opt.exchange : std::shared_ptr<StepExchange>(make_serial_exchange());

@@ -59,7 +59,7 @@ struct Opts {
   double guidance = 4.0;
   std::string gemm = "1024,1152,4608";
   // worker
-  std::string qkv = "fused";
+  std::string qkv = "auto";
   bool worker = false;
   std::string layout, result_dir, dtype = "f32";
   int size = 0;
@@ -217,7 +217,7 @@ int run_worker(const Opts& o) {
     PipelineOptions po;
     po.model_dir = o.model;
     po.dtype = parse_dtype(o.dtype);
-    po.fuse_qkv = o.qkv == "fused";
+    po.qkv = o.qkv == "fused" ? QkvProjection::Fused : o.qkv == "split" ? QkvProjection::Split : QkvProjection::Auto;
     std::shared_ptr<DeviceMesh> mesh;
     if (lay.deg.world() > 1) {
       world = connect_world(env);
@@ -543,8 +543,8 @@ int main(int argc, char** argv) {
   app.add_option("-o,--output", o.output, "also write the JSON to this file");
   app.add_option("--qkv", o.qkv,
                  "fused: Q, K, V as one matmul over weights concatenated at load (a private copy per rank); split: "
-                 "three matmuls over the shared memory-mapped weights")
-      ->check(CLI::IsMember({"fused", "split"}))
+                 "three matmuls over the shared memory-mapped weights; auto: split when the weights are used in place")
+      ->check(CLI::IsMember({"auto", "fused", "split"}))
       ->capture_default_str();
   app.add_flag("--worker", o.worker)->group("");
   app.add_option("--layout", o.layout)->group("");

@@ -198,7 +198,7 @@ TEST_CASE("Q, K, V as three matmuls over the mapped weights equal the fused proj
     dit::PipelineOptions po;
     po.model_dir = dit_test::data_path("dit-small");
     po.dtype = dit::parse_dtype(dtype);
-    po.fuse_qkv = fused == 1;
+    po.qkv = fused == 1 ? dit::QkvProjection::Fused : dit::QkvProjection::Split;
     auto pipe = dit::Pipeline::load(po);
     dit::Request req;
     req.prompt = "3";
