@@ -480,6 +480,14 @@ int run_driver(const Opts& o, const char* argv0) {
           pss.push_back(r["pss_mb"]);
         }
         run["bytes_sent_per_step_all_ranks"] = bytes;
+        if (world > 1) {  // each rank's own view: who waits for whom
+          json per = json::array();
+          for (const json& r : ranks)
+            per.push_back({{"rank", r["rank"]}, {"cpu", r.contains("cpu") ? r["cpu"] : json()},
+                           {"step_s", r["step_median_s"]}, {"gemm_f32_gflops", r["gemm_f32_gflops"]},
+                           {"breakdown_s", r["breakdown_s"]}});
+          run["per_rank"] = per;
+        }
         run["peak_rss_mb_per_rank"] = rss;
         run["pss_mb_per_rank"] = pss;
         run["pss_mb_sum"] = pss_sum;
