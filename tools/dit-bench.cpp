@@ -428,7 +428,8 @@ int run_driver(const Opts& o, const char* argv0) {
         lo.threads = lay.all_cores ? int(allowed_cpus().size()) : o.threads;
         lo.announce = false;
         lo.program = "dit-bench";
-        std::fprintf(stderr, "dit-bench: %s, %s, size %d, %d rank(s)...\n", lname.c_str(), dtype.c_str(), size, world);
+        std::fprintf(stderr, "dit-bench: %s, %s, size %s, %d rank(s)...\n", lname.c_str(), dtype.c_str(),
+                     size > 0 ? std::to_string(size).c_str() : "default", world);
         const int rc = launch_local_workers(int(args.size()), av.data(), world, 0, world, "", lo);
         json run;
         run["layout"] = lname;
@@ -492,11 +493,9 @@ int run_driver(const Opts& o, const char* argv0) {
         run["pss_mb_per_rank"] = pss;
         run["pss_mb_sum"] = pss_sum;
         const std::vector<float> lat = read_latents((rdir / "latents.f32").string());
-        if (lname == "serial" || lname == "serial-all") {
-          if (serial_latents.empty()) {
-            serial_latents = lat;
-            serial_step = step;
-          }
+        if (lname == "serial" && serial_step == 0) {  // the baseline of the layouts after it
+          serial_latents = lat;
+          serial_step = step;
         } else if (serial_step > 0) {
           run["speedup_vs_serial"] = serial_step / step;
           run["latents_rel_diff_vs_serial"] = rel_diff(lat, serial_latents);
