@@ -99,7 +99,12 @@ class DistributedExchange final : public StepExchange {
     os << "rank " << mesh_->world().rank() << ": ";
     if (d.cfg == 2) os << (c.cfg == 0 ? "cond" : "uncond") << " branch, ";
     os << "tokens [" << r.begin << ", " << r.end << ") of " << tokens;
-    if (d.ulysses > 1) os << ", attention heads " << heads / d.ulysses << " of " << heads << " (ulysses " << c.ulysses << ")";
+    const SeqRange h = split_tokens(heads, d.ulysses, c.ulysses);  // as the Ulysses all-to-all splits them
+    os << ", attention heads ";
+    if (d.ulysses > 1)
+      os << "[" << h.begin << ", " << h.end << ") of " << heads << " (ulysses " << c.ulysses << ")";
+    else
+      os << "all " << heads;
     if (d.ring > 1) os << ", ring position " << c.ring << " of " << d.ring;
     return os.str();
   }

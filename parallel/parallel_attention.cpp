@@ -45,6 +45,7 @@ class SequenceParallelAttention final : public SelfAttention {
   int64_t group_tokens(int ring_rank) const {  // tokens of the Ulysses group at ring position ring_rank
     return ranges_[size_t(ring_rank * U_ + U_ - 1)].end - ranges_[size_t(ring_rank * U_)].begin;
   }
+  SeqRange heads_of(int j) const { return head_ranges_[size_t(j)]; }  // Ulysses rank j's heads
   void ulysses_scatter_heads(const float* qkv);   // token split -> head split (qkv_g_)
   void ulysses_gather_heads(float* out);          // head split -> token split
   void ring_attention(const float* qkv_g, float* out_g);
@@ -53,7 +54,8 @@ class SequenceParallelAttention final : public SelfAttention {
   std::shared_ptr<ProcessGroup> uly_, ring_;
   int U_ = 1, R_ = 1, u_ = 0, r_ = 0;
   int64_t B_ = 0, H_ = 0, Hu_ = 0, d_ = 0, T_ = 0, Tg_ = 0, Tmax_ = 0;
-  std::vector<SeqRange> ranges_;
+  std::vector<SeqRange> ranges_;       // tokens of sequence-parallel rank s
+  std::vector<SeqRange> head_ranges_;  // heads of Ulysses rank j (uneven when U does not divide H)
   bool prepared_ = false;
 
   // Ulysses.
@@ -74,9 +76,12 @@ void SequenceParallelAttention::prepare(const SelfAttentionShape& s) {
   T_ = s.local_tokens;
   const int64_t N = s.total_tokens > 0 ? s.total_tokens : s.local_tokens;
   DIT_CHECK(B_ > 0 && H_ > 0 && d_ > 0 && N > 0, "sequence-parallel attention: empty shape");
-  DIT_CHECK(H_ % U_ == 0, "ulysses: " << H_ << " heads are not divisible by the Ulysses degree " << U_
-                                      << " (use a degree that divides the head count, or --ring)");
-  Hu_ = H_ / U_;
+  DIT_CHECK(H_ >= U_, "ulysses: " << H_ << " attention heads cannot be split over " << U_
+                                   << " ranks (the Ulysses degree may be at most the head count; use --ring for more)");
+  // Heads split like tokens: contiguous, sizes differing by at most one (6 heads over 4
+  // ranks: 2, 2, 1, 1). Exact either way; uneven splits only cost balance.
+  head_ranges_ = split_all(H_, U_);
+  Hu_ = heads_of(u_).size();
   ranges_ = split_all(N, U_ * R_);
   const SeqRange mine = ranges_[size_t(r_ * U_ + u_)];
   DIT_CHECK(mine.size() == T_, "sequence-parallel attention: this rank holds " << T_ << " tokens, expected "
@@ -87,12 +92,14 @@ void SequenceParallelAttention::prepare(const SelfAttentionShape& s) {
 
   if (U_ > 1) {
     // qkv all-to-all: to Ulysses rank j my tokens' q,k,v of heads block j; from j its tokens' of mine.
-    qkv_send_counts_.assign(U_, size_t(B_ * T_ * 3 * Hu_ * d_));
-    out_recv_counts_.assign(U_, size_t(B_ * T_ * Hu_ * d_));
+    qkv_send_counts_.clear();
+    out_recv_counts_.clear();
     qkv_recv_counts_.clear();
     out_send_counts_.clear();
     for (int j = 0; j < U_; ++j) {
-      const int64_t tj = ranges_[size_t(r_ * U_ + j)].size();
+      const int64_t hj = heads_of(j).size(), tj = ranges_[size_t(r_ * U_ + j)].size();
+      qkv_send_counts_.push_back(size_t(B_ * T_ * 3 * hj * d_));
+      out_recv_counts_.push_back(size_t(B_ * T_ * hj * d_));
       qkv_recv_counts_.push_back(size_t(B_ * tj * 3 * Hu_ * d_));
       out_send_counts_.push_back(size_t(B_ * tj * Hu_ * d_));
     }
@@ -144,13 +151,15 @@ void SequenceParallelAttention::prepare(const SelfAttentionShape& s) {
 void SequenceParallelAttention::ulysses_scatter_heads(const float* qkv) {
   const int64_t hd = Hu_ * d_;
   float* p = send_.data();
-  for (int j = 0; j < U_; ++j)  // block j: [B, T, 3, Hu, d] of heads j·Hu..
+  for (int j = 0; j < U_; ++j) {  // block j: [B, T, 3, Hj, d] of rank j's heads
+    const int64_t h0 = heads_of(j).begin * d_, hjd = heads_of(j).size() * d_;
     for (int64_t b = 0; b < B_; ++b)
       for (int64_t t = 0; t < T_; ++t)
         for (int c = 0; c < 3; ++c) {
-          std::memcpy(p, qkv + ((b * T_ + t) * 3 + c) * H_ * d_ + j * hd, size_t(hd) * 4);
-          p += hd;
+          std::memcpy(p, qkv + ((b * T_ + t) * 3 + c) * H_ * d_ + h0, size_t(hjd) * 4);
+          p += hjd;
         }
+  }
   {
     profile::Scope pc(profile::Cat::Communication);
     profile::add_bytes(bytes_to_others(qkv_send_counts_, u_));
@@ -189,12 +198,14 @@ void SequenceParallelAttention::ulysses_gather_heads(float* out) {
     uly_->all_to_all_v(send_.data(), out_send_counts_, recv_.data(), out_recv_counts_);
   }
   const float* q = recv_.data();
-  for (int j = 0; j < U_; ++j)  // from rank j: [B, T, Hu, d] of heads j·Hu..
+  for (int j = 0; j < U_; ++j) {  // from rank j: [B, T, Hj, d] of its heads
+    const int64_t h0 = heads_of(j).begin * d_, hjd = heads_of(j).size() * d_;
     for (int64_t b = 0; b < B_; ++b)
       for (int64_t t = 0; t < T_; ++t) {
-        std::memcpy(out + (b * T_ + t) * H_ * d_ + j * hd, q, size_t(hd) * 4);
-        q += hd;
+        std::memcpy(out + (b * T_ + t) * H_ * d_ + h0, q, size_t(hjd) * 4);
+        q += hjd;
       }
+  }
 }
 
 // K and V of [B, Tg, 3, Hu, d] -> [B, Tg, 2, Hu, d].

@@ -3,8 +3,9 @@
 // exactly, as if one process held them all.
 //
 //  - Ulysses (the `ulysses` group, U ranks): one packed all-to-all of Q, K and V turns the
-//    token split into a head split (rank u gets heads [u·H/U, (u+1)·H/U) of all the
-//    group's tokens), attention runs on full-length heads, a second all-to-all turns it back.
+//    token split into a head split (rank u gets heads split_tokens(H, U, u) of all the
+//    group's tokens: H/U each, or one more for the first H mod U ranks when U does not
+//    divide H), attention runs on full-length heads, a second all-to-all turns it back.
 //  - Ring (the `ring` group, R ranks): every rank keeps its queries; K/V blocks travel round
 //    the ring, each send/receive posted before computing on the current block (double
 //    buffered), and the partial results are merged exactly by log-sum-exp in float32.
@@ -25,8 +26,8 @@
 
 namespace dit {
 
-// Groups of size 1 switch that axis off. Throws at prepare() when the heads do not divide
-// by the Ulysses degree.
+// Groups of size 1 switch that axis off. Throws at prepare() when there are fewer heads
+// than Ulysses ranks.
 std::unique_ptr<SelfAttention> make_sequence_parallel_attention(std::shared_ptr<ProcessGroup> ulysses,
                                                                 std::shared_ptr<ProcessGroup> ring);
 

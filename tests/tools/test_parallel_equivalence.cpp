@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <map>
+#include <sstream>
 
 #include "cli_util.h"
 #include "runtime/npy.h"
@@ -36,6 +37,28 @@ double rel_diff(const dit::Tensor& a, const dit::Tensor& b, bool& bitwise) {
   return a.numel() == b.numel() ? m / ref : INFINITY;
 }
 
+// cfg × ulysses × ring from the layout flags.
+int world_of(const std::string& flags) {
+  std::istringstream in(flags);
+  std::string w;
+  int world = 1;
+  while (in >> w) {
+    if (w == "--cfg-parallel") world *= 2;
+    if (w == "--ulysses" || w == "--ring") {
+      int k = 1;
+      in >> k;
+      world *= k;
+    }
+  }
+  return world;
+}
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
 Output generate(const std::string& model, const std::string& layout_flags, const std::string& extra, const Scratch& s,
                 const std::string& tag) {
   const std::string png = s.file(tag + ".png"), lat = s.file(tag + ".lat.npy"), eps = s.file(tag + ".eps.npy");
@@ -45,6 +68,14 @@ Output generate(const std::string& model, const std::string& layout_flags, const
   RunResult r = run(cmd);
   INFO(cmd << "\n" << r.err);
   REQUIRE(r.code == 0);
+  // The layout really ran: the launcher started world-size ranks, and each printed its share.
+  const int world = world_of(layout_flags);
+  if (world > 1) {
+    CHECK(r.err.find("dit-gen: " + std::to_string(world) + " ranks, mesh") != std::string::npos);
+    CHECK(count(r.err, "dit-gen:   rank ") == world);
+  } else {
+    CHECK(r.err.find(" ranks, mesh") == std::string::npos);
+  }
   Output o;
   o.eps0 = dit::read_npy(eps);
   o.latents = dit::read_npy(lat);
@@ -109,7 +140,9 @@ TEST_CASE("parallel layouts equal serial: tiny model (16 tokens, r3 splits uneve
 }
 
 TEST_CASE("parallel layouts equal serial: small model (64 tokens, 6 heads, r3 uneven)", "[parallel][equivalence]") {
-  check_layouts("dit-small", "", kLayouts);
+  std::vector<std::string> layouts = kLayouts;
+  layouts.push_back("--ulysses 4");  // 6 heads over 4 ranks: 2, 2, 1, 1
+  check_layouts("dit-small", "", layouts);
 }
 
 TEST_CASE("parallel layouts equal serial: non-square size with uneven token split", "[parallel][equivalence]") {
@@ -117,14 +150,15 @@ TEST_CASE("parallel layouts equal serial: non-square size with uneven token spli
   check_layouts("dit-small", "-W 64 -H 48", {"--ring 3", "--ulysses 2 --ring 2", "--cfg-parallel --ring 5"});
 }
 
-TEST_CASE("parallel: Ulysses degree that does not divide the heads is a clear error", "[parallel][cli]") {
+TEST_CASE("parallel: a Ulysses degree above the head count is a clear error", "[parallel][cli]") {
   Scratch s;
-  RunResult r = run(bin("dit-gen") + " --progress none -m " + data_path("dit-small") + " -p 1 --steps 1 --ulysses 4 -t 1 -o " +
+  RunResult r = run(bin("dit-gen") + " --progress none -m " + data_path("dit-tiny") + " -p 1 --steps 1 --ulysses 5 -t 1 -o " +
                     s.file("x.png"));
   INFO(r.err);
   CHECK(r.code != 0);
-  CHECK(r.err.find("6 heads") != std::string::npos);
-  CHECK(r.err.find("4") != std::string::npos);
+  CHECK(r.err.find("--ulysses 5: the model has 4 attention heads, so the Ulysses degree can be at most 4") !=
+        std::string::npos);
+  CHECK(r.err.find(" ranks, mesh") == std::string::npos);  // refused before the layout is printed
   CHECK_FALSE(std::filesystem::exists(s.file("x.png")));
 }
 

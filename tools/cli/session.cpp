@@ -5,6 +5,7 @@
 
 #include "models/distributed_exchange.h"
 #include "runtime/engine.h"
+#include "runtime/error.h"
 #include "tools/cli/demo_model.h"
 
 namespace dit::cli {
@@ -21,10 +22,12 @@ LaunchOptions launch_options(const GenOptions& o, int world_size) {
 }
 
 void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
+  // Threads per rank: our launcher passes DIT_THREADS; ranks started by mpirun/srun/a script
+  // share this machine's cores with the other local ranks unless -t says otherwise.
   if (s.env.threads > 0)
     set_num_threads(s.env.threads);
-  else if (o.threads > 0)
-    set_num_threads(o.threads);
+  else if (o.threads > 0 || s.env.external)
+    set_num_threads(threads_per_rank(o.threads, s.env.local_world));
 
   PipelineOptions po;
   po.model_dir = o.model.empty() ? demo_model_dir() : o.model;
@@ -38,6 +41,9 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
   }
   s.pipe = Pipeline::load(po);
   const ModelInfo& info = s.pipe->info();
+  DIT_CHECK(degrees.ulysses <= info.heads, "--ulysses " << degrees.ulysses << ": the model has " << info.heads
+                                                        << " attention heads, so the Ulysses degree can be at most "
+                                                        << info.heads << " (use --ring for more ranks)");
   if (o.verbose && s.env.rank == 0)
     std::fprintf(stderr,
                  "dit-gen: model %s: DiT %d layers, hidden %d, %d heads, %d classes, VAE scale %d, %d threads/rank\n",
