@@ -37,6 +37,43 @@ int env_int(const char* name, int fallback) {
   return int(x);
 }
 
+// The world size of an srun step: SLURM_STEP_NUM_TASKS, or SLURM_NTASKS inside a step
+// (SLURM_STEP_ID set). A batch script itself (no step) is not a rank of a parallel run.
+const char* slurm_world_var() {
+  if (env_str("SLURM_STEP_NUM_TASKS")) return "SLURM_STEP_NUM_TASKS";
+  if (env_str("SLURM_NTASKS") && env_str("SLURM_STEP_ID")) return "SLURM_NTASKS";
+  return nullptr;
+}
+
+// Tasks of this step on this node, from SLURM_STEP_TASKS_PER_NODE ("4", "4(x2)",
+// "2(x3),1": counts per node of the step, in node order) at this node's index
+// SLURM_NODEID. Unparsable or absent: every task is on this node.
+int slurm_tasks_on_this_node(int world) {
+  const char* v = env_str("SLURM_STEP_TASKS_PER_NODE");
+  if (!v) v = env_str("SLURM_TASKS_PER_NODE");
+  if (!v) return world;
+  const int node = env_int("SLURM_NODEID", 0);
+  int index = 0;
+  for (const char* p = v; *p;) {
+    char* end = nullptr;
+    const long count = std::strtol(p, &end, 10);
+    if (end == p || count <= 0) return world;
+    long repeat = 1;
+    if (*end == '(') {
+      if (end[1] != 'x') return world;
+      repeat = std::strtol(end + 2, &end, 10);
+      if (repeat <= 0 || *end != ')') return world;
+      ++end;
+    }
+    if (node < index + repeat) return int(std::min<long>(count, world));
+    index += int(std::min<long>(repeat, 1 << 24));
+    if (*end == ',') ++end;
+    else if (*end) return world;
+    p = end;
+  }
+  return world;
+}
+
 // ---- signal plumbing: handlers write the signal number into a pipe the loop polls.
 int g_signal_pipe[2] = {-1, -1};
 
@@ -130,13 +167,11 @@ LaunchEnv detect_launch_env(const LaunchOptions& opts) {
     env.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", env.rank);
     env.local_world = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", env.world);
     env.source = "OMPI_COMM_WORLD_RANK";
-  } else if (env_str("SLURM_PROCID") && env_str("SLURM_STEP_NUM_TASKS")) {
-    // SLURM_STEP_NUM_TASKS is set by srun only, not in the batch script itself.
+  } else if (env_str("SLURM_PROCID") && slurm_world_var()) {
     env.rank = env_int("SLURM_PROCID", 0);
-    env.world = env_int("SLURM_STEP_NUM_TASKS", 1);
+    env.world = env_int(slurm_world_var(), 1);
     env.local_rank = env_int("SLURM_LOCALID", env.rank);
-    env.local_world = env_int("SLURM_STEP_TASKS_PER_NODE", 0);  // "4" or "4(x2)"; 0 if unparsable
-    if (env.local_world <= 0) env.local_world = 1;
+    env.local_world = slurm_tasks_on_this_node(env.world);
     env.source = "SLURM_PROCID";
   } else {
     return env;  // a single process; maybe_launch decides whether to start workers
@@ -465,7 +500,8 @@ std::shared_ptr<ProcessGroup> connect_world(const LaunchEnv& env, CommOptions op
     opts.iface = iface;
   } else if (const char* addr = env_str("DIT_ADDR")) {
     opts.hostname = addr;
-  } else if (parse_rendezvous(env.rendezvous).kind == RendezvousSpec::Kind::Redis) {
+  } else if (parse_rendezvous(env.rendezvous).kind == RendezvousSpec::Kind::Redis || env.local_world < env.world) {
+    // Ranks on other machines must reach this one: listen on the address of our host name.
     char host[256] = {0};
     if (gethostname(host, sizeof(host) - 1) == 0 && host[0]) opts.hostname = host;
   }

@@ -11,7 +11,8 @@
 // External launch (several machines, or mpirun/srun/a script): each process gets
 //   DIT_RANK, DIT_WORLD_SIZE, DIT_RENDEZVOUS (and DIT_LOCAL_RANK, DIT_LOCAL_WORLD_SIZE,
 //   DIT_THREADS, DIT_ADDR optionally)
-// or OMPI_COMM_WORLD_RANK/SIZE (mpirun) or SLURM_PROCID/SLURM_STEP_NUM_TASKS (srun), with
+// or OMPI_COMM_WORLD_RANK/SIZE (mpirun) or SLURM_PROCID/SLURM_STEP_NUM_TASKS (srun; or
+// SLURM_NTASKS inside a step), with
 // the rendezvous from DIT_RENDEZVOUS or --rendezvous. Or per machine:
 //   dit-gen ... --nnodes 2 --node-rank K --nproc-per-node 4 --rendezvous redis://host:6379/run1
 // which starts ranks K*4 .. K*4+3 here.
@@ -63,7 +64,8 @@ struct LaunchOptions {
 };
 
 // Who this process is. From DIT_RANK/DIT_WORLD_SIZE/DIT_RENDEZVOUS, else
-// OMPI_COMM_WORLD_RANK/SIZE, else SLURM_PROCID/SLURM_STEP_NUM_TASKS (the rendezvous then
+// OMPI_COMM_WORLD_RANK/SIZE, else SLURM_PROCID/SLURM_STEP_NUM_TASKS or SLURM_NTASKS in an
+// srun step (local ranks from SLURM_STEP_TASKS_PER_NODE and SLURM_NODEID; the rendezvous then
 // from DIT_RENDEZVOUS or opts.rendezvous); else a single process (rank 0 of 1).
 // Throws dit::Error on inconsistent variables.
 LaunchEnv detect_launch_env(const LaunchOptions& opts = {});
@@ -78,8 +80,9 @@ int launch_local_workers(int argc, char** argv, int nproc, int first_rank, int w
                          const std::string& rendezvous, const LaunchOptions& opts);
 
 // Connects this rank to the others (a world of one needs no connection). The listen
-// address: DIT_ADDR (or DIT_IFACE, an interface name) if set, else 127.0.0.1 for a
-// file: rendezvous and this machine's host name for redis (several machines).
+// address: DIT_ADDR (or DIT_IFACE, an interface name) if set, else this machine's host
+// name for a redis rendezvous or when some ranks run on other machines (local ranks <
+// world), else 127.0.0.1.
 std::shared_ptr<ProcessGroup> connect_world(const LaunchEnv& env, CommOptions opts = {});
 
 // For a rank that fails before connect_world returned: posts its abort to the store.

@@ -142,7 +142,8 @@ TEST_CASE("launch environment: DIT_*, mpirun and srun variables - threads per ra
   auto clear = [] {
     for (const char* v : {"DIT_RANK", "DIT_WORLD_SIZE", "DIT_RENDEZVOUS", "DIT_LOCAL_RANK", "DIT_LOCAL_WORLD_SIZE",
                           "DIT_THREADS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID",
-                          "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID"})
+                          "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_STEP_ID",
+                          "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NODEID"})
       unsetenv(v);
   };
   clear();
@@ -171,6 +172,29 @@ TEST_CASE("launch environment: DIT_*, mpirun and srun variables - threads per ra
   CHECK(e.rank == 5);
   CHECK(e.world == 8);
   CHECK(e.rendezvous == "file:/shared/rdzv");
+  CHECK(e.local_world == 8);  // no per-node counts: all on this node
+  // srun over several nodes: per-node task counts in SLURM's compressed form.
+  setenv("SLURM_STEP_TASKS_PER_NODE", "3(x2),2", 1);
+  setenv("SLURM_NODEID", "1", 1);
+  CHECK(dit::detect_launch_env().local_world == 3);
+  setenv("SLURM_NODEID", "2", 1);
+  CHECK(dit::detect_launch_env().local_world == 2);
+  setenv("SLURM_STEP_TASKS_PER_NODE", "4(x2)", 1);
+  setenv("SLURM_NODEID", "0", 1);
+  CHECK(dit::detect_launch_env().local_world == 4);
+  setenv("SLURM_STEP_TASKS_PER_NODE", "garbage(", 1);
+  CHECK(dit::detect_launch_env().local_world == 8);
+  clear();
+  // SLURM_NTASKS counts only inside an srun step (an sbatch script has it too).
+  setenv("SLURM_PROCID", "1", 1);
+  setenv("SLURM_NTASKS", "2", 1);
+  setenv("DIT_RENDEZVOUS", "file:/shared/rdzv", 1);
+  CHECK_FALSE(dit::detect_launch_env().external);
+  setenv("SLURM_STEP_ID", "0", 1);
+  e = dit::detect_launch_env();
+  CHECK(e.external);
+  CHECK(e.world == 2);
+  CHECK(e.rank == 1);
   clear();
 
   setenv("DIT_RANK", "1", 1);
