@@ -191,7 +191,9 @@ int run_batch(const GenOptions& o, Session& s) {
       r.label = res->label;
       r.seconds = res->seconds;
       try {
-        fs::create_directories(fs::path(it.path).parent_path());
+        const fs::path parent = fs::path(it.path).parent_path();
+        fs::create_directories(parent);
+        check_inside_output_dir(dir, parent);  // a symbolic link inside the directory may lead out
         save_png(*res, it.path);
         if (o.item_latents) write_npy(fs::path(it.path).replace_extension(".npy").string(), res->latents);
         r.status = "done";

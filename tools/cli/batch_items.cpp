@@ -151,6 +151,13 @@ void check_item_output(const std::string& rel) {
   DIT_CHECK(n != "results.jsonl", "output 'results.jsonl' is the batch's results file");
 }
 
+void check_inside_output_dir(const fs::path& output_dir, const fs::path& dir) {
+  const fs::path root = fs::canonical(output_dir), real = fs::canonical(dir);
+  const auto mismatch = std::mismatch(root.begin(), root.end(), real.begin(), real.end());
+  DIT_CHECK(mismatch.first == root.end(), "output directory '" << dir.string() << "' resolves to '" << real.string()
+                                                               << "', outside --output-dir (a symbolic link?)");
+}
+
 std::vector<BatchItem> parse_batch(const std::string& text_in, const GenOptions& d, const std::string& output_dir) {
   std::string text = text_in;
   if (text.compare(0, 3, "\xEF\xBB\xBF") == 0) text.erase(0, 3);  // UTF-8 byte order mark

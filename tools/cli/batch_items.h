@@ -10,6 +10,7 @@
 // a seed gets --seed + index. Outputs default to "{index:05d}-{slug}.png" in --output-dir.
 #pragma once
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,10 @@ std::string slugify(const std::string& prompt);
 // Throws dit::Error unless `rel` is a relative file path that stays inside the output
 // directory ("a/b.png" yes; "/tmp/x.png", "../x.png", "a/../../x.png", "" no).
 void check_item_output(const std::string& rel);
+
+// At write time: `dir` (an existing directory an output goes into) must resolve to a place
+// inside `output_dir`, so that a symbolic link inside the directory cannot lead out of it.
+void check_inside_output_dir(const std::filesystem::path& output_dir, const std::filesystem::path& dir);
 
 // Checks every item that has no error yet against the loaded model (size, steps, sampler,
 // label, guidance with --cfg-parallel), exactly as Pipeline::generate_batch would, and
