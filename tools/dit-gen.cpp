@@ -5,6 +5,8 @@
 //   dit-gen -m /models/DiT-XL-2-256 -p "tabby cat" --steps 50 -s 7 -o cat.png
 //   dit-gen -p 207 --cfg-parallel --ulysses 2 -o dog.png          # 4 processes
 //   dit-gen --batch prompts.jsonl --output-dir out --dp 2          # many images, 2 replicas
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -54,7 +56,8 @@ int main(int argc, char** argv) {
     if (s.world) s.world->shutdown();
     return rc;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "\ndit-gen: error: %s\n", e.what());
+    // On a terminal, clear a progress bar's line first; elsewhere the error is the only line.
+    std::fprintf(stderr, "%sdit-gen: error: %s\n", ::isatty(STDERR_FILENO) ? "\r\033[K" : "", e.what());
     if (s.world)
       s.world->abort(e.what());
     else if (s.env.world > 1)

@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <sstream>
 
 #include "cli_util.h"
 #include "runtime/npy.h"
@@ -24,7 +25,7 @@ void expect_failure(const std::string& args, const std::string& needle, const st
   CHECK(r.code != 0);
   CHECK(r.err.find("error") != std::string::npos);
   CHECK(r.err.find(needle) != std::string::npos);
-  CHECK(count_lines(r.err) <= 2);  // the message (a blank line may precede it)
+  CHECK(count_lines(r.err) == 1);  // one line: the message
   CHECK_FALSE(fs::exists(output));
 }
 
@@ -94,9 +95,31 @@ TEST_CASE("dit-gen: bad input gives a one-line error, a non-zero exit and no out
 TEST_CASE("dit-gen --help shows every default - --version", "[cli]") {
   RunResult h = run(bin("dit-gen") + " --help");
   CHECK(h.code == 0);
-  for (const char* s : {"--prompt", "--steps", "50", "--guidance-scale", "--cfg-scale", "4", "--seed", "42",
-                        "output.png", "--sampler", "--dtype", "f32", "--progress", "auto", "--save-latents"})
-    CHECK(h.out.find(s) != std::string::npos);
+  // Each flag's line names its default (CLI11 prints "=VALUE" after the type, or the text says it).
+  auto line_of = [&](const std::string& flag) {
+    std::istringstream in(h.out);
+    for (std::string l; std::getline(in, l);)
+      if (l.find(flag + " ") != std::string::npos || l.find(flag + ",") != std::string::npos) return l;
+    return std::string();
+  };
+  const std::pair<const char*, const char*> defaults[] = {
+      {"--seed", "=42"},          {"--steps", "=50"},
+      {"--cfg-scale", "=4"},      {"--output", "=output.png"},
+      {"--dtype", "=f32"},        {"--progress", "=auto"},
+      {"--model", "demo model"},  {"--sampler", "scheduler_config.json"},
+      {"--width", "sample_size"}, {"--height", "sample_size"},
+      {"--threads", "cores / local ranks"}, {"--micro-batch", "=1"},
+      {"--dp", "=1"},             {"--ulysses", "=1"},
+      {"--ring", "=1"},           {"--timeout", "=300"},
+      {"--nproc-per-node", "world / nnodes"}};
+  for (const auto& [flag, want] : defaults) {
+    INFO(flag << ": " << line_of(flag));
+    CHECK(line_of(flag).find(want) != std::string::npos);
+  }
+  CHECK(line_of("--threads").find("=0") == std::string::npos);  // 0 is "not given", not a default to show
+  for (const char* f : {"--prompt", "--negative-prompt", "--guidance-scale", "--save-latents", "--no-decode", "--batch",
+                        "--output-dir", "--cfg-parallel", "--rendezvous", "--nnodes", "--node-rank", "--verbose"})
+    CHECK(h.out.find(f) != std::string::npos);
   RunResult v = run(bin("dit-gen") + " --version");
   CHECK(v.code == 0);
   CHECK(v.out.find("dit-gen") != std::string::npos);
@@ -111,6 +134,38 @@ TEST_CASE("dit-gen --progress json emits one parsable event per step", "[cli]") 
   for (std::string line; std::getline(lines, line);)
     if (line.rfind("{\"event\":\"step\"", 0) == 0) ++steps;
   CHECK(steps == 4);
+}
+
+TEST_CASE("dit-gen without --model creates the demo model on first use; the presets' dimensions", "[cli]") {
+  Scratch s;
+  const std::string demo = s.file("demo");
+  RunResult r = run("DIT_DEMO_MODEL=" + demo + " " + gen("-p \"golden retriever\" --steps 1 -W 64 -H 64 -o " + s.file("d.png")));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.err.find("creating the demo model") != std::string::npos);
+  CHECK(r.err.find("class 207 (golden retriever)") != std::string::npos);
+  CHECK(fs::exists(s.file("d.png")));
+  auto config = [](const std::string& dir) { return slurp(dir + "/transformer/config.json"); };
+  // DiT-S/2-like: 12 layers, 6 heads x 64 = 384, 1000 classes, 256x256 (latent 32, VAE scale 8).
+  for (const char* kv : {"\"num_layers\": 12", "\"num_attention_heads\": 6", "\"attention_head_dim\": 64",
+                         "\"num_embeds_ada_norm\": 1000", "\"sample_size\": 32", "\"patch_size\": 2"}) {
+    INFO(kv);
+    CHECK(config(demo).find(kv) != std::string::npos);
+  }
+  // A second run reuses it (no "creating").
+  RunResult again = run("DIT_DEMO_MODEL=" + demo + " " + gen("-p 1 --steps 1 -W 64 -H 64 --no-decode"));
+  CHECK(again.code == 0);
+  CHECK(again.err.find("creating the demo model") == std::string::npos);
+  // xl: DiT-XL/2 dimensions (16 heads x 72 = 1152), shortened with --layers.
+  const std::string xl = s.file("xl");
+  RunResult mk = run(bin("dit-make-model") + " --preset xl --layers 1 --out " + xl);
+  INFO(mk.err);
+  REQUIRE(mk.code == 0);
+  for (const char* kv : {"\"num_layers\": 1,", "\"num_attention_heads\": 16", "\"attention_head_dim\": 72",
+                         "\"num_embeds_ada_norm\": 1000", "\"sample_size\": 32", "\"out_channels\": 8"}) {
+    INFO(kv);
+    CHECK(config(xl).find(kv) != std::string::npos);
+  }
 }
 
 TEST_CASE("dit-make-model writes a model dit-gen loads (sharded, bf16)", "[cli]") {

@@ -30,7 +30,7 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
                  "also write the first step's guided noise prediction as .npy (to compare layouts)");
   app.add_flag("--no-decode", o.no_decode, "skip the VAE decode and the PNG");
   app.add_option("--dtype", o.dtype, "matmul compute type: f32|bf16")->capture_default_str();
-  app.add_option("-t,--threads", o.threads, "threads per rank (default: cores / local ranks)")->capture_default_str();
+  app.add_option("-t,--threads", o.threads, "threads per rank (default: cores / local ranks)");
   app.add_option("--progress", o.progress, "auto|bar|json|none (auto: a bar on a terminal)")->capture_default_str();
   app.add_flag("-v,--verbose", o.verbose, "print model and timing details");
   const char* bat = "Batch (many prompts per model load; see README)";
@@ -51,7 +51,7 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
       ->group(bat);
   const char* par = "Parallel (ranks are processes; started here unless launched externally, see README)";
   app.add_flag("--cfg-parallel", o.cfg_parallel, "run the cond and uncond branches on two rank groups")->group(par);
-  app.add_option("--ulysses", o.ulysses, "Ulysses degree: split tokens across ranks, all-to-all over heads")
+  app.add_option("--ulysses", o.ulysses, "Ulysses degree: split tokens across ranks, all-to-all over heads (at most the head count)")
       ->capture_default_str()
       ->group(par);
   app.add_option("--ring", o.ring, "Ring degree: split tokens across ranks, K/V passed round a ring")
@@ -63,12 +63,11 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
   app.add_option("--rendezvous", o.rendezvous,
                  "file:DIR or redis://HOST:PORT[/RUN] (default: a private temporary directory on this machine)")
       ->group(par);
-  app.add_option("--nnodes", o.nnodes, "machines taking part (with --rendezvous redis://...)")
+  app.add_option("--nnodes", o.nnodes, "machines taking part (with --rendezvous redis://... or a shared file:DIR)")
       ->capture_default_str()
       ->group(par);
   app.add_option("--node-rank", o.node_rank, "index of this machine")->capture_default_str()->group(par);
   app.add_option("--nproc-per-node", o.nproc_per_node, "ranks started on this machine (default: world / nnodes)")
-      ->capture_default_str()
       ->group(par);
 }
 
