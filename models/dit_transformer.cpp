@@ -164,13 +164,4 @@ void DiTTransformer::forward(const float* latents, const double* t, const int64_
   }
 }
 
-double DiTTransformer::flops_per_forward() const {
-  const DiTConfig& c = w_.cfg;
-  const double B = double(shape_.batch), T = double(shape_.local_tokens()), N = double(shape_.tokens());
-  const double D = c.hidden();
-  double per_block = 2 * B * T * D * (3 * D + D + 4 * D + 4 * D)  // qkv, out, fc1, fc2
-                     + 4 * B * T * N * D;                          // QKᵀ and PV over the full sequence
-  return c.layers * per_block + 2 * B * T * D * (c.patch_dim_in() + c.patch_dim_out());
-}
-
 }  // namespace dit

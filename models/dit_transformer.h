@@ -35,7 +35,6 @@ class DiTTransformer {
   void prepare(const DiTShape& shape, SelfAttention* attn);
   void forward(const float* latents, const double* t, const int64_t* y, float* out);
   const DiTShape& shape() const { return shape_; }
-  double flops_per_forward() const;  // matmuls + attention of this shape (local tokens)
 
  private:
   void conditioning(const DiTBlockWeights& bw, size_t block, const double* t, const int64_t* y);

@@ -42,6 +42,7 @@
 #include "parallel/launcher.h"
 #include "parallel/mesh.h"
 #include "runtime/engine.h"
+#include "runtime/gemm_probe.h"
 #include "runtime/error.h"
 #include "runtime/json_config.h"
 #include "runtime/profile.h"
@@ -79,7 +80,7 @@ Layout parse_layout(const std::string& s) {
     l.all_cores = true;
     return l;
   }
-  std::regex part("(cfg|u|r|dp)([0-9]+)");
+  std::regex part("(cfg|u|r)([0-9]+)");
   std::string rest = s;
   std::smatch m;
   bool any = false;
@@ -93,10 +94,8 @@ Layout parse_layout(const std::string& s) {
       l.deg.cfg = n;
     } else if (m[1] == "u") {
       l.deg.ulysses = n;
-    } else if (m[1] == "r") {
-      l.deg.ring = n;
     } else {
-      l.deg.dp = n;
+      l.deg.ring = n;
     }
     any = true;
     rest = m.suffix().str();
@@ -143,37 +142,6 @@ double maxrss_mb() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   return double(ru.ru_maxrss) / 1024.0;  // kB on Linux
-}
-
-// GFLOP/s of each of `runs` M×K×N oneDNN matmuls with prepacked weights (the best case for a GEMM).
-std::vector<double> gemm_gflops(int64_t M, int64_t K, int64_t N, DType c, int runs) {
-  using dnnl::memory;
-  const auto dt = c == DType::BF16 ? memory::data_type::bf16 : memory::data_type::f32;
-  auto& eng = Engine::get().engine;
-  auto& st = Engine::get().stream;
-  memory::desc a_md({M, K}, dt, memory::format_tag::ab), c_md({M, N}, memory::data_type::f32, memory::format_tag::ab);
-  memory::desc b_any({K, N}, dt, memory::format_tag::any);
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_any, c_md), eng);
-  dnnl::matmul mm(pd);
-  memory a(a_md, eng), b(pd.weights_desc(), eng), cm(c_md, eng);
-  Tensor fa = Tensor::empty({M, K}), fb = Tensor::empty({K, N});
-  std::mt19937 g(1);
-  std::uniform_real_distribution<float> d(-0.05f, 0.05f);
-  for (int64_t i = 0; i < fa.numel(); ++i) fa.f32()[i] = d(g);
-  for (int64_t i = 0; i < fb.numel(); ++i) fb.f32()[i] = d(g);
-  memory fa_m({{M, K}, memory::data_type::f32, memory::format_tag::ab}, eng, fa.data());
-  memory fb_m({{K, N}, memory::data_type::f32, memory::format_tag::ab}, eng, fb.data());
-  dnnl::reorder(fa_m, a).execute(st, fa_m, a);
-  dnnl::reorder(fb_m, b).execute(st, fb_m, b);
-  st.wait();
-  std::vector<double> t;
-  for (int i = 0; i < runs + 1; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    mm.execute(st, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, cm}});
-    st.wait();
-    if (i > 0) t.push_back(2.0 * M * K * N / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 1e9);
-  }
-  return t;
 }
 
 struct Flops {
@@ -236,8 +204,8 @@ int run_worker(const Opts& o) {
     std::vector<double> g32s, g16s;
     auto time_gemms = [&] {
       if (world) world->barrier();
-      for (double g : gemm_gflops(mkn[0], mkn[1], mkn[2], DType::F32, o.gemm_runs)) g32s.push_back(g);
-      for (double g : gemm_gflops(mkn[0], mkn[1], mkn[2], DType::BF16, o.gemm_runs)) g16s.push_back(g);
+      for (double g : GemmProbe(mkn[0], mkn[1], mkn[2], DType::F32).run(o.gemm_runs)) g32s.push_back(g);
+      for (double g : GemmProbe(mkn[0], mkn[1], mkn[2], DType::BF16).run(o.gemm_runs)) g16s.push_back(g);
       if (world) world->barrier();
     };
     time_gemms();
@@ -289,6 +257,7 @@ int run_worker(const Opts& o) {
     r["pss_mb"] = pss_mb();
     const int64_t lat = size / pipe->info().vae_scale, tokens = (lat / cfg.patch) * (lat / cfg.patch);
     r["tokens"] = tokens;
+    r["size"] = size;
     const bool cfg_on = o.guidance > 1.0;
     const Flops f = model_flops(cfg, cfg_on ? 2 : 1, double(tokens));
     r["flops"] = {{"linear", f.linear}, {"attention", f.attention}, {"conditioning", f.conditioning}};
@@ -451,7 +420,7 @@ int run_driver(const Opts& o, const char* argv0) {
         const double gemm = r0[dtype == "bf16" ? "gemm_bf16_gflops" : "gemm_f32_gflops"].get<double>();
         const int rank_threads = r0["threads"].get<int>();
         run["threads_per_rank"] = rank_threads;
-        run["size"] = size > 0 ? size : cfg.sample_size * 8;
+        run["size"] = r0["size"];
         run["tokens"] = r0["tokens"];
         run["step_s"] = step;
         run["step_s_all"] = r0["step_seconds"];

@@ -17,6 +17,7 @@
 #include "runtime/attention.h"
 #include "runtime/conv2d.h"
 #include "runtime/engine.h"
+#include "runtime/gemm_probe.h"
 #include "runtime/error.h"
 #include "runtime/linear.h"
 
@@ -51,28 +52,12 @@ Tensor random_tensor(const Shape& shape, uint32_t seed, float amp = 0.05f) {
 }
 
 json gemm_peak(int64_t n, DType c) {
-  using dnnl::memory;
-  const auto dt = c == DType::BF16 ? memory::data_type::bf16 : memory::data_type::f32;
-  auto& eng = Engine::get().engine;
-  auto& st = Engine::get().stream;
-  memory::desc a_md({n, n}, dt, memory::format_tag::ab), c_md({n, n}, memory::data_type::f32, memory::format_tag::ab);
-  memory::desc b_any({n, n}, dt, memory::format_tag::any);
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_any, c_md), eng);
-  dnnl::matmul mm(pd);
-  memory a(a_md, eng), b(pd.weights_desc(), eng), cm(c_md, eng);
-  // fill a and b with small values (through f32 + reorder for bf16)
-  Tensor fa = random_tensor({n, n}, 1), fb = random_tensor({n, n}, 2);
-  memory fa_m({{n, n}, memory::data_type::f32, memory::format_tag::ab}, eng, fa.data());
-  memory fb_m({{n, n}, memory::data_type::f32, memory::format_tag::ab}, eng, fb.data());
-  dnnl::reorder(fa_m, a).execute(st, fa_m, a);
-  dnnl::reorder(fb_m, b).execute(st, fb_m, b);
-  st.wait();
-  double s = median_seconds([&] {
-    mm.execute(st, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, cm}});
-    st.wait();
-  });
-  return {{"op", "matmul_square_prepacked"}, {"n", n}, {"dtype", dtype_name(c)}, {"ms", s * 1e3},
-          {"gflops", 2.0 * n * n * n / s / 1e9}, {"impl", pd.impl_info_str()}};
+  GemmProbe probe(n, n, n, c);
+  std::vector<double> g = probe.run(g_runs);
+  std::sort(g.begin(), g.end());
+  const double gflops = g[g.size() / 2];
+  return {{"op", "matmul_square_prepacked"}, {"n", n},         {"dtype", dtype_name(c)},
+          {"ms", 2.0 * n * n * n / gflops / 1e6},      {"gflops", gflops}, {"impl", probe.impl_info()}};
 }
 
 json bench_linear(const char* name, int64_t tokens, int64_t in, int64_t out, Act act, bool gated, DType c,

@@ -1,0 +1,70 @@
+#include "runtime/gemm_probe.h"
+
+#include <chrono>
+#include <dnnl.hpp>
+#include <random>
+
+#include "runtime/engine.h"
+
+namespace dit {
+
+struct GemmProbe::Impl {
+  int64_t M = 0, K = 0, N = 0;
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul mm;
+  dnnl::memory a, b, c;
+};
+
+GemmProbe::GemmProbe(int64_t M, int64_t K, int64_t N, DType compute) : impl_(std::make_unique<Impl>()) {
+  using dnnl::memory;
+  Impl& p = *impl_;
+  p.M = M;
+  p.K = K;
+  p.N = N;
+  dnnl_call("GEMM probe", [&] {
+    const auto dt = compute == DType::BF16 ? memory::data_type::bf16 : memory::data_type::f32;
+    auto& eng = Engine::get().engine;
+    auto& st = Engine::get().stream;
+    const memory::desc a_md({M, K}, dt, memory::format_tag::ab),
+        c_md({M, N}, memory::data_type::f32, memory::format_tag::ab), b_any({K, N}, dt, memory::format_tag::any);
+    p.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_any, c_md), eng);
+    p.mm = dnnl::matmul(p.pd);
+    p.a = memory(a_md, eng);
+    p.b = memory(p.pd.weights_desc(), eng);
+    p.c = memory(c_md, eng);
+    // Small random inputs, written as f32 and reordered into the compute type and layout.
+    Tensor fa = Tensor::empty({M, K}), fb = Tensor::empty({K, N});
+    std::mt19937 g(1);
+    std::uniform_real_distribution<float> d(-0.05f, 0.05f);
+    for (int64_t i = 0; i < fa.numel(); ++i) fa.f32()[i] = d(g);
+    for (int64_t i = 0; i < fb.numel(); ++i) fb.f32()[i] = d(g);
+    memory fa_m({{M, K}, memory::data_type::f32, memory::format_tag::ab}, eng, fa.data());
+    memory fb_m({{K, N}, memory::data_type::f32, memory::format_tag::ab}, eng, fb.data());
+    dnnl::reorder(fa_m, p.a).execute(st, fa_m, p.a);
+    dnnl::reorder(fb_m, p.b).execute(st, fb_m, p.b);
+    st.wait();
+  });
+}
+
+GemmProbe::~GemmProbe() = default;
+GemmProbe::GemmProbe(GemmProbe&&) noexcept = default;
+
+std::vector<double> GemmProbe::run(int runs) {
+  Impl& p = *impl_;
+  auto& st = Engine::get().stream;
+  std::vector<double> out;
+  dnnl_call("GEMM probe", [&] {
+    for (int i = 0; i < runs + 1; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      execute(p.mm, st, {{DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.b}, {DNNL_ARG_DST, p.c}});
+      st.wait();
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (i > 0) out.push_back(2.0 * double(p.M) * double(p.K) * double(p.N) / s / 1e9);
+    }
+  });
+  return out;
+}
+
+std::string GemmProbe::impl_info() const { return impl_->pd.impl_info_str(); }
+
+}  // namespace dit
