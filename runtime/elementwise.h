@@ -1,5 +1,6 @@
-// Small element-wise ops used around the big kernels (memory-bound, OpenMP loops or
-// oneDNN eltwise/resampling where oneDNN has them).
+// Small element-wise ops used around the big kernels (memory-bound). All are hand-written
+// OpenMP SIMD loops (runtime/elementwise.cpp, with the simd_math.h approximations of exp,
+// SiLU and tanh-GELU); none goes through oneDNN eltwise or resampling.
 #pragma once
 
 #include <cstdint>

@@ -20,7 +20,8 @@ inline std::vector<float> randv(size_t n, uint32_t seed, float lo = -1.f, float 
   return v;
 }
 
-// Every |got - want| <= atol + rtol·|want|; on failure names the worst index.
+// Every got and want finite and |got - want| <= atol + rtol·|want|; on failure names the
+// worst index.
 template <class W>
 inline void check_close(const float* got, const W* want, size_t n, double rtol, double atol,
                         const std::string& what = "") {
@@ -30,8 +31,11 @@ inline void check_close(const float* got, const W* want, size_t n, double rtol, 
   for (size_t i = 0; i < n; ++i) {
     double g = got[i], w = double(want[i]);
     double err = std::fabs(g - w), tol = atol + rtol * std::fabs(w);
-    if (!(err <= tol)) ok = false;  // NaN fails
-    double excess = std::isnan(err) ? 1e300 : err - tol;
+    // NaN fails the comparison; Inf in got or want fails explicitly (an infinite want
+    // would otherwise give an infinite tolerance).
+    const bool finite = std::isfinite(g) && std::isfinite(w);
+    if (!finite || !(err <= tol)) ok = false;
+    double excess = (!finite || std::isnan(err)) ? 1e300 : err - tol;
     if (excess > worst_excess) {
       worst_excess = excess;
       worst = i;

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "kernel_test_util.h"
 #include "runtime/conv2d.h"
@@ -9,36 +11,54 @@
 
 using namespace dit;
 
-TEST_CASE("LayerNormModulate matches a naive reference", "[kernels][layernorm]") {
-  const int64_t B = 2, R = 5;
-  const float eps = 1e-6f;
-  for (int64_t D : {7, 64}) {
-    for (bool mod : {false, true}) {
-      for (bool inplace : {false, true}) {
-        auto x = kt::randv(B * R * D, uint32_t(D * 10 + mod), -3.f, 5.f);
-        auto shift = kt::randv(B * D, 11 + uint32_t(D));
-        auto scale = kt::randv(B * D, 12 + uint32_t(D));
-        std::vector<double> want(x.size());
-        for (int64_t b = 0; b < B; ++b)
-          for (int64_t r = 0; r < R; ++r) {
-            const float* px = x.data() + (b * R + r) * D;
-            double mean = 0, var = 0;
-            for (int64_t i = 0; i < D; ++i) mean += px[i];
-            mean /= D;
-            for (int64_t i = 0; i < D; ++i) var += (px[i] - mean) * (px[i] - mean);
-            var /= D;
-            for (int64_t i = 0; i < D; ++i) {
-              double n = (px[i] - mean) / std::sqrt(var + eps);
-              want[(b * R + r) * D + i] = mod ? n * (1 + scale[b * D + i]) + shift[b * D + i] : n;
-            }
-          }
-        LayerNormModulate ln(B, R, D, eps);
-        std::vector<float> y(x.size(), 7.f);
-        float* out = inplace ? x.data() : y.data();
-        ln.run(x.data(), out, mod ? shift.data() : nullptr, mod ? scale.data() : nullptr);
-        kt::check_close(out, want.data(), want.size(), 1e-4, 1e-4,
-                        "ln D=" + std::to_string(D) + " mod=" + std::to_string(mod) + " inplace=" + std::to_string(inplace));
+namespace {
+// Naive layer norm over the last dim of [B, R, D], optionally modulated per batch.
+std::vector<double> layer_norm_ref(const std::vector<float>& x, const float* shift, const float* scale, int64_t B,
+                                   int64_t R, int64_t D, double eps) {
+  std::vector<double> want(x.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t r = 0; r < R; ++r) {
+      const float* px = x.data() + (b * R + r) * D;
+      double mean = 0, var = 0;
+      for (int64_t i = 0; i < D; ++i) mean += px[i];
+      mean /= D;
+      for (int64_t i = 0; i < D; ++i) var += (px[i] - mean) * (px[i] - mean);
+      var /= D;
+      for (int64_t i = 0; i < D; ++i) {
+        double n = (px[i] - mean) / std::sqrt(var + eps);
+        want[(b * R + r) * D + i] = shift ? n * (1 + scale[b * D + i]) + shift[b * D + i] : n;
       }
+    }
+  return want;
+}
+
+struct BRD {
+  int64_t b, r, d;
+};
+std::string brd_str(const BRD& s) {
+  return "B=" + std::to_string(s.b) + " R=" + std::to_string(s.r) + " D=" + std::to_string(s.d);
+}
+}  // namespace
+
+TEST_CASE("LayerNormModulate matches a naive reference", "[kernels][layernorm]") {
+  // Size-1 batch / rows / dim and odd dims next to the usual ones. D = 1: every row is its
+  // own mean, so the normalised value is 0 and the output is the shift.
+  const BRD sh = GENERATE(values<BRD>({{2, 5, 7}, {2, 5, 64}, {1, 1, 1}, {1, 1, 3}, {1, 4, 3}, {3, 1, 1},
+                                       {1, 1, 64}, {2, 1, 17}, {1, 3, 1}}));
+  const int64_t B = sh.b, R = sh.r, D = sh.d;
+  const float eps = 1e-6f;
+  for (bool mod : {false, true}) {
+    for (bool inplace : {false, true}) {
+      auto x = kt::randv(B * R * D, uint32_t(D * 10 + R * 3 + B + mod), -3.f, 5.f);
+      auto shift = kt::randv(B * D, 11 + uint32_t(D));
+      auto scale = kt::randv(B * D, 12 + uint32_t(D));
+      auto want = layer_norm_ref(x, mod ? shift.data() : nullptr, mod ? scale.data() : nullptr, B, R, D, eps);
+      LayerNormModulate ln(B, R, D, eps);
+      std::vector<float> y(x.size(), 7.f);
+      float* out = inplace ? x.data() : y.data();
+      ln.run(x.data(), out, mod ? shift.data() : nullptr, mod ? scale.data() : nullptr);
+      kt::check_close(out, want.data(), want.size(), 1e-4, 1e-4,
+                      "ln " + brd_str(sh) + " mod=" + std::to_string(mod) + " inplace=" + std::to_string(inplace));
     }
   }
 }
@@ -120,7 +140,12 @@ std::vector<double> conv_ref(const Conv2dSpec& s, const std::vector<float>& x, c
 TEST_CASE("Conv2d matches a naive reference", "[kernels][conv2d]") {
   struct C { int64_t n, ci, co, h, w, k, s, p; };
   for (C c : {C{2, 3, 5, 7, 9, 1, 1, 0}, C{2, 4, 8, 8, 8, 3, 1, 1}, C{1, 5, 7, 9, 11, 3, 1, 1},
-              C{2, 4, 24, 8, 6, 2, 2, 0}, C{1, 32, 16, 6, 5, 3, 1, 1}, C{1, 16, 3, 5, 5, 3, 1, 1}}) {
+              C{2, 4, 24, 8, 6, 2, 2, 0}, C{1, 32, 16, 6, 5, 3, 1, 1}, C{1, 16, 3, 5, 5, 3, 1, 1},
+              // edge shapes: 1x1 spatial input (3x3 padded and 1x1 kernels), a single input
+              // channel, a single output channel, and everything 1
+              C{2, 4, 6, 1, 1, 3, 1, 1}, C{1, 3, 5, 1, 1, 1, 1, 0}, C{2, 1, 4, 5, 6, 3, 1, 1}, C{1, 1, 8, 4, 4, 2, 2, 0},
+              C{2, 6, 1, 5, 7, 3, 1, 1}, C{1, 16, 1, 4, 3, 1, 1, 0}, C{1, 1, 1, 1, 1, 1, 1, 0},
+              C{1, 1, 1, 1, 1, 3, 1, 1}}) {
     for (bool acc : {false, true})
       for (bool bias : {false, true})
         for (bool blocked : {true, false}) {
@@ -187,34 +212,69 @@ TEST_CASE("elementwise ops match naive references", "[kernels][elementwise]") {
   CHECK(ey[0] == 0.f);
   CHECK(ey[5] == 1000.f);
 
-  const int64_t B = 2, R = 3, D = 5;
-  auto f = kt::randv(B * R * D, 7), g = kt::randv(B * D, 8), xs = kt::randv(B * R * D, 9);
-  auto sh = kt::randv(B * D, 10), sc = kt::randv(B * D, 11);
-  std::vector<float> r = xs;
-  gated_residual_add(f.data(), g.data(), r.data(), B, R, D);
+}
+
+TEST_CASE("silu and gelu_tanh on tiny and odd lengths", "[kernels][elementwise]") {
+  const int64_t n = GENERATE(1, 3, 17);
+  auto x = kt::randv(n, uint32_t(100 + n), -6.f, 6.f);
+  std::vector<float> y(n + 1, 123.f);  // one guard element past the end
+  std::vector<double> want(n);
+  silu(x.data(), y.data(), n);
+  for (int64_t i = 0; i < n; ++i) want[i] = kt::silu_ref(x[i]);
+  kt::check_close(y.data(), want.data(), n, 1e-5, 1e-6, "silu n=" + std::to_string(n));
+  CHECK(y[n] == 123.f);
+  gelu_tanh(x.data(), y.data(), n);
+  for (int64_t i = 0; i < n; ++i) want[i] = kt::gelu_tanh_ref(x[i]);
+  kt::check_close(y.data(), want.data(), n, 1e-5, 1e-6, "gelu_tanh n=" + std::to_string(n));
+  CHECK(y[n] == 123.f);
+  std::vector<float> z = x;
+  silu(z.data(), z.data(), n);
+  for (int64_t i = 0; i < n; ++i) want[i] = kt::silu_ref(x[i]);
+  kt::check_close(z.data(), want.data(), n, 1e-5, 1e-6, "silu in place n=" + std::to_string(n));
+}
+
+TEST_CASE("modulate and gated_residual_add match naive references", "[kernels][elementwise]") {
+  // Size-1 batch / rows / dim, odd dims, and one shape large enough for the parallel path.
+  const BRD sh = GENERATE(values<BRD>({{2, 3, 5}, {1, 1, 1}, {1, 1, 3}, {1, 4, 1}, {3, 1, 1}, {3, 1, 17},
+                                       {2, 7, 2}, {2, 130, 70}}));
+  const int64_t B = sh.b, R = sh.r, D = sh.d;
+  const uint32_t seed = uint32_t(B * 1000 + R * 10 + D);
+  auto f = kt::randv(B * R * D, seed + 7), g = kt::randv(B * D, seed + 8), xs = kt::randv(B * R * D, seed + 9);
+  auto shv = kt::randv(B * D, seed + 10), sc = kt::randv(B * D, seed + 11);
   std::vector<double> w2(B * R * D), w3(B * R * D);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t i = 0; i < R; ++i)
       for (int64_t j = 0; j < D; ++j) {
         const int64_t k = (b * R + i) * D + j;
         w2[k] = xs[k] + double(g[b * D + j]) * f[k];
-        w3[k] = xs[k] * (1.0 + sc[b * D + j]) + sh[b * D + j];
+        w3[k] = xs[k] * (1.0 + sc[b * D + j]) + shv[b * D + j];
       }
-  kt::check_close(r.data(), w2.data(), r.size(), 1e-6, 1e-6, "gated_residual_add");
-  std::vector<float> m(B * R * D);
-  modulate(xs.data(), sh.data(), sc.data(), m.data(), B, R, D);
-  kt::check_close(m.data(), w3.data(), m.size(), 1e-6, 1e-6, "modulate");
+  std::vector<float> r = xs;
+  gated_residual_add(f.data(), g.data(), r.data(), B, R, D);
+  kt::check_close(r.data(), w2.data(), r.size(), 1e-6, 1e-6, "gated_residual_add " + brd_str(sh));
+  std::vector<float> m(B * R * D + 1, 123.f);  // one guard element past the end
+  modulate(xs.data(), shv.data(), sc.data(), m.data(), B, R, D);
+  kt::check_close(m.data(), w3.data(), w3.size(), 1e-6, 1e-6, "modulate " + brd_str(sh));
+  CHECK(m.back() == 123.f);
 }
 
 TEST_CASE("upsample_nearest2x", "[kernels][elementwise][upsample]") {
-  const int64_t N = 2, C = 3, H = 5, W = 7;
-  auto x = kt::randv(N * C * H * W, 3);
-  std::vector<float> y(N * C * 4 * H * W, -1.f), want(y.size());
+  struct NCHW {
+    int64_t n, c, h, w;
+  };
+  // 1x1 spatial, single rows / columns, and one shape large enough for the parallel path.
+  const NCHW sh = GENERATE(values<NCHW>({{2, 3, 5, 7}, {1, 1, 1, 1}, {2, 3, 1, 1}, {1, 2, 1, 5}, {1, 2, 3, 1},
+                                         {1, 4, 64, 65}}));
+  const int64_t N = sh.n, C = sh.c, H = sh.h, W = sh.w;
+  auto x = kt::randv(N * C * H * W, uint32_t(3 + H * 100 + W));
+  std::vector<float> y(N * C * 4 * H * W + 1, -1.f), want(y.size(), -1.f);  // last: guard element
   upsample_nearest2x(x.data(), y.data(), N, C, H, W);
   for (int64_t n = 0; n < N * C; ++n)
     for (int64_t i = 0; i < 2 * H; ++i)
       for (int64_t j = 0; j < 2 * W; ++j) want[(n * 2 * H + i) * 2 * W + j] = x[(n * H + i / 2) * W + j / 2];
-  kt::check_close(y, want, 0, 0, "upsample");
+  kt::check_close(y, want, 0, 0,
+                  "upsample " + std::to_string(N) + "x" + std::to_string(C) + "x" + std::to_string(H) + "x" +
+                      std::to_string(W));
 }
 
 TEST_CASE("softmax_rows", "[kernels][elementwise][softmax]") {
