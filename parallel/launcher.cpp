@@ -428,6 +428,18 @@ int launch_local_workers(int argc, char** argv, int nproc, int first_rank, int w
     for (int i : ended) {
       failures.push_back(i);
       ended_before_signals.push_back(!termed && !killed);
+      // A worker killed by a signal (not ours) could not say so itself: say it for it, so
+      // ranks on other machines, which cannot see its pid, name it as the cause.
+      if (!termed && !killed && WIFSIGNALED(workers[i].status)) {
+        char host[256] = {0};
+        gethostname(host, sizeof(host) - 1);
+        try {
+          RendezvousStore::open(rendezvous, world, std::chrono::seconds(2))
+              ->post_abort(workers[i].rank, "killed by signal " + std::to_string(WTERMSIG(workers[i].status)) +
+                                                " on " + host + " (seen by its launcher)");
+        } catch (...) {
+        }
+      }
     }
     if (!failures.empty() && !interrupted && attribute_at == Clock::time_point{}) {
       // Who failed first? Ranks that fail because another one did end a moment later, and

@@ -69,10 +69,21 @@ std::string strip_gloo_location(std::string msg) {
 
 std::atomic<bool> g_peer_failure_seen{false};
 
+// Which process table a pid belongs to: host name, boot id and pid namespace. Two
+// containers (or machines) with the same host name differ in the other two, so a rank is
+// only ever checked by pid from where that pid means the same process.
 std::string this_host() {
   char buf[256] = {0};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "?";
-  return buf;
+  std::string id = gethostname(buf, sizeof(buf) - 1) == 0 ? buf : "?";
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string b;
+  std::getline(boot, b);
+  char ns[128] = {0};
+  const ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
+  id += "|" + b + "|" + (n > 0 ? std::string(ns, size_t(n)) : "?");
+  for (char& c : id)
+    if (c == ' ') c = '_';  // the stored value is "<id> <pid>"
+  return id;
 }
 
 }  // namespace

@@ -39,7 +39,9 @@ inline std::string self_exe() {
 }
 
 // Starts this binary with the current environment minus DIT_* plus `vars`; output to a file.
-inline Proc spawn_self(const std::map<std::string, std::string>& vars, const std::vector<std::string>& extra_args = {}) {
+// `prefix` runs it under another program (e.g. {"/usr/bin/unshare", "--pid", "--fork"}).
+inline Proc spawn_self(const std::map<std::string, std::string>& vars, const std::vector<std::string>& extra_args = {},
+                       const std::vector<std::string>& prefix = {}) {
   static int counter = 0;
   Proc p;
   char tmpl[] = "/tmp/dit-test-out-XXXXXX";
@@ -54,8 +56,11 @@ inline Proc spawn_self(const std::map<std::string, std::string>& vars, const std
   for (auto& s : env) cenv.push_back(s.data());
   cenv.push_back(nullptr);
   std::string exe = self_exe();
-  std::vector<std::string> args{exe, "worker-" + std::to_string(counter++)};
+  std::vector<std::string> args(prefix);
+  args.push_back(exe);
+  args.push_back("worker-" + std::to_string(counter++));
   args.insert(args.end(), extra_args.begin(), extra_args.end());
+  const std::string program = prefix.empty() ? exe : prefix[0];
   std::vector<char*> cargv;
   for (auto& a : args) cargv.push_back(a.data());
   cargv.push_back(nullptr);
@@ -66,7 +71,7 @@ inline Proc spawn_self(const std::map<std::string, std::string>& vars, const std
     dup2(fd, 2);
     int nul = open("/dev/null", O_RDONLY);
     dup2(nul, 0);
-    execve(exe.c_str(), cargv.data(), cenv.data());
+    execve(program.c_str(), cargv.data(), cenv.data());
     _exit(127);
   }
   close(fd);

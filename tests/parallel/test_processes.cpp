@@ -105,10 +105,49 @@ TEST_CASE("launcher: a worker SIGKILLed mid-collective - survivors fail on their
   CHECK(r.code == 128 + SIGKILL);
   CHECK(r.seconds < 2.0 * timeout_ms / 1000 + 2.0);  // + process start-up and rendezvous
   CHECK_THAT(r.output, Catch::Contains("test-launcher: rank 1 was killed by signal 9 (SIGKILL)"));
-  CHECK_THAT(r.output, Catch::Contains("[rank 2] error: all_reduce_sum on group 'world' (rank 2 of 4): rank 1 is no longer running"));
+  // The survivors name rank 1: from its pid (gone), or from the abort its launcher posted.
+  CHECK_THAT(r.output, Catch::Contains("[rank 2] error: all_reduce_sum on group 'world' (rank 2 of 4): rank 1 ") &&
+                           (Catch::Contains("rank 1 is no longer running") ||
+                            Catch::Contains("rank 1 failed: killed by signal 9")));
   CHECK_THAT(r.output, Catch::Contains("[rank 3] error: all_reduce_sum"));
   CHECK_THAT(r.output, Catch::Contains("test-launcher: failed: rank 1 was killed by signal 9"));
   CHECK(process_group_gone(p.pid));
+}
+
+TEST_CASE("two machines: a rank SIGKILLed on one is named by the ranks on the other", "[parallel]") {
+  // Node 1 runs in its own pid namespace (unshare), so node 0's ranks cannot check its pids,
+  // as on a real second machine: only the abort that node 1's launcher posts for its killed
+  // worker can tell them who failed.
+  const char* unshare = "/usr/bin/unshare";
+  if (access(unshare, X_OK) != 0 || std::system("/usr/bin/unshare --pid --fork true 2>/dev/null") != 0) {
+    WARN("skipped: cannot create a pid namespace here (unshare --pid needs root)");
+    return;
+  }
+  const int timeout_ms = 5000;
+  const std::string dir = dit::make_private_rendezvous_dir();
+  std::vector<Proc> nodes;
+  for (int node = 0; node < 2; node++) {
+    auto vars = launch_vars(4, "kill");
+    vars["DIT_PT_NNODES"] = "2";
+    vars["DIT_PT_NODE_RANK"] = std::to_string(node);
+    vars["DIT_PT_RDZV"] = "file:" + dir;
+    vars["DIT_PT_VICTIM"] = "3";
+    vars["DIT_PT_TIMEOUT_MS"] = std::to_string(timeout_ms);
+    vars["DIT_PT_GRACE_MS"] = "60000";
+    vars["DIT_ADDR"] = "127.0.0.1";
+    nodes.push_back(spawn_self(vars, {}, node == 1 ? std::vector<std::string>{unshare, "--pid", "--fork"}
+                                                   : std::vector<std::string>{}));
+  }
+  Result n0 = wait_proc(nodes[0], 30s), n1 = wait_proc(nodes[1], 30s);
+  INFO("node 0:\n" << n0.output << "\nnode 1:\n" << n1.output);
+  CHECK(n0.code == 1);
+  CHECK(n0.seconds < 2.0 * timeout_ms / 1000 + 2.0);
+  CHECK_THAT(n0.output, Catch::Contains("[rank 1] error: all_reduce_sum on group 'world' (rank 1 of 4): rank 3 failed: "
+                                        "killed by signal 9"));
+  CHECK_THAT(n0.output, Catch::Contains("(seen by its launcher)"));
+  CHECK(n1.code == 128 + SIGKILL);
+  CHECK_THAT(n1.output, Catch::Contains("test-launcher: failed: rank 3 was killed by signal 9"));
+  dit::remove_rendezvous_dir(dir);
 }
 
 TEST_CASE("launcher: a rank that cannot load its input stops the run with its message", "[parallel]") {
