@@ -1,11 +1,11 @@
-// The denoising loop allocates nothing after its first steps: no heap allocation (so no
+// The denoising loop allocates nothing after its first step: no heap allocation (so no
 // oneDNN primitive creation, no std::vector growth, no string building) between the end of
-// step 2 and the end of the last step.
+// step 1 and the end of the last step.
 //
 // This test binary interposes the C allocator (malloc, calloc, realloc, posix_memalign,
 // aligned_alloc, memalign; operator new goes through malloc) and counts calls while a flag
 // is set, on every thread (OpenMP workers included). The counting starts in the progress
-// callback of step 2 and stops in the callback of the last step; the callback itself
+// callback of step 1 and stops in the callback of the last step; the callback itself
 // allocates nothing.
 #include <catch2/catch.hpp>
 
