@@ -129,7 +129,8 @@ void forward_lines(Worker& w, std::string& partial, const char* data, size_t n, 
     if (nl == std::string::npos) break;
     std::string line = partial.substr(start, nl - start);
     out += "[rank " + std::to_string(w.rank) + "] " + line + "\n";
-    if (is_err && line.find_first_not_of(" \t\r") != std::string::npos) w.last_err_line = line;
+    // The worker's own account of its failure: its last line that reports an error.
+    if (is_err && line.find("error") != std::string::npos) w.last_err_line = line;
     start = nl + 1;
   }
   partial.erase(0, start);

@@ -54,8 +54,8 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
 void print_layout(Session& s, const MeshDegrees& degrees, int64_t tokens) {
   if (!s.world) return;
   if (s.env.rank == 0)
-    std::fprintf(stderr, "dit-gen: %d ranks, mesh %s, %d threads per rank\n", degrees.world(),
-                 mesh_str(degrees).c_str(), num_threads());
+    std::fprintf(stderr, "dit-gen: %d ranks, mesh %s, %d thread%s per rank\n", degrees.world(),
+                 mesh_str(degrees).c_str(), num_threads(), num_threads() == 1 ? "" : "s");
   std::fflush(stderr);
   s.world->barrier();
   for (int r = 0; r < degrees.world(); ++r) {
