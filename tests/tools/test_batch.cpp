@@ -292,6 +292,37 @@ TEST_CASE("batch: --dp 2 and --micro-batch give the same files as one replica on
   }
 }
 
+TEST_CASE("batch: --micro-batch groups same-size items wherever they stand in the file", "[cli][batch]") {
+  Scratch s;
+  // Sizes alternate: items 0 and 2 are 16x16, 1 and 3 are 32x16.
+  write(s.file("b.jsonl"),
+        "{\"prompt\": \"tench\"}\n"
+        "{\"prompt\": \"goldfish\", \"width\": 32}\n"
+        "{\"prompt\": \"hen\"}\n"
+        "{\"prompt\": \"ostrich\", \"width\": 32}\n");
+  auto go = [&](const std::string& dir, const std::string& flags) {
+    RunResult r = run(batch("--batch " + s.file("b.jsonl") + " --output-dir " + s.file(dir) +
+                            " --steps 2 --save-item-latents --progress json " + flags));
+    INFO(flags << "\n" << r.err);
+    REQUIRE(r.code == 0);
+    std::vector<int> order;  // item index of each step event
+    std::istringstream is(r.err);
+    for (std::string l; std::getline(is, l);)
+      if (l.rfind("{\"event\":\"step\"", 0) == 0) order.push_back(json::parse(l).at("index").get<int>());
+    return order;
+  };
+  CHECK(go("one", "") == std::vector<int>{0, 0, 1, 1, 2, 2, 3, 3});
+  // Two micro-batches, {0, 2} then {1, 3}: each step reports both items of its batch.
+  CHECK(go("mb", "--micro-batch 2") == std::vector<int>{0, 2, 0, 2, 1, 3, 1, 3});
+  for (const char* name : {"00000-tench", "00001-goldfish", "00002-hen", "00003-ostrich"}) {
+    INFO(name);
+    const std::string ref = slurp(s.file(std::string("one/") + name + ".npy"));
+    REQUIRE(!ref.empty());
+    CHECK(slurp(s.file(std::string("mb/") + name + ".npy")) == ref);
+    CHECK(slurp(s.file(std::string("mb/") + name + ".png")) == slurp(s.file(std::string("one/") + name + ".png")));
+  }
+}
+
 TEST_CASE("batch: the JSON progress stream parses and counts every step", "[cli][batch]") {
   Scratch s;
   write(s.file("p.txt"), kPrompts);

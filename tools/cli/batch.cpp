@@ -1,5 +1,6 @@
 #include "tools/cli/batch.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <deque>
@@ -215,12 +216,16 @@ int run_batch(const GenOptions& o, Session& s) {
       }());
   };
 
-  // This replica's items: consecutive same-shape ones together, up to --micro-batch.
+  // This replica's items: same-shape ones together (groups in the order of their first
+  // item), up to --micro-batch each.
   std::deque<std::vector<int>> queue;
   for (int i : mine) {
-    if (!queue.empty() && int(queue.back().size()) < o.micro_batch &&
-        shape_of(items[queue.back().front()].req, info) == shape_of(items[i].req, info))
-      queue.back().push_back(i);
+    const Shape sh = shape_of(items[i].req, info);
+    auto open = std::find_if(queue.begin(), queue.end(), [&](const std::vector<int>& g) {
+      return int(g.size()) < o.micro_batch && shape_of(items[g.front()].req, info) == sh;
+    });
+    if (open != queue.end())
+      open->push_back(i);
     else
       queue.push_back({i});
   }

@@ -6,7 +6,7 @@
 //    (tools/cli/batch_resume.h) unless --overwrite, and tells every rank.
 //  - --dp D: the items left to generate go round-robin to the D replicas (item j of that
 //    list to replica j % D); each replica (cfg × ring × ulysses ranks) runs its share,
-//    consecutive same-shape items together as micro-batches of up to --micro-batch N.
+//    same-shape items together (wherever they stand) as micro-batches of up to --micro-batch N.
 //    Images do not depend on D or N (Pipeline::generate_batch is bit-identical to generate).
 //  - Each replica's output rank writes its PNGs and appends DIR/results.jsonl
 //    (tools/cli/batch_results.h); it also posts each record to the rendezvous store, from

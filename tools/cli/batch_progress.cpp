@@ -44,9 +44,9 @@ void BatchProgress::step(const std::vector<int>& indices, int step, int total, d
                    i, step, total, step_seconds, el);
     std::fflush(stderr);
   } else if (mode_ == ProgressMode::Bar) {
-    current_ = (indices.size() == 1 ? "item " + std::to_string(indices[0])
-                                    : "items " + std::to_string(indices.front()) + "-" + std::to_string(indices.back())) +
-               ": step " + std::to_string(step) + "/" + std::to_string(total);
+    current_ = indices.size() == 1 ? "item " : "items ";
+    for (size_t k = 0; k < indices.size(); ++k) current_ += (k ? "," : "") + std::to_string(indices[k]);
+    current_ += ": step " + std::to_string(step) + "/" + std::to_string(total);
     draw();
   }
 }

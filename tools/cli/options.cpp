@@ -41,7 +41,7 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
   app.add_option("--output-dir", o.output_dir, "batch: directory for the PNGs and results.jsonl (created)")->group(bat);
   app.add_flag("--overwrite", o.overwrite, "batch: regenerate items whose output already exists (default: skip them)")
       ->group(bat);
-  app.add_option("--micro-batch", o.micro_batch, "batch: denoise up to N consecutive same-size items together")
+  app.add_option("--micro-batch", o.micro_batch, "batch: denoise up to N items of the same size, steps and sampler together")
       ->capture_default_str()
       ->group(bat);
   app.add_option("--dp", o.dp, "batch: data-parallel replicas, each taking a share of the items")
