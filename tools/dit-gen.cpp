@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "models/model_index.h"
 #include "parallel/launcher.h"
 #include "runtime/atomic_file.h"
 #include "runtime/error.h"
@@ -48,7 +49,11 @@ int main(int argc, char** argv) {
       if (!o.save_noise_pred.empty()) check_output_path(o.save_noise_pred, "--save-noise-pred");
     }
     if (!s.env.external) {  // the launcher, or a single process
-      if (o.model.empty()) ensure_demo_model();
+      // The model directory is checked once here, before any worker starts.
+      if (o.model.empty())
+        ensure_demo_model();
+      else
+        dit::ModelIndex::load(o.model);
       if (auto rc = dit::maybe_launch(argc, argv, lo)) return *rc;
     }
     open_session(o, degrees, s);

@@ -66,6 +66,8 @@ TEST_CASE("dit-gen: bad input gives a one-line error, a non-zero exit and no out
   const std::string png = s.file("out.png");
   const std::string o = " -o " + png;
   expect_failure("-m " + s.file("nope") + " -p 1" + o, "does not exist", png);
+  // A parallel run refuses a missing model before starting any rank: one line, as above.
+  expect_failure("-m " + s.file("nope") + " -p 1 --ulysses 2" + o, "does not exist", png);
   expect_failure(kTiny + " -p zebra" + o, "closest labels", png);
   expect_failure(kTiny + " -p 10" + o, "out of range", png);
   expect_failure(kTiny + " -p 1 -W 17" + o, "multiples of", png);
