@@ -4,6 +4,7 @@
 #include <stb/stb_image.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <sstream>
@@ -168,4 +169,26 @@ TEST_CASE("parallel: --cfg-parallel without guidance is an error that says why",
                     s.file("x.png"));
   CHECK(r.code != 0);
   CHECK(r.err.find("guidance") != std::string::npos);
+}
+
+TEST_CASE("parallel: a rank that cannot load its model stops the others, which name it", "[parallel][cli]") {
+  // Ranks started by hand (as mpirun or a script would), rank 1 with a model path that does
+  // not exist on its machine: rank 0 has connected and must not wait for the timeout.
+  Scratch s;
+  const std::string env = "DIT_WORLD_SIZE=2 DIT_RENDEZVOUS=file:" + s.file("rdzv") + " ";
+  const std::string args = " --progress none -p 1 --ulysses 2 --timeout 60 -o " + s.file("x.png");
+  std::filesystem::create_directory(s.file("rdzv"));
+  const std::string cmd = "( (DIT_RANK=1 " + env + bin("dit-gen") + " -m " + s.file("nope") + args + " 2> " +
+                          s.file("r1.err") + "; echo $? > " + s.file("r1.code") + ") & DIT_RANK=0 " + env +
+                          bin("dit-gen") + " -m " + data_path("dit-tiny") + args + "; rc=$?; wait; exit $rc )";
+  const auto t0 = std::chrono::steady_clock::now();
+  RunResult r = run(cmd);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(r.err << "\nrank 1: " << slurp(s.file("r1.err")));
+  CHECK(r.code == 1);
+  CHECK(seconds < 30);
+  CHECK(r.err.find("rank 1 failed: model directory '" + s.file("nope") + "' does not exist") != std::string::npos);
+  CHECK(slurp(s.file("r1.code")) == "1\n");
+  CHECK(slurp(s.file("r1.err")).find("does not exist") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(s.file("x.png")));
 }
