@@ -326,23 +326,44 @@ TEST_CASE("batch: --micro-batch groups same-size items wherever they stand in th
 TEST_CASE("batch: the JSON progress stream parses and counts every step", "[cli][batch]") {
   Scratch s;
   write(s.file("p.txt"), kPrompts);
-  for (const char* flags : {"", "--micro-batch 2"}) {
+  for (const char* flags : {"", "--micro-batch 2", "--dp 2", "--dp 2 --micro-batch 2"}) {
     INFO(flags);
     RunResult r = run(batch("--batch " + s.file("p.txt") + " --output-dir " + s.file("out") +
                             " --steps 3 --overwrite --progress json " + flags));
+    INFO(r.err);
     REQUIRE(r.code == 0);
     std::map<std::string, int> count;
+    std::map<int, std::vector<int>> steps_of;  // item index -> its step numbers, in order
+    std::map<int, int> replica_of, done_at;    // item index -> replica; -> event number of its item_done
     std::istringstream is(r.err);
     json last;
+    int events = 0;
     for (std::string l; std::getline(is, l);) {
       if (l.empty() || l[0] != '{') continue;
       json j;
       REQUIRE_NOTHROW(j = json::parse(l));
-      count[j.at("event").get<std::string>()]++;
+      const std::string ev = j.at("event").get<std::string>();
+      count[ev]++;
+      ++events;
+      if (ev == "step") {
+        const int i = j.at("index").get<int>();
+        CHECK_FALSE(done_at.count(i));  // every step comes before the item's item_done
+        steps_of[i].push_back(j.at("step").get<int>());
+        CHECK(j.at("total") == 3);
+        replica_of[i] = j.at("replica").get<int>();
+      }
+      if (ev == "item_done") done_at[j.at("index").get<int>()] = events;
       last = j;
     }
     CHECK(count["batch_start"] == 1);
     CHECK(count["step"] == 5 * 3);
+    CHECK(steps_of.size() == 5);
+    for (const auto& [i, steps] : steps_of) {
+      INFO("item " << i);
+      CHECK(steps == std::vector<int>{1, 2, 3});
+      // --dp 2: items go round-robin, so item i is replica i % 2's.
+      CHECK(replica_of[i] == (std::string(flags).find("--dp 2") != std::string::npos ? i % 2 : 0));
+    }
     CHECK(count["item_done"] == 5);
     CHECK(count["batch_done"] == 1);
     CHECK(last["event"] == "batch_done");

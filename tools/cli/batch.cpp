@@ -96,6 +96,40 @@ void check_peers(RendezvousStore& store, int world, Clock::time_point& next_dead
 // Finished items of replicas 1..D-1 travel to rank 0 through the rendezvous store: the
 // replica's output rank sets "dit-batch/<replica>/<k>" to its k-th record.
 std::string relay_key(int replica, int k) { return "dit-batch-item-" + std::to_string(replica) + "-" + std::to_string(k); }
+std::string step_key(int replica, int k) { return "dit-batch-step-" + std::to_string(replica) + "-" + std::to_string(k); }
+
+// A step of another replica's micro-batch, relayed to rank 0: "i,j,...;step;total;seconds;elapsed".
+std::vector<char> encode_step(const std::vector<int>& indices, const StepInfo& st) {
+  std::string s;
+  for (size_t k = 0; k < indices.size(); ++k) s += (k ? "," : "") + std::to_string(indices[k]);
+  s += ";" + std::to_string(st.step) + ";" + std::to_string(st.total) + ";" + std::to_string(st.step_seconds) + ";" +
+       std::to_string(st.elapsed_seconds);
+  return std::vector<char>(s.begin(), s.end());
+}
+
+struct RelayedStep {
+  std::vector<int> indices;
+  int step = 0, total = 0;
+  double seconds = 0, elapsed = 0;
+};
+
+RelayedStep decode_step(const std::vector<char>& v) {
+  RelayedStep r;
+  std::istringstream in(std::string(v.begin(), v.end()));
+  std::string list, field;
+  std::getline(in, list, ';');
+  std::istringstream li(list);
+  for (std::string x; std::getline(li, x, ',');) r.indices.push_back(std::stoi(x));
+  std::getline(in, field, ';');
+  r.step = std::stoi(field);
+  std::getline(in, field, ';');
+  r.total = std::stoi(field);
+  std::getline(in, field, ';');
+  r.seconds = std::stod(field);
+  std::getline(in, field, ';');
+  r.elapsed = std::stod(field);
+  return r;
+}
 
 }  // namespace
 
@@ -173,15 +207,24 @@ int run_batch(const GenOptions& o, Session& s) {
     }
   }
 
-  // Rank 0: draws in the records the other replicas posted so far.
-  std::vector<int> received(size_t(D), 0);
+  // With --progress json the other replicas' output ranks relay their step events too.
+  const bool relay_steps = D > 1 && o.progress == "json";
+  int steps_posted = 0;
+  // Rank 0: draws in the records the other replicas posted so far (a replica posts an
+  // item's steps before its record, so they are drawn first).
+  std::vector<int> received(size_t(D), 0), steps_received(size_t(D), 0);
   auto poll_relay = [&]() {
-    for (int r = 1; r < D; ++r)
+    for (int r = 1; r < D; ++r) {
+      while (relay_steps && store->check({step_key(r, steps_received[r])})) {
+        const RelayedStep st = decode_step(store->get(step_key(r, steps_received[r]++)));
+        progress->step(st.indices, st.step, st.total, st.seconds, st.elapsed, r);
+      }
       while (received[r] < expected[r] && store->check({relay_key(r, received[r])})) {
         const std::vector<char> v = store->get(relay_key(r, received[r]));
         progress->item(record_from_json(std::string(v.begin(), v.end())));
         received[r]++;
       }
+    }
   };
   int posted = 0;
   auto finish_item = [&](const BatchItem& it, const Result* res, const std::string& error) {
@@ -238,7 +281,10 @@ int run_batch(const GenOptions& o, Session& s) {
     std::vector<Result> res;
     try {
       res = pipe.generate_batch(reqs, [&](const StepInfo& st) {
-        if (!progress) return;
+        if (!progress) {
+          if (relay_steps && out_rank) store->set(step_key(replica, steps_posted++), encode_step(group, st));
+          return;
+        }
         progress->step(group, st.step, st.total, st.step_seconds, st.elapsed_seconds);
         if (D > 1 && Clock::now() >= next_poll) {
           next_poll = Clock::now() + std::chrono::milliseconds(500);

@@ -36,14 +36,16 @@ double BatchProgress::elapsed() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
-void BatchProgress::step(const std::vector<int>& indices, int step, int total, double step_seconds, double el) {
+void BatchProgress::step(const std::vector<int>& indices, int step, int total, double step_seconds, double el,
+                         int replica) {
   if (mode_ == ProgressMode::Json) {
     for (int i : indices)
       std::fprintf(stderr,
-                   "{\"event\":\"step\",\"index\":%d,\"step\":%d,\"total\":%d,\"step_seconds\":%.4f,\"elapsed\":%.3f}\n",
-                   i, step, total, step_seconds, el);
+                   "{\"event\":\"step\",\"index\":%d,\"step\":%d,\"total\":%d,\"step_seconds\":%.4f,"
+                   "\"elapsed\":%.3f,\"replica\":%d}\n",
+                   i, step, total, step_seconds, el, replica);
     std::fflush(stderr);
-  } else if (mode_ == ProgressMode::Bar) {
+  } else if (mode_ == ProgressMode::Bar && replica == 0) {
     current_ = indices.size() == 1 ? "item " : "items ";
     for (size_t k = 0; k < indices.size(); ++k) current_ += (k ? "," : "") + std::to_string(indices[k]);
     current_ += ": step " + std::to_string(step) + "/" + std::to_string(total);

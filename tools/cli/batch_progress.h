@@ -24,8 +24,10 @@ namespace dit::cli {
 class BatchProgress {
  public:
   BatchProgress(ProgressMode mode, int total, int to_generate, int replicas);
-  // Rank 0's replica finished step `step` of `total` of the micro-batch `indices`.
-  void step(const std::vector<int>& indices, int step, int total, double step_seconds, double elapsed);
+  // Replica `replica` finished step `step` of `total` of the micro-batch `indices` (the bar
+  // shows rank 0's own replica; JSON events come from every replica).
+  void step(const std::vector<int>& indices, int step, int total, double step_seconds, double elapsed,
+            int replica = 0);
   // An item finished (any replica): counts it, emits item_done, prints failures.
   void item(const ItemRecord& r);
   // Ends the bar, emits batch_done and prints the summary line; returns the number failed.
