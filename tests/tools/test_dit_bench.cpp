@@ -19,7 +19,16 @@ TEST_CASE("dit-bench runs serial and parallel layouts and reports JSON", "[tools
     INFO(run.dump());
     CHECK_FALSE(run.contains("error"));
     CHECK(run["step_s"].get<double>() > 0);
-    CHECK(run["model_gflop_per_step"].get<double>() > 0);
+    // The tiny preset at its default 16x16 pixels, counted by hand: D = 4 heads x 8 = 32,
+    // 2 layers, 16 tokens (8x8 latent, patch 2), batch B = 2 (guidance 4).
+    //   block linears  2 layers x 2·B·N·D·(3D + D + 4D + 4D) = 1,572,864
+    //   patch embed / final projection  2·B·N·D·(16 + 32)   =    98,304
+    //   attention  2 layers x 4·B·N²·D                        =   131,072
+    //   timestep MLPs (3: per block + final) x 2·B·(256·D + D²) = 110,592
+    //   adaLN  2 layers x 2·B·D·6D = 49,152; final modulation 2·B·D·2D = 8,192
+    CHECK(run["model_gflop_per_step"].get<double>() == Approx(1970176e-9).epsilon(1e-9));
+    CHECK(run["tokens"] == 16);
+    CHECK(run["size"] == 16);
     CHECK(run["utilisation"].get<double>() > 0);
     CHECK(run["step_s_all"].size() == 2);
     for (const char* k : {"linear", "attention", "norm_elementwise", "communication", "waiting", "other"})
