@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -94,41 +95,31 @@ void check_peers(RendezvousStore& store, int world, Clock::time_point& next_dead
 }
 
 // Finished items of replicas 1..D-1 travel to rank 0 through the rendezvous store: the
-// replica's output rank sets "dit-batch/<replica>/<k>" to its k-th record.
+// replica's output rank sets "dit-batch-item-<replica>-<k>" to its k-th record (JSON), and
+// with --progress json "dit-batch-step-<replica>-<k>" to its k-th step.
 std::string relay_key(int replica, int k) { return "dit-batch-item-" + std::to_string(replica) + "-" + std::to_string(k); }
 std::string step_key(int replica, int k) { return "dit-batch-step-" + std::to_string(replica) + "-" + std::to_string(k); }
 
-// A step of another replica's micro-batch, relayed to rank 0: "i,j,...;step;total;seconds;elapsed".
-std::vector<char> encode_step(const std::vector<int>& indices, const StepInfo& st) {
-  std::string s;
-  for (size_t k = 0; k < indices.size(); ++k) s += (k ? "," : "") + std::to_string(indices[k]);
-  s += ";" + std::to_string(st.step) + ";" + std::to_string(st.total) + ";" + std::to_string(st.step_seconds) + ";" +
-       std::to_string(st.elapsed_seconds);
-  return std::vector<char>(s.begin(), s.end());
-}
-
 struct RelayedStep {
-  std::vector<int> indices;
+  std::vector<int> indices;  // the micro-batch
   int step = 0, total = 0;
   double seconds = 0, elapsed = 0;
 };
 
+std::vector<char> encode_step(const std::vector<int>& indices, const StepInfo& st) {
+  const std::string j = nlohmann::json{{"indices", indices},
+                                       {"step", st.step},
+                                       {"total", st.total},
+                                       {"seconds", st.step_seconds},
+                                       {"elapsed", st.elapsed_seconds}}
+                            .dump();
+  return std::vector<char>(j.begin(), j.end());
+}
+
 RelayedStep decode_step(const std::vector<char>& v) {
-  RelayedStep r;
-  std::istringstream in(std::string(v.begin(), v.end()));
-  std::string list, field;
-  std::getline(in, list, ';');
-  std::istringstream li(list);
-  for (std::string x; std::getline(li, x, ',');) r.indices.push_back(std::stoi(x));
-  std::getline(in, field, ';');
-  r.step = std::stoi(field);
-  std::getline(in, field, ';');
-  r.total = std::stoi(field);
-  std::getline(in, field, ';');
-  r.seconds = std::stod(field);
-  std::getline(in, field, ';');
-  r.elapsed = std::stod(field);
-  return r;
+  const auto j = nlohmann::json::parse(v.begin(), v.end());
+  return {j.at("indices").get<std::vector<int>>(), j.at("step").get<int>(), j.at("total").get<int>(),
+          j.at("seconds").get<double>(), j.at("elapsed").get<double>()};
 }
 
 }  // namespace
