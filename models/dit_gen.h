@@ -1,51 +1,69 @@
-// dit-gen's public C++ API: load a diffusers DiT pipeline once, run many generations.
+// dit-gen's public C++ API: load a diffusers diffusion-transformer pipeline once, run many
+// generations. Class-conditional DiT (DiTPipeline) and text-to-image models share it.
 //
 //   #include "models/dit_gen.h"
 //
 //   dit::PipelineOptions opt;
-//   opt.model_dir = "/models/DiT-XL-2-256";          // model_index.json, transformer/, vae/, scheduler/
+//   opt.model_dir = "/models/DiT-XL-2-256";          // model_index.json, transformer/, vae/, scheduler/, ...
 //   auto pipe = dit::Pipeline::load(opt);            // validates and maps the weights once
 //
 //   dit::Request req;
-//   req.prompt = "golden retriever";                 // an ImageNet label, or a class id "207"
+//   req.prompt = "golden retriever";                 // DiT: an ImageNet label or class id; text models: text
 //   req.seed = 42;                                   // same seed -> same image as diffusers
 //   dit::Result res = pipe->generate(req);           // res.image [1,3,256,256] in [0,1]
 //   dit::save_png(res, "dog.png");                   // with the parameters embedded (iTXt)
 //
-// Parallel runs pass a StepExchange from dit::make_distributed_exchange (models/distributed_exchange.h);
-// the default is one process.
+// Parallel runs pass a ParallelContext from dit::make_distributed_context (parallel/
+// distributed_context.h); the default is one process. Which family a directory is, and the
+// rules that differ between families, are in models/model_family.h.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "models/dit_weights.h"
-#include "models/step_exchange.h"
+#include "models/common/qkv.h"
+#include "models/diffusion_model.h"
+#include "runtime/parallel_context.h"
 #include "runtime/tensor.h"
 
 namespace dit {
 
 struct PipelineOptions {
   std::string model_dir;
-  DType dtype = DType::F32;  // compute type of the transformer's matmuls (bf16 needs AVX-512 bf16 for speed)
-  std::shared_ptr<StepExchange> exchange;  // null = serial
-  // Q, K, V as one matmul over weights concatenated at load (Fused: a private copy per
-  // process) or three over the checkpoint's weights in place (Split: shared by the processes
-  // on a machine); Auto: Split when the weights are used in place (models/dit_weights.h).
-  QkvProjection qkv = QkvProjection::Auto;
+  DType dtype = DType::F32;  // compute type of the matmuls (bf16 needs AVX-512 bf16 for speed)
+  std::shared_ptr<ParallelContext> parallel;  // null = serial
+  QkvProjection qkv = QkvProjection::Auto;    // models/common/qkv.h
 };
 
 struct Request {
-  std::string prompt;               // class label or id (class-conditional DiT)
-  std::string negative_prompt;      // DiT: must be empty (the unconditional branch is the null class)
+  std::string prompt;              // DiT: a class label or id; text-to-image: the text
+  std::string negative_prompt;     // text-to-image: the unconditional branch's text ("" as diffusers); DiT: ""
   uint64_t seed = 42;
-  int steps = 50;
-  double guidance_scale = 4.0;      // <= 1: no classifier-free guidance (one branch)
-  std::string sampler;              // "" = the scheduler config's; ddim | dpm++2m | euler
-  int width = 0, height = 0;        // pixels; 0 = the model's default
-  bool decode = true;               // false: latents only
+  std::optional<int> steps;        // unset: the model's default (DiT 50, PixArt 20)
+  std::optional<double> guidance_scale;  // unset: the model's default (DiT 4.0, PixArt 4.5); <= 1: no guidance
+  std::string sampler;             // "" = the scheduler config's; ddim | dpm++2m | euler
+  int width = 0, height = 0;       // pixels; 0 = the model's default
+  bool resolution_binning = true;  // text-to-image models with aspect-ratio bins: generate at the nearest bin
+  int max_sequence_length = 0;     // text-to-image: prompt tokens; 0 = the model's default (Σ 300, α 120)
+  bool decode = true;              // false: latents only
+  bool keep_first_noise_pred = false;  // fill Result::first_noise_pred (--save-noise-pred)
+};
+
+// A request checked against the model, every default filled in. Pipeline::resolve makes it;
+// generation, the PNG parameters, resume and batch validation all use the same one.
+struct ResolvedRequest {
+  Request req;
+  int width = 0, height = 0;          // the output image
+  int gen_width = 0, gen_height = 0;  // the generation size (the aspect-ratio bin's when binning)
+  int steps = 0;
+  double guidance = 0;
+  bool cfg = false;                   // guidance > 1: both branches
+  std::string sampler;                // resolved name
+  int max_sequence_length = 0;        // text models
+  PromptInfo prompt, negative;
 };
 
 struct StepInfo {
@@ -55,26 +73,28 @@ struct StepInfo {
 using ProgressFn = std::function<void(const StepInfo&)>;
 
 struct Result {
-  Tensor latents;     // [1, C, h, w] final latents before VAE scaling
-  Tensor eps0;        // [1, C, h, w] guided noise prediction of the first step
-  Tensor image;       // [1, 3, H, W] in [0, 1] (undefined when not decoded or not the output rank)
-  int class_id = 0;
-  std::string label;  // id2label entry of class_id
-  std::string sampler;
-  int width = 0, height = 0, steps = 0;
-  double guidance_scale = 0;
-  uint64_t seed = 0;
+  ResolvedRequest request;
+  Tensor latents;     // [1, C, h, w] final latents before VAE scaling, at the generation size
+  Tensor image;       // [1, 3, H, W] in [0, 1] at the requested size (undefined when not decoded or not the output rank)
+  Tensor first_noise_pred;  // [1, C, h, w] guided noise prediction of step 1 (Request::keep_first_noise_pred)
   double seconds = 0;           // whole generation
   double denoise_seconds = 0;   // the denoising loop only
-  std::string parameters;       // AUTOMATIC1111-style text embedded in the PNG
+  std::string parameters;       // AUTOMATIC1111-style text embedded in the PNG (format_parameters)
 };
 
 struct ModelInfo {
   std::string dir, name;
+  std::string family;            // "DiT", "PixArt-Σ", "PixArt-α"
+  bool text_to_image = false;    // prompts are text (else class labels)
   int default_width = 0, default_height = 0;
   int size_multiple = 0;         // width/height must be multiples of this (vae_scale · patch)
   int vae_scale = 8;
-  int num_classes = 0;
+  int num_classes = 0;           // class-conditional models
+  int default_steps = 0;
+  double default_guidance = 0;
+  int default_max_sequence_length = 0;  // text-to-image models
+  bool resolution_binning = false;      // the model has aspect-ratio bins
+  bool cond_first = true;               // guidance batch order: [cond, uncond] (DiT) or [uncond, cond] (PixArt)
   int heads = 0, hidden = 0, layers = 0;
   std::string default_sampler;   // from scheduler_config.json
 };
@@ -83,20 +103,32 @@ class Pipeline {
  public:
   static std::unique_ptr<Pipeline> load(const PipelineOptions& opt);
   ~Pipeline();
+  // Checks a request against the model and fills in its defaults; throws dit::Error with one
+  // line naming what is wrong. Deterministic: every rank gets the same answer.
+  ResolvedRequest resolve(const Request& req) const;
+  // The AUTOMATIC1111-style text a generation of `r` embeds in its PNG: the prompt, a
+  // "Negative prompt:" line for text models, then "Steps: ..., Version: dit-gen X".
+  std::string parameters(const ResolvedRequest& r) const;
   // Runs one generation; every rank of a parallel run calls it with the same request.
   Result generate(const Request& req, const ProgressFn& progress = {});
-  // Denoises several requests together as one batch (a micro-batch); they must share size,
-  // steps, sampler, decoding and whether guidance is on (seeds, classes and guidance scales
-  // may differ). Each result equals what generate() gives for its request alone.
+  // Denoises several requests together as one batch (a micro-batch); they must share
+  // generation size, steps, sampler, decoding, text length and whether guidance is on
+  // (batch_key equal). Each result equals what generate() gives for its request alone.
   std::vector<Result> generate_batch(const std::vector<Request>& reqs, const ProgressFn& progress = {});
   const ModelInfo& info() const;
-  StepExchange& exchange();
+  ParallelContext& parallel();
 
  private:
   Pipeline();
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// What requests of one micro-batch must share (Pipeline::generate_batch).
+std::string batch_key(const ResolvedRequest& r);
+
+// Whether two parameters texts describe the same image: equal up to their ", Version: " field.
+bool same_parameters(const std::string& a, const std::string& b);
 
 // Writes res.image as a PNG with res.parameters in an iTXt "parameters" chunk (atomically).
 void save_png(const Result& res, const std::string& path);

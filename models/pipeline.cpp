@@ -1,22 +1,23 @@
-// DiTPipeline (diffusers pipelines/dit/pipeline_dit.py) in C++: class-conditional DiT
-// denoising with classifier-free guidance, then the VAE decoder.
+// The denoising pipeline shared by every model family (diffusers' DiTPipeline,
+// PixArtSigmaPipeline, PixArtAlphaPipeline): prompts -> conditioning, torch-compatible
+// noise, the sampler loop with classifier-free guidance over the model, the VAE decoder.
+// What differs between families comes through models/diffusion_model.h and the plain rules
+// of models/model_family.h.
 #include <chrono>
-#include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <sstream>
 
-#include "models/dit_config.h"
-#include "models/dit_embeddings.h"
+#include "models/common/embeddings.h"
 #include "models/dit_gen.h"
-#include "models/dit_transformer.h"
-#include "models/dit_weights.h"
+#include "models/model_family.h"
 #include "models/model_index.h"
-#include "models/vae_decoder.h"
+#include "models/request.h"
+#include "models/vae/vae_decoder.h"
 #include "runtime/error.h"
 #include "runtime/json_config.h"
 #include "runtime/png.h"
 #include "runtime/randn.h"
+#include "runtime/resize.h"
 #include "runtime/safetensors.h"
 #include "samplers/sampler.h"
 #include "samplers/scheduler_config.h"
@@ -28,221 +29,124 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-std::string fmt_num(double v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
+std::string model_name(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::string name = fs::path(dir).lexically_normal().filename().string();
+  if (name.empty() || name == ".") name = fs::absolute(dir).lexically_normal().parent_path().filename().string();
+  return name;
 }
 
 }  // namespace
 
 struct Pipeline::Impl {
-  ModelIndex index;
-  DiTConfig tcfg;
+  FamilyRules rules;
+  std::unique_ptr<DiffusionModel> model;
+  std::unique_ptr<Conditioner> conditioner;
   VaeConfig vcfg;
+  WeightStore vstore;
+  std::unique_ptr<VaeDecoder> vae;
   SchedulerConfig scfg;
   ModelInfo info;
   DType dtype = DType::F32;
-  WeightStore tstore, vstore;
-  DiTWeights weights;
-  std::unique_ptr<VaeDecoder> vae;
-  std::shared_ptr<StepExchange> ex;
-  std::unique_ptr<SelfAttention> attn;
-  std::unique_ptr<DiTTransformer> dit;
+  std::shared_ptr<ParallelContext> ctx;
+  Conditioning cond;
 
-  // Per-shape state (rebuilt only when the batch or size changes).
-  int64_t B = 0, K = 0, h = 0, w = 0;
+  // Per-shape state (rebuilt only when the batch or size changes). The model batch holds
+  // `items` latents once per guidance half computed here.
+  int64_t B = 0, K = 0, h = 0, w = 0, L = 0;
   int64_t vae_h = 0, vae_w = 0;
-  Tensor x, xs, x_in, local_out, full_out, eps, eps_both, guided;
+  Tensor x, xs, x_in, local_out, full_out, eps, eps_both, guided, raw_image;
   std::vector<double> tvec;
-  std::vector<int64_t> yvec;
 
-  // batch = model batch (items × branches); items = latents stepped by the samplers.
-  void ensure_shape(int64_t batch, int64_t items, int64_t lh, int64_t lw) {
-    if (batch == B && items == K && lh == h && lw == w) return;
-    const int64_t C = tcfg.in_channels, p = tcfg.patch, gh = lh / p, gw = lw / p, N = gh * gw;
-    const int64_t row = tcfg.patch_dim_out();
-    TokenRange r = ex->token_range(N);
-    DiTShape s;
-    s.batch = batch;
-    s.grid_h = gh;
-    s.grid_w = gw;
-    s.token_begin = r.begin;
-    s.token_end = r.end;
-    dit->prepare(s, attn.get());
-    ex->prepare(batch, N, row, items * C * lh * lw);
-    x = Tensor::empty({items, C, lh, lw});
-    xs = Tensor::empty({items, C, lh, lw});
-    x_in = Tensor::empty({batch, C, lh, lw});
-    local_out = Tensor::empty({batch, r.size(), row});
-    full_out = Tensor::empty({batch, N, row});
-    eps = Tensor::empty({batch, C, lh, lw});
-    eps_both = Tensor::empty({2 * items, C, lh, lw});
-    guided = Tensor::empty({items, C, lh, lw});
-    tvec.assign(batch, 0.0);
-    yvec.assign(batch, 0);
-    B = batch;
-    K = items;
-    h = lh;
-    w = lw;
-  }
+  void ensure_shape(int64_t batch, int64_t items, int64_t lh, int64_t lw, int64_t text_len);
+  std::vector<CondRow> rows(const std::vector<ResolvedRequest>& rs, int branch) const;
+  void denoise(const std::vector<ResolvedRequest>& rs, std::vector<std::unique_ptr<Sampler>>& samplers,
+               std::vector<Result>& res, const ProgressFn& progress);
+  void decode(const ResolvedRequest& r, const float* latents, Result& res);
 };
 
-Pipeline::Pipeline() : impl_(std::make_unique<Impl>()) {}
-Pipeline::~Pipeline() = default;
-const ModelInfo& Pipeline::info() const { return impl_->info; }
-StepExchange& Pipeline::exchange() { return *impl_->ex; }
-
-std::unique_ptr<Pipeline> Pipeline::load(const PipelineOptions& opt) {
-  std::unique_ptr<Pipeline> p(new Pipeline());
-  Impl& m = *p->impl_;
-  const std::string& dir = opt.model_dir;
-  m.index = ModelIndex::load(dir);
-  m.tcfg = dit_config_from(Config::load(dir + "/transformer/config.json"));
-  m.vcfg = vae_config_from(Config::load(dir + "/vae/config.json"));
-  m.scfg = scheduler_config_from(Config::load(dir + "/scheduler/scheduler_config.json"));
-  DIT_CHECK(m.vcfg.latent_channels == m.tcfg.in_channels,
-            dir << ": the VAE has " << m.vcfg.latent_channels << " latent channels but the transformer takes "
-                << m.tcfg.in_channels);
-  m.dtype = opt.dtype;
-  m.tstore = WeightStore::open_dir(dir + "/transformer");
-  m.weights = DiTWeights::load(m.tcfg, m.tstore, opt.dtype, opt.qkv);
-  m.vstore = WeightStore::open_dir(dir + "/vae");
-  m.vae = std::make_unique<VaeDecoder>(m.vcfg, m.vstore);
-  m.ex = opt.exchange ? opt.exchange : std::shared_ptr<StepExchange>(make_serial_exchange());
-  m.attn = m.ex->make_attention();
-  m.dit = std::make_unique<DiTTransformer>(m.weights);
-
-  ModelInfo& i = m.info;
-  i.dir = dir;
-  i.name = std::filesystem::path(dir).lexically_normal().filename().string();
-  if (i.name.empty() || i.name == ".") i.name = std::filesystem::absolute(dir).lexically_normal().parent_path().filename().string();
-  i.vae_scale = m.vcfg.scale();
-  i.default_width = i.default_height = m.tcfg.sample_size * i.vae_scale;
-  i.size_multiple = i.vae_scale * m.tcfg.patch;
-  i.num_classes = m.tcfg.num_classes;
-  i.heads = m.tcfg.heads;
-  i.hidden = m.tcfg.hidden();
-  i.layers = m.tcfg.layers;
-  i.default_sampler = sampler_name_for_class(m.scfg.class_name);
-  return p;
+void Pipeline::Impl::ensure_shape(int64_t batch, int64_t items, int64_t lh, int64_t lw, int64_t text_len) {
+  if (batch == B && items == K && lh == h && lw == w && text_len == L) return;
+  const ModelGeometry& g = model->geometry();
+  const int64_t C = g.in_channels, N = (lh / g.patch) * (lw / g.patch), row = g.patch_row_out();
+  ModelShape s;
+  s.batch = batch;
+  s.latent_h = lh;
+  s.latent_w = lw;
+  s.text_tokens = text_len;
+  model->prepare(s, *ctx);
+  const TokenRange r = ctx->sequence().range(N);
+  ctx->sequence().prepare(batch, N, row);
+  ctx->cfg().prepare(items * C * lh * lw);
+  x = Tensor::empty({items, C, lh, lw});
+  xs = Tensor::empty({items, C, lh, lw});
+  x_in = Tensor::empty({batch, C, lh, lw});
+  local_out = Tensor::empty({batch, r.size(), row});
+  full_out = Tensor::empty({batch, N, row});
+  eps = Tensor::empty({batch, C, lh, lw});
+  eps_both = Tensor::empty({2 * items, C, lh, lw});
+  guided = Tensor::empty({items, C, lh, lw});
+  tvec.assign(size_t(batch), 0.0);
+  B = batch;
+  K = items;
+  h = lh;
+  w = lw;
+  L = text_len;
 }
 
-Result Pipeline::generate(const Request& req, const ProgressFn& progress) {
-  return std::move(generate_batch({req}, progress).front());
+// The conditioning rows of the model batch in batch order: the guidance halves this rank
+// computes (both, or its own under --cfg-parallel), each holding every item.
+std::vector<CondRow> Pipeline::Impl::rows(const std::vector<ResolvedRequest>& rs, int branch) const {
+  std::vector<CondRow> out;
+  auto half = [&](bool unconditional) {
+    for (const ResolvedRequest& r : rs) out.push_back({unconditional ? r.req.negative_prompt : r.req.prompt, unconditional});
+  };
+  if (!rs[0].cfg) {
+    half(false);
+    return out;
+  }
+  const bool first_uncond = !rules.cond_first;  // halves in family order: DiT [cond, uncond], PixArt [uncond, cond]
+  for (int b = 0; b < 2; ++b)
+    if (branch == -1 || branch == b) half(b == 0 ? first_uncond : !first_uncond);
+  return out;
 }
 
-namespace {
-
-struct Validated {
-  int W = 0, H = 0;
-  ClassChoice cls;
-};
-
-}  // namespace
-
-std::vector<Result> Pipeline::generate_batch(const std::vector<Request>& reqs, const ProgressFn& progress) {
-  Impl& m = *impl_;
-  const auto t_start = Clock::now();
-  const ModelInfo& info = m.info;
-  DIT_CHECK(!reqs.empty(), "generate_batch: no requests");
-  const int64_t k = int64_t(reqs.size());
-  const int branch = m.ex->cfg_branch();
-
-  // Validate every request; a micro-batch shares size, steps, sampler and whether CFG is on.
-  std::vector<Validated> v(reqs.size());
-  for (size_t j = 0; j < reqs.size(); ++j) {
-    const Request& req = reqs[j];
-    const int W = req.width ? req.width : info.default_width, H = req.height ? req.height : info.default_height;
-    DIT_CHECK(W > 0 && H > 0 && W % info.size_multiple == 0 && H % info.size_multiple == 0,
-              "size " << W << "x" << H << " is not allowed: width and height must be positive multiples of "
-                      << info.size_multiple << " (VAE scale " << info.vae_scale << " × patch " << m.tcfg.patch << ")");
-    DIT_CHECK(int64_t(W) * H <= int64_t(16384) * 16384, "size " << W << "x" << H << " is too large");
-    DIT_CHECK(req.steps >= 1 && req.steps <= 1000, "steps must be in 1..1000, got " << req.steps);
-    DIT_CHECK(std::isfinite(req.guidance_scale), "guidance scale must be a finite number");
-    DIT_CHECK(req.negative_prompt.empty(),
-              "--negative-prompt is not supported by class-conditional DiT models (the unconditional branch is the "
-              "null class)");
-    DIT_CHECK(req.guidance_scale > 1.0 || branch == -1,
-              "--cfg-parallel needs classifier-free guidance, but the guidance scale is "
-                  << req.guidance_scale << " (<= 1 runs one branch only)");
-    v[j] = {W, H, resolve_class(m.index, req.prompt, m.tcfg.num_classes)};
-    if (j > 0) {
-      DIT_CHECK(W == v[0].W && H == v[0].H && req.steps == reqs[0].steps && req.sampler == reqs[0].sampler &&
-                    (req.guidance_scale > 1.0) == (reqs[0].guidance_scale > 1.0) && req.decode == reqs[0].decode,
-                "generate_batch: requests of one micro-batch must share size, steps, sampler, decoding and "
-                "whether guidance is on");
-    }
-  }
-  const int W = v[0].W, H = v[0].H, steps = reqs[0].steps;
-  const bool use_cfg = reqs[0].guidance_scale > 1.0;
-
-  // One sampler per item (each keeps its own multistep state).
-  SchedulerConfig sc = reqs[0].sampler.empty() ? m.scfg : with_sampler(m.scfg, reqs[0].sampler);
-  std::vector<std::unique_ptr<Sampler>> samplers;
-  const int64_t lh = H / info.vae_scale, lw = W / info.vae_scale;
-  const int64_t C = m.tcfg.in_channels, n = C * lh * lw;
-  for (int64_t j = 0; j < k; ++j) {
-    samplers.push_back(make_sampler(sc));
-    samplers.back()->set_timesteps(steps);
-    samplers.back()->prepare(n);
-  }
+void Pipeline::Impl::denoise(const std::vector<ResolvedRequest>& rs, std::vector<std::unique_ptr<Sampler>>& samplers,
+                             std::vector<Result>& res, const ProgressFn& progress) {
+  const ModelGeometry& g = model->geometry();
+  const int64_t k = int64_t(rs.size()), C = g.in_channels, n = C * h * w;
+  const bool use_cfg = rs[0].cfg;
+  const bool split = use_cfg && ctx->cfg().branch() != -1;
+  const int64_t cond_half = rules.cond_first ? 0 : 1;
   const std::vector<double>& ts = samplers[0]->timesteps();
-
-  // Batch layout: [cond_0 .. cond_{k-1}, uncond_0 .. uncond_{k-1}] (diffusers' [cond, uncond]
-  // for k = 1), or one branch of k items under CFG parallel or without guidance.
-  const int64_t branches = (use_cfg && branch == -1) ? 2 : 1;
-  const int64_t batch = branches * k;
-  m.ensure_shape(batch, k, lh, lw);
-  const int null_id = m.tcfg.null_class();
-  for (int64_t j = 0; j < k; ++j) {
-    if (!use_cfg) {
-      m.yvec[j] = v[j].cls.id;
-    } else if (branch == -1) {
-      m.yvec[j] = v[j].cls.id;
-      m.yvec[k + j] = null_id;
-    } else {
-      m.yvec[j] = branch == 0 ? v[j].cls.id : null_id;
-    }
-  }
-
-  std::vector<Result> res(reqs.size());
-  for (int64_t j = 0; j < k; ++j) {
-    res[j].eps0 = Tensor::empty({1, C, lh, lw});
-    Tensor noise = torch_randn(reqs[j].seed, {1, C, lh, lw});
-    const float sigma0 = samplers[j]->init_noise_sigma();
-    float* x = m.x.f32() + j * n;
-    for (int64_t e = 0; e < n; ++e) x[e] = noise.f32()[e] * sigma0;
-  }
-
   const auto t_loop = Clock::now();
   for (int i = 0; i < int(ts.size()); ++i) {
     const auto t_step = Clock::now();
-    for (int64_t j = 0; j < k; ++j) samplers[j]->scale_model_input(m.x.f32() + j * n, m.xs.f32() + j * n, n, i);
-    for (int64_t b = 0; b < batch; ++b) {
-      std::memcpy(m.x_in.f32() + b * n, m.xs.f32() + (b % k) * n, n * 4);
-      m.tvec[b] = ts[i];
+    for (int64_t j = 0; j < k; ++j) samplers[j]->scale_model_input(x.f32() + j * n, xs.f32() + j * n, n, i);
+    for (int64_t b = 0; b < B; ++b) {
+      std::memcpy(x_in.f32() + b * n, xs.f32() + (b % k) * n, size_t(n) * 4);
+      tvec[size_t(b)] = ts[size_t(i)];
     }
-    m.dit->forward(m.x_in.f32(), m.tvec.data(), m.yvec.data(), m.local_out.f32());  // [B, T_local, p·p·C_out]
-    m.ex->gather_tokens(m.local_out.f32(), m.full_out.f32());                      // [B, N, p·p·C_out]
-    unpatchify(m.full_out.f32(), batch, lh / m.tcfg.patch, lw / m.tcfg.patch, m.tcfg.patch, m.tcfg.out_channels, C,
-               m.eps.f32());                                                       // [B, C, h, w] (learned sigma dropped)
-    const float* both = m.eps.f32();  // [cond × k, uncond × k] when guided
-    if (use_cfg && branch != -1) {
-      m.ex->exchange_cfg(m.eps.f32(), m.eps_both.f32());
-      both = m.eps_both.f32();
+    model->forward(x_in.f32(), tvec.data(), local_out.f32());  // [B, T_local, p·p·C_out]
+    ctx->sequence().gather(local_out.f32(), full_out.f32());  // [B, N, p·p·C_out]
+    unpatchify(full_out.f32(), B, h / g.patch, w / g.patch, g.patch, g.out_channels, C,
+               eps.f32());  // [B, C, h, w] (learned sigma dropped)
+    const float* both = eps.f32();  // the two halves, k items each, when guided
+    if (split) {
+      ctx->cfg().exchange(eps.f32(), eps_both.f32());
+      both = eps_both.f32();
     }
     for (int64_t j = 0; j < k; ++j) {
-      const float* eps = m.eps.f32() + j * n;
+      const float* e = eps.f32() + j * n;
       if (use_cfg) {
-        const float g = float(reqs[j].guidance_scale);
-        const float *cond = both + j * n, *unc = both + (k + j) * n;
-        float* gd = m.guided.f32() + j * n;
-        for (int64_t e = 0; e < n; ++e) gd[e] = unc[e] + g * (cond[e] - unc[e]);  // uncond + g·(cond − uncond)
-        eps = gd;
+        const float gs = float(rs[size_t(j)].guidance);
+        const float *cond = both + (cond_half * k + j) * n, *unc = both + ((1 - cond_half) * k + j) * n;
+        float* gd = guided.f32() + j * n;
+        for (int64_t e2 = 0; e2 < n; ++e2) gd[e2] = unc[e2] + gs * (cond[e2] - unc[e2]);  // uncond + g·(cond − uncond)
+        e = gd;
       }
-      if (i == 0) std::memcpy(res[j].eps0.f32(), eps, n * 4);
-      samplers[j]->step(i, eps, m.x.f32() + j * n, n);
+      if (i == 0 && res[size_t(j)].first_noise_pred.defined()) std::memcpy(res[size_t(j)].first_noise_pred.f32(), e, size_t(n) * 4);
+      samplers[size_t(j)]->step(i, e, x.f32() + j * n, n);
     }
     if (progress) {
       StepInfo si;
@@ -253,38 +157,147 @@ std::vector<Result> Pipeline::generate_batch(const std::vector<Request>& reqs, c
       progress(si);
     }
   }
-  m.ex->check_agreement(m.x.f32(), k * n);
+}
+
+// VAE decode at the generation size, then (binning) back to the requested size as diffusers
+// does: bilinear resize of the decoder output and a centre crop, before denormalising.
+void Pipeline::Impl::decode(const ResolvedRequest& r, const float* latents, Result& res) {
+  const int64_t lh = r.gen_height / info.vae_scale, lw = r.gen_width / info.vae_scale;
+  if (vae_h != lh || vae_w != lw) {
+    vae->prepare(1, lh, lw);
+    raw_image = Tensor::empty({1, 3, int64_t(r.gen_height), int64_t(r.gen_width)});
+    vae_h = lh;
+    vae_w = lw;
+  }
+  res.image = Tensor::empty({1, 3, r.height, r.width});
+  if (r.gen_width == r.width && r.gen_height == r.height) {
+    vae->decode(latents, res.image.f32());
+    return;
+  }
+  vae->decode_raw(latents, raw_image.f32());
+  resize_and_center_crop(raw_image.f32(), 3, r.gen_height, r.gen_width, res.image.f32(), r.height, r.width);
+  to_unit_range(res.image.f32(), res.image.numel());
+}
+
+Pipeline::Pipeline() : impl_(std::make_unique<Impl>()) {}
+Pipeline::~Pipeline() = default;
+const ModelInfo& Pipeline::info() const { return impl_->info; }
+ParallelContext& Pipeline::parallel() { return *impl_->ctx; }
+
+std::unique_ptr<Pipeline> Pipeline::load(const PipelineOptions& opt) {
+  std::unique_ptr<Pipeline> p(new Pipeline());
+  Impl& m = *p->impl_;
+  const std::string& dir = opt.model_dir;
+  const ModelIndex index = ModelIndex::load(dir);
+  const Config tcfg = Config::load(dir + "/transformer/config.json");
+  const FamilyEntry& family = find_family(index, tcfg);
+  m.vcfg = vae_config_from(Config::load(dir + "/vae/config.json"));
+  m.scfg = scheduler_config_from(Config::load(dir + "/scheduler/scheduler_config.json"));
+  LoadOptions lo;
+  lo.dir = dir;
+  lo.dtype = opt.dtype;
+  lo.qkv = opt.qkv;
+  LoadedFamily f = family.load(lo, index, tcfg);
+  m.rules = std::move(f.rules);
+  m.model = std::move(f.model);
+  m.conditioner = std::move(f.conditioner);
+  const ModelGeometry& g = m.model->geometry();
+  DIT_CHECK(m.vcfg.latent_channels == g.in_channels,
+            dir << ": the VAE has " << m.vcfg.latent_channels << " latent channels but the transformer takes "
+                << g.in_channels);
+  m.dtype = opt.dtype;
+  m.vstore = WeightStore::open_dir(dir + "/vae");
+  m.vae = std::make_unique<VaeDecoder>(m.vcfg, m.vstore);
+  m.ctx = opt.parallel ? opt.parallel : make_serial_context();
+
+  ModelInfo& i = m.info;
+  i.dir = dir;
+  i.name = model_name(dir);
+  i.family = m.rules.family;
+  i.text_to_image = m.rules.prompt == PromptKind::Text;
+  i.vae_scale = m.vcfg.scale();
+  i.default_width = i.default_height = g.sample_size * i.vae_scale;
+  i.size_multiple = i.vae_scale * g.patch;
+  i.default_steps = m.rules.default_steps;
+  i.default_guidance = m.rules.default_guidance;
+  i.default_max_sequence_length = m.rules.default_max_sequence_length;
+  i.resolution_binning = !m.rules.bins.empty();
+  i.num_classes = m.rules.num_classes;
+  i.cond_first = m.rules.cond_first;
+  i.heads = g.heads;
+  i.hidden = g.hidden;
+  i.layers = g.layers;
+  i.default_sampler = sampler_name_for_class(m.scfg.class_name);
+  return p;
+}
+
+ResolvedRequest Pipeline::resolve(const Request& req) const {
+  const Impl& m = *impl_;
+  return resolve_request(req, m.info, m.rules, *m.conditioner, m.ctx->cfg().branch() != -1);
+}
+
+std::string Pipeline::parameters(const ResolvedRequest& r) const { return format_parameters(r, impl_->info, impl_->dtype); }
+
+Result Pipeline::generate(const Request& req, const ProgressFn& progress) {
+  return std::move(generate_batch({req}, progress).front());
+}
+
+std::vector<Result> Pipeline::generate_batch(const std::vector<Request>& reqs, const ProgressFn& progress) {
+  Impl& m = *impl_;
+  const auto t_start = Clock::now();
+  DIT_CHECK(!reqs.empty(), "generate_batch: no requests");
+  std::vector<ResolvedRequest> rs;
+  for (const Request& req : reqs) {
+    rs.push_back(resolve(req));
+    DIT_CHECK(batch_key(rs.back()) == batch_key(rs.front()),
+              "generate_batch: requests of one micro-batch must share size, steps, sampler, decoding, text length "
+              "and whether guidance is on");
+  }
+  const ResolvedRequest& r0 = rs.front();
+  const int64_t k = int64_t(rs.size());
+  const ModelGeometry& g = m.model->geometry();
+  const int64_t lh = r0.gen_height / m.info.vae_scale, lw = r0.gen_width / m.info.vae_scale;
+  const int64_t C = g.in_channels, n = C * lh * lw;
+
+  // One sampler per item (each keeps its own multistep state).
+  const SchedulerConfig sc = reqs[0].sampler.empty() ? m.scfg : with_sampler(m.scfg, reqs[0].sampler);
+  std::vector<std::unique_ptr<Sampler>> samplers;
+  for (int64_t j = 0; j < k; ++j) {
+    samplers.push_back(make_sampler(sc));
+    samplers.back()->set_timesteps(r0.steps);
+    samplers.back()->prepare(n);
+  }
+
+  const int branch = m.ctx->cfg().branch();
+  const std::vector<CondRow> rows = m.rows(rs, branch);
+  m.ensure_shape(int64_t(rows.size()), k, lh, lw, r0.max_sequence_length);
+  m.conditioner->encode(rows, r0.max_sequence_length, m.cond);
+  m.cond.image_height = r0.gen_height;
+  m.cond.image_width = r0.gen_width;
+  m.model->begin(m.cond);
+
+  std::vector<Result> res(reqs.size());
+  for (int64_t j = 0; j < k; ++j) {
+    res[j].request = rs[j];
+    if (rs[j].req.keep_first_noise_pred) res[j].first_noise_pred = Tensor::empty({1, C, lh, lw});
+    const Tensor noise = torch_randn(rs[j].req.seed, {1, C, lh, lw});
+    const float sigma0 = samplers[j]->init_noise_sigma();
+    float* x = m.x.f32() + j * n;
+    for (int64_t e = 0; e < n; ++e) x[e] = noise.f32()[e] * sigma0;
+  }
+
+  const auto t_loop = Clock::now();
+  m.denoise(rs, samplers, res, progress);
+  m.ctx->check_agreement(m.x.f32(), k * n);
   const double denoise = since(t_loop);
 
   for (int64_t j = 0; j < k; ++j) {
     Result& r = res[j];
-    const Request& req = reqs[j];
     r.latents = Tensor::empty({1, C, lh, lw});
-    std::memcpy(r.latents.f32(), m.x.f32() + j * n, n * 4);
-    if (req.decode && m.ex->is_output_rank()) {
-      if (m.vae_h != lh || m.vae_w != lw) {
-        m.vae->prepare(1, lh, lw);
-        m.vae_h = lh;
-        m.vae_w = lw;
-      }
-      r.image = Tensor::empty({1, 3, H, W});
-      m.vae->decode(r.latents.f32(), r.image.f32());
-    }
-    r.class_id = v[j].cls.id;
-    r.label = v[j].cls.label;
-    r.sampler = samplers[j]->name();
-    r.width = W;
-    r.height = H;
-    r.steps = steps;
-    r.guidance_scale = req.guidance_scale;
-    r.seed = req.seed;
+    std::memcpy(r.latents.f32(), m.x.f32() + j * n, size_t(n) * 4);
+    if (rs[j].req.decode && m.ctx->is_output_rank()) m.decode(rs[j], r.latents.f32(), r);
     r.denoise_seconds = denoise / double(k);
-    std::ostringstream ps;
-    ps << req.prompt << "\nSteps: " << steps << ", Sampler: " << r.sampler << ", CFG scale: " << fmt_num(req.guidance_scale)
-       << ", Seed: " << req.seed << ", Size: " << W << "x" << H << ", Model: " << info.name << ", Class: " << r.class_id
-       << (r.label.empty() ? "" : " (" + r.label + ")") << ", Dtype: " << dtype_name(m.dtype)
-       << ", Version: dit-gen " << DIT_VERSION;
-    r.parameters = ps.str();
+    r.parameters = parameters(rs[j]);
   }
   const double total = since(t_start);
   for (Result& r : res) r.seconds = total / double(k);

@@ -6,24 +6,63 @@
 
 namespace dit {
 
+namespace {
+
+constexpr Axis kAxes[kNumAxes] = {Axis::Dp, Axis::Cfg, Axis::Ring, Axis::Ulysses};
+
+}  // namespace
+
+const char* axis_name(Axis a) {
+  static const char* names[kNumAxes] = {"dp", "cfg", "ring", "ulysses"};
+  return names[size_t(a)];
+}
+
+const std::vector<GroupDef>& mesh_groups() {
+  static const std::vector<GroupDef> g = {
+      {Group::Ulysses, "ulysses", {Axis::Ulysses}},
+      {Group::Ring, "ring", {Axis::Ring}},
+      {Group::Sp, "sp", {Axis::Ring, Axis::Ulysses}},
+      {Group::Cfg, "cfg", {Axis::Cfg}},
+      {Group::Dp, "dp", {Axis::Dp}},
+      {Group::Replica, "replica", {Axis::Cfg, Axis::Ring, Axis::Ulysses}},
+  };
+  return g;
+}
+
+int MeshDegrees::world() const {
+  return product({kAxes, kAxes + kNumAxes});
+}
+
+int MeshDegrees::product(const std::vector<Axis>& axes) const {
+  long long p = 1;
+  for (Axis a : axes) p *= (*this)[a];
+  return int(p);
+}
+
 std::string mesh_str(const MeshDegrees& d) {
   std::ostringstream os;
-  os << "dp" << d.dp << " x cfg" << d.cfg << " x ring" << d.ring << " x ulysses" << d.ulysses;
+  for (int i = 0; i < kNumAxes; ++i) os << (i ? " x " : "") << axis_name(kAxes[i]) << d[kAxes[i]];
   return os.str();
 }
 
 void validate_mesh(const MeshDegrees& d, int world) {
-  DIT_CHECK(d.dp >= 1 && d.cfg >= 1 && d.ring >= 1 && d.ulysses >= 1,
-            "mesh: every degree must be >= 1, got dp(" << d.dp << ") cfg(" << d.cfg << ") ring(" << d.ring
-                                                       << ") ulysses(" << d.ulysses << ")");
-  DIT_CHECK(d.cfg <= 2, "mesh: the CFG degree is 1 or 2 (one rank per branch), got " << d.cfg);
-  long long product = 1LL * d.dp * d.cfg * d.ring * d.ulysses;
-  DIT_CHECK(product == world, "mesh: dp(" << d.dp << ") × cfg(" << d.cfg << ") × ring(" << d.ring << ") × ulysses("
-                                          << d.ulysses << ") = " << product << ", but the world size is " << world);
+  std::ostringstream terms;
+  long long product = 1;
+  bool positive = true;
+  for (int i = 0; i < kNumAxes; ++i) {
+    terms << (i ? " × " : "") << axis_name(kAxes[i]) << "(" << d[kAxes[i]] << ")";
+    positive = positive && d[kAxes[i]] >= 1;
+    product *= d[kAxes[i]];
+  }
+  DIT_CHECK(positive, "mesh: every degree must be >= 1, got " << terms.str());
+  DIT_CHECK(d[Axis::Cfg] <= 2, "mesh: the CFG degree is 1 or 2 (one rank per branch), got " << d[Axis::Cfg]);
+  DIT_CHECK(product == world, "mesh: " << terms.str() << " = " << product << ", but the world size is " << world);
 }
 
-int mesh_rank(const MeshDegrees& d, int dp, int cfg, int ring, int ulysses) {
-  return ((dp * d.cfg + cfg) * d.ring + ring) * d.ulysses + ulysses;
+int mesh_rank(const MeshDegrees& d, const std::array<int, kNumAxes>& coord) {
+  int r = 0;
+  for (int i = 0; i < kNumAxes; ++i) r = r * d[kAxes[i]] + coord[size_t(i)];
+  return r;
 }
 
 MeshLayout mesh_layout(const MeshDegrees& d, int world, int rank) {
@@ -33,26 +72,27 @@ MeshLayout mesh_layout(const MeshDegrees& d, int world, int rank) {
   l.degrees = d;
   l.world = world;
   l.rank = rank;
-  MeshCoord& c = l.coord;
-  int r = rank;
-  c.ulysses = r % d.ulysses;
-  r /= d.ulysses;
-  c.ring = r % d.ring;
-  r /= d.ring;
-  c.cfg = r % d.cfg;
-  c.dp = r / d.cfg;
-  c.sp_rank = c.ring * d.ulysses + c.ulysses;
-  c.replica_rank = c.cfg * d.sp() + c.sp_rank;
-
-  for (int u = 0; u < d.ulysses; u++) l.ulysses.push_back(mesh_rank(d, c.dp, c.cfg, c.ring, u));
-  for (int g = 0; g < d.ring; g++) l.ring.push_back(mesh_rank(d, c.dp, c.cfg, g, c.ulysses));
-  for (int g = 0; g < d.ring; g++)
-    for (int u = 0; u < d.ulysses; u++) l.sp.push_back(mesh_rank(d, c.dp, c.cfg, g, u));
-  for (int f = 0; f < d.cfg; f++) l.cfg.push_back(mesh_rank(d, c.dp, f, c.ring, c.ulysses));
-  for (int p = 0; p < d.dp; p++) l.dp.push_back(mesh_rank(d, p, c.cfg, c.ring, c.ulysses));
-  for (int f = 0; f < d.cfg; f++)
-    for (int g = 0; g < d.ring; g++)
-      for (int u = 0; u < d.ulysses; u++) l.replica.push_back(mesh_rank(d, c.dp, f, g, u));
+  for (int i = kNumAxes - 1, r = rank; i >= 0; --i) {  // last axis fastest
+    l.coord[size_t(i)] = r % d[kAxes[i]];
+    r /= d[kAxes[i]];
+  }
+  // A group's members: every coordinate combination of its axes (in axis order, the last
+  // fastest), the other coordinates fixed at this rank's.
+  for (const GroupDef& g : mesh_groups()) {
+    std::vector<int>& members = l.members[size_t(g.group)];
+    const int n = d.product(g.axes);
+    for (int k = 0; k < n; ++k) {
+      std::array<int, kNumAxes> c = l.coord;
+      for (int j = int(g.axes.size()) - 1, rest = k; j >= 0; --j) {
+        const Axis a = g.axes[size_t(j)];
+        c[size_t(a)] = rest % d[a];
+        rest /= d[a];
+      }
+      const int member = mesh_rank(d, c);
+      if (member == rank) l.group_rank[size_t(g.group)] = int(members.size());
+      members.push_back(member);
+    }
+  }
   return l;
 }
 
@@ -60,22 +100,23 @@ DeviceMesh::DeviceMesh(std::shared_ptr<ProcessGroup> world, const MeshDegrees& d
   DIT_CHECK(world_ && world_->name() == "world", "DeviceMesh: needs the world group");
   layout_ = mesh_layout(degrees, world_->size(), world_->rank());
   // Group names carry the member list (split adds it), so every instance is unique.
-  ulysses_ = world_->split("ulysses", layout_.ulysses);
-  ring_ = world_->split("ring", layout_.ring);
-  sp_ = world_->split("sp", layout_.sp);
-  cfg_ = world_->split("cfg", layout_.cfg);
-  dp_ = world_->split("dp", layout_.dp);
-  replica_ = world_->split("replica", layout_.replica);
+  for (const GroupDef& g : mesh_groups()) groups_[size_t(g.group)] = world_->split(g.name, layout_.group(g.group));
 }
 
 DeviceMesh::~DeviceMesh() {
   // Reverse order of creation, the same on every rank, so teardown barriers cannot cross.
-  replica_.reset();
-  dp_.reset();
-  cfg_.reset();
-  sp_.reset();
-  ring_.reset();
-  ulysses_.reset();
+  for (auto it = mesh_groups().rbegin(); it != mesh_groups().rend(); ++it) groups_[size_t(it->group)].reset();
+}
+
+std::shared_ptr<ProcessGroup> DeviceMesh::group_ref(Group g) {
+  return std::shared_ptr<ProcessGroup>(std::shared_ptr<ProcessGroup>(), groups_[size_t(g)].get());
+}
+
+bool DeviceMesh::any_failed() const {
+  if (world_->failed()) return true;
+  for (const auto& g : groups_)
+    if (g && g->failed()) return true;
+  return false;
 }
 
 }  // namespace dit

@@ -7,7 +7,7 @@
 #include <map>
 #include <vector>
 
-#include "parallel/sequence_split.h"
+#include "runtime/token_split.h"
 #include "runtime/attention.h"
 #include "runtime/error.h"
 #include "runtime/profile.h"
@@ -45,7 +45,7 @@ class SequenceParallelAttention final : public SelfAttention {
   int64_t group_tokens(int ring_rank) const {  // tokens of the Ulysses group at ring position ring_rank
     return ranges_[size_t(ring_rank * U_ + U_ - 1)].end - ranges_[size_t(ring_rank * U_)].begin;
   }
-  SeqRange heads_of(int j) const { return head_ranges_[size_t(j)]; }  // Ulysses rank j's heads
+  TokenRange heads_of(int j) const { return head_ranges_[size_t(j)]; }  // Ulysses rank j's heads
   void ulysses_scatter_heads(const float* qkv);   // token split -> head split (qkv_g_)
   void ulysses_gather_heads(float* out);          // head split -> token split
   void ring_attention(const float* qkv_g, float* out_g);
@@ -54,8 +54,8 @@ class SequenceParallelAttention final : public SelfAttention {
   std::shared_ptr<ProcessGroup> uly_, ring_;
   int U_ = 1, R_ = 1, u_ = 0, r_ = 0;
   int64_t B_ = 0, H_ = 0, Hu_ = 0, d_ = 0, T_ = 0, Tg_ = 0, Tmax_ = 0;
-  std::vector<SeqRange> ranges_;       // tokens of sequence-parallel rank s
-  std::vector<SeqRange> head_ranges_;  // heads of Ulysses rank j (uneven when U does not divide H)
+  std::vector<TokenRange> ranges_;       // tokens of sequence-parallel rank s
+  std::vector<TokenRange> head_ranges_;  // heads of Ulysses rank j (uneven when U does not divide H)
   bool prepared_ = false;
 
   // Ulysses.
@@ -83,7 +83,7 @@ void SequenceParallelAttention::prepare(const SelfAttentionShape& s) {
   head_ranges_ = split_all(H_, U_);
   Hu_ = heads_of(u_).size();
   ranges_ = split_all(N, U_ * R_);
-  const SeqRange mine = ranges_[size_t(r_ * U_ + u_)];
+  const TokenRange mine = ranges_[size_t(r_ * U_ + u_)];
   DIT_CHECK(mine.size() == T_, "sequence-parallel attention: this rank holds " << T_ << " tokens, expected "
                                                                                << mine.size() << " of " << N);
   Tg_ = group_tokens(r_);

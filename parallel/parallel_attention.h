@@ -1,5 +1,5 @@
 // Sequence-parallel self-attention: the tokens of a sequence are split across the ranks
-// of a sequence-parallel group (parallel/sequence_split.h) and attention is computed
+// of a sequence-parallel group (runtime/token_split.h) and attention is computed
 // exactly, as if one process held them all.
 //
 //  - Ulysses (the `ulysses` group, U ranks): one packed all-to-all of Q, K and V turns the
@@ -22,7 +22,7 @@
 #include <memory>
 
 #include "parallel/process_group.h"
-#include "runtime/self_attention.h"
+#include "runtime/attention_roles.h"
 
 namespace dit {
 

@@ -186,6 +186,26 @@ int64_t Config::get_int(const std::string& key, int64_t dflt) const {
   return find(key) ? get_int(key) : dflt;
 }
 
+int Config::get_int_in(const std::string& key, int dflt, int lo, int hi) const {
+  if (!find(key)) return dflt;
+  const int64_t v = get_int(key);
+  if (v < lo || v > hi)
+    throw Error(where(key) + " = " + std::to_string(v) + " is out of range (expected " + std::to_string(lo) + ".." +
+                std::to_string(hi) + ")");
+  return int(v);
+}
+
+double Config::get_double_in(const std::string& key, double dflt, double lo, double hi) const {
+  if (!find(key)) return dflt;
+  const double v = get_double(key);
+  if (!(v >= lo && v <= hi)) {  // NaN fails too
+    std::ostringstream os;
+    os << where(key) << " = " << v << " is out of range (expected a finite number in " << lo << ".." << hi << ")";
+    throw Error(os.str());
+  }
+  return v;
+}
+
 double Config::get_double(const std::string& key) const {
   const nlohmann::json& v = at(key);
   if (!v.is_number()) type_error(key, "number", v);

@@ -37,9 +37,14 @@ class Config {
   // Integers; a float with an integral value (e.g. 4.0) is accepted too.
   int64_t get_int(const std::string& key) const;
   int64_t get_int(const std::string& key, int64_t dflt) const;
+  // An integer in [lo, hi] (dflt when missing or null; dflt is not checked): out-of-range
+  // values (2^32 + 4 must not wrap to 4) are "key 'k' = v is out of range (expected lo..hi)".
+  int get_int_in(const std::string& key, int dflt, int lo, int hi) const;
   // Any number, including Infinity/-Infinity/NaN.
   double get_double(const std::string& key) const;
   double get_double(const std::string& key, double dflt) const;
+  // A finite number in [lo, hi] (dflt when missing or null).
+  double get_double_in(const std::string& key, double dflt, double lo, double hi) const;
   bool get_bool(const std::string& key) const;
   bool get_bool(const std::string& key, bool dflt) const;
   std::string get_string(const std::string& key) const;

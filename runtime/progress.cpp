@@ -16,33 +16,9 @@ ProgressMode parse_progress_mode(const std::string& s) {
   DIT_FAIL("--progress: unknown mode '" << s << "' (expected auto, bar, json or none)");
 }
 
-std::string json_quote(const std::string& s) {
-  std::string o = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\r': o += "\\r"; break;
-      case '\t': o += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          o += buf;
-        } else {
-          o += char(c);
-        }
-    }
-  }
-  return o + "\"";
-}
-
 void Progress::step(int step, int total, double step_seconds, double elapsed) {
   if (mode_ == ProgressMode::Json) {
-    std::fprintf(out_, "{\"event\":\"step\",\"step\":%d,\"total\":%d,\"step_seconds\":%.4f,\"elapsed\":%.3f}\n", step,
-                 total, step_seconds, elapsed);
-    std::fflush(out_);
+    event("step", {{"step", step}, {"total", total}, {"step_seconds", step_seconds}, {"elapsed", elapsed}});
   } else if (mode_ == ProgressMode::Bar) {
     const int width = 30;
     const int filled = total > 0 ? int(std::lround(double(width) * step / total)) : width;
@@ -65,9 +41,11 @@ void Progress::finish() {
   }
 }
 
-void Progress::event(const std::string& name, const std::string& fields) {
+void Progress::event(const std::string& name, const ordered_json& fields) {
   if (mode_ != ProgressMode::Json) return;
-  std::fprintf(out_, "{\"event\":%s%s%s}\n", json_quote(name).c_str(), fields.empty() ? "" : ",", fields.c_str());
+  ordered_json j = {{"event", name}};
+  for (const auto& [k, v] : fields.items()) j[k] = v;
+  std::fprintf(out_, "%s\n", json_line(j).c_str());
   std::fflush(out_);
 }
 

@@ -2,12 +2,14 @@
 // or one JSON object per line on stderr for wrappers and GUIs.
 //
 //   Progress p(parse_progress_mode("auto"));       // bar on a terminal, nothing otherwise
-//   p.step(i + 1, total, step_seconds, elapsed);   // redraws / emits {"event":"step",...}
+//   p.step(i + 1, total, step_seconds, elapsed);   // redraws / emits {"event":"step",...} (runtime/json_line.h)
 //   p.finish();
 #pragma once
 
 #include <cstdio>
 #include <string>
+
+#include "runtime/json_line.h"
 
 namespace dit {
 
@@ -24,17 +26,13 @@ class Progress {
   void step(int step, int total, double step_seconds, double elapsed);
   // Ends the bar's line (no-op otherwise).
   void finish();
-  // A JSON event line (json mode only): {"event":"<name>",<fields>} where fields is a
-  // pre-formatted "\"k\":v,..." list (may be empty).
-  void event(const std::string& name, const std::string& fields);
+  // A JSON event line (json mode only): {"event":"<name>", ...fields}.
+  void event(const std::string& name, const ordered_json& fields = ordered_json::object());
 
  private:
   ProgressMode mode_;
   std::FILE* out_;
   bool open_line_ = false;
 };
-
-// JSON string literal of s (quotes and escapes).
-std::string json_quote(const std::string& s);
 
 }  // namespace dit

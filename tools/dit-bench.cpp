@@ -35,10 +35,10 @@
 #include <string>
 #include <vector>
 
-#include "models/dit_config.h"
+#include "models/dit/dit_config.h"
 #include "models/dit_gen.h"
-#include "models/distributed_exchange.h"
 #include "models/make_model.h"
+#include "parallel/distributed_context.h"
 #include "parallel/launcher.h"
 #include "parallel/mesh.h"
 #include "runtime/engine.h"
@@ -91,11 +91,11 @@ Layout parse_layout(const std::string& s) {
     DIT_CHECK(n >= 1, "layout '" << s << "': degree must be >= 1");
     if (m[1] == "cfg") {
       DIT_CHECK(n <= 2, "layout '" << s << "': the CFG degree is 1 or 2");
-      l.deg.cfg = n;
+      l.deg[Axis::Cfg] = n;
     } else if (m[1] == "u") {
-      l.deg.ulysses = n;
+      l.deg[Axis::Ulysses] = n;
     } else {
-      l.deg.ring = n;
+      l.deg[Axis::Ring] = n;
     }
     any = true;
     rest = m.suffix().str();
@@ -190,7 +190,7 @@ int run_worker(const Opts& o) {
     if (lay.deg.world() > 1) {
       world = connect_world(env);
       mesh = std::make_shared<DeviceMesh>(world, lay.deg);
-      po.exchange = make_distributed_exchange(mesh);
+      po.parallel = make_distributed_context(mesh);
     }
     auto pipe = Pipeline::load(po);
     const DiTConfig cfg = dit_config_from(Config::load(o.model + "/transformer/config.json"));

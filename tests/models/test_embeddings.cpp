@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "models/dit_embeddings.h"
+#include "models/common/embeddings.h"
 
 TEST_CASE("timestep embedding matches diffusers (flip, shift 1)", "[models][embeddings]") {
   std::vector<float> e(256);

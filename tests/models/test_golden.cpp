@@ -33,9 +33,10 @@ void check_case(const Case& c) {
   req.sampler = c.sampler;
   req.width = c.width;
   req.height = c.height;
+  req.keep_first_noise_pred = true;
   dit::Result res = pipe->generate(req);
 
-  Diff eps0 = diff(res.eps0, golden(c.file, "eps0"));
+  Diff eps0 = diff(res.first_noise_pred, golden(c.file, "eps0"));
   Diff lat = diff(res.latents, golden(c.file, "latents"));
   Diff img = diff(res.image, golden(c.file, "image"));
   INFO("eps0 rel " << eps0.rel() << ", latents rel " << lat.rel() << " (max " << lat.ref_max << "), image abs "

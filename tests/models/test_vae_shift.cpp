@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "golden_util.h"
-#include "models/vae_decoder.h"
+#include "models/vae/vae_decoder.h"
 #include "runtime/json_config.h"
 #include "runtime/randn.h"
 #include "runtime/safetensors.h"

@@ -147,22 +147,16 @@ inline void check_everything(dit::ProcessGroup& pg) {
 // Every group of a mesh: all-gather the global ranks and compare with the layout.
 inline void check_mesh_groups(dit::DeviceMesh& mesh) {
   const dit::MeshLayout& l = mesh.layout();
-  struct G {
-    dit::ProcessGroup* pg;
-    const std::vector<int>* want;
-    const char* name;
-  } groups[] = {{&mesh.ulysses(), &l.ulysses, "ulysses"}, {&mesh.ring(), &l.ring, "ring"},
-                {&mesh.sp(), &l.sp, "sp"},                {&mesh.cfg(), &l.cfg, "cfg"},
-                {&mesh.dp(), &l.dp, "dp"},                {&mesh.replica(), &l.replica, "replica"}};
-  for (auto& g : groups) {
-    float me = float(g.pg->global_rank());
-    std::vector<float> got(g.pg->size());
-    g.pg->all_gather(&me, got.data(), 1);
-    for (size_t i = 0; i < got.size(); i++)
-      expect_eq(got[i], float((*g.want)[i]), g.name, i, mesh.world().rank());
+  for (const dit::GroupDef& def : dit::mesh_groups()) {
+    dit::ProcessGroup& pg = mesh.group(def.group);
+    const std::vector<int>& want = l.group(def.group);
+    float me = float(pg.global_rank());
+    std::vector<float> got(pg.size());
+    pg.all_gather(&me, got.data(), 1);
+    for (size_t i = 0; i < got.size(); i++) expect_eq(got[i], float(want[i]), def.name, i, mesh.world().rank());
     std::vector<float> sum(3, 1.f);
-    g.pg->all_reduce_sum(sum.data(), 3);
-    expect_eq(sum[0], float(g.pg->size()), g.name, 0, mesh.world().rank());
+    pg.all_reduce_sum(sum.data(), 3);
+    expect_eq(sum[0], float(pg.size()), def.name, 0, mesh.world().rank());
   }
 }
 

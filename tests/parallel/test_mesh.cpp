@@ -9,9 +9,9 @@ using V = std::vector<int>;
 
 TEST_CASE("mesh: xDiT layout, cfg2 x ulysses2 x ring2 on 8 ranks (PEERS.md)", "[parallel]") {
   MeshDegrees d;
-  d.cfg = 2;
-  d.ring = 2;
-  d.ulysses = 2;
+  d[Axis::Cfg] = 2;
+  d[Axis::Ring] = 2;
+  d[Axis::Ulysses] = 2;
   // rank: cfg ring ulysses | ulysses group | ring group | sp group | cfg pair
   struct Row {
     int c, g, u;
@@ -25,18 +25,18 @@ TEST_CASE("mesh: xDiT layout, cfg2 x ulysses2 x ring2 on 8 ranks (PEERS.md)", "[
   for (int r = 0; r < 8; r++) {
     INFO("rank " << r);
     MeshLayout l = mesh_layout(d, 8, r);
-    CHECK(l.coord.dp == 0);
-    CHECK(l.coord.cfg == table[r].c);
-    CHECK(l.coord.ring == table[r].g);
-    CHECK(l.coord.ulysses == table[r].u);
-    CHECK(l.coord.sp_rank == r % 4);
-    CHECK(l.coord.replica_rank == r);
-    CHECK(l.ulysses == table[r].uly);
-    CHECK(l.ring == table[r].ring);
-    CHECK(l.sp == table[r].sp);
-    CHECK(l.cfg == table[r].cfg);
-    CHECK(l.dp == V{r});
-    CHECK(l.replica == V{0, 1, 2, 3, 4, 5, 6, 7});
+    CHECK(l[Axis::Dp] == 0);
+    CHECK(l[Axis::Cfg] == table[r].c);
+    CHECK(l[Axis::Ring] == table[r].g);
+    CHECK(l[Axis::Ulysses] == table[r].u);
+    CHECK(l.rank_in(Group::Sp) == r % 4);
+    CHECK(l.rank_in(Group::Replica) == r);
+    CHECK(l.group(Group::Ulysses) == table[r].uly);
+    CHECK(l.group(Group::Ring) == table[r].ring);
+    CHECK(l.group(Group::Sp) == table[r].sp);
+    CHECK(l.group(Group::Cfg) == table[r].cfg);
+    CHECK(l.group(Group::Dp) == V{r});
+    CHECK(l.group(Group::Replica) == V{0, 1, 2, 3, 4, 5, 6, 7});
   }
 }
 
@@ -60,67 +60,67 @@ TEST_CASE("mesh: dp2 x cfg2 x ring2 x ulysses2 on 16 ranks", "[parallel]") {
     INFO("rank " << r);
     MeshLayout l = mesh_layout(d, 16, r);
     const Row& t = table[i];
-    CHECK(l.coord.dp == t.p);
-    CHECK(l.coord.cfg == t.c);
-    CHECK(l.coord.ring == t.g);
-    CHECK(l.coord.ulysses == t.u);
-    CHECK(l.ulysses == t.uly);
-    CHECK(l.ring == t.ring);
-    CHECK(l.sp == t.sp);
-    CHECK(l.cfg == t.cfg);
-    CHECK(l.dp == t.dp);
-    CHECK(l.replica == t.rep);
-    CHECK(mesh_rank(d, t.p, t.c, t.g, t.u) == r);
+    CHECK(l[Axis::Dp] == t.p);
+    CHECK(l[Axis::Cfg] == t.c);
+    CHECK(l[Axis::Ring] == t.g);
+    CHECK(l[Axis::Ulysses] == t.u);
+    CHECK(l.group(Group::Ulysses) == t.uly);
+    CHECK(l.group(Group::Ring) == t.ring);
+    CHECK(l.group(Group::Sp) == t.sp);
+    CHECK(l.group(Group::Cfg) == t.cfg);
+    CHECK(l.group(Group::Dp) == t.dp);
+    CHECK(l.group(Group::Replica) == t.rep);
+    CHECK(mesh_rank(d, {t.p, t.c, t.g, t.u}) == r);
   }
 }
 
 TEST_CASE("mesh: ulysses4 and ring4 and dp4", "[parallel]") {
   MeshDegrees u;
-  u.ulysses = 4;
+  u[Axis::Ulysses] = 4;
   MeshDegrees g;
-  g.ring = 4;
+  g[Axis::Ring] = 4;
   MeshDegrees p;
-  p.dp = 4;
+  p[Axis::Dp] = 4;
   for (int r = 0; r < 4; r++) {
     auto lu = mesh_layout(u, 4, r);
-    CHECK(lu.ulysses == V{0, 1, 2, 3});
-    CHECK(lu.ring == V{r});
-    CHECK(lu.coord.ulysses == r);
-    CHECK(lu.coord.sp_rank == r);
+    CHECK(lu.group(Group::Ulysses) == V{0, 1, 2, 3});
+    CHECK(lu.group(Group::Ring) == V{r});
+    CHECK(lu[Axis::Ulysses] == r);
+    CHECK(lu.rank_in(Group::Sp) == r);
     auto lg = mesh_layout(g, 4, r);
-    CHECK(lg.ring == V{0, 1, 2, 3});
-    CHECK(lg.ulysses == V{r});
-    CHECK(lg.coord.ring == r);
-    CHECK(lg.coord.sp_rank == r);
+    CHECK(lg.group(Group::Ring) == V{0, 1, 2, 3});
+    CHECK(lg.group(Group::Ulysses) == V{r});
+    CHECK(lg[Axis::Ring] == r);
+    CHECK(lg.rank_in(Group::Sp) == r);
     auto lp = mesh_layout(p, 4, r);
-    CHECK(lp.dp == V{0, 1, 2, 3});
-    CHECK(lp.sp == V{r});
-    CHECK(lp.replica == V{r});
-    CHECK(lp.coord.dp == r);
+    CHECK(lp.group(Group::Dp) == V{0, 1, 2, 3});
+    CHECK(lp.group(Group::Sp) == V{r});
+    CHECK(lp.group(Group::Replica) == V{r});
+    CHECK(lp[Axis::Dp] == r);
   }
   // ring2 x ulysses3 on 6: Ulysses contiguous triples, Ring strided by 3.
   MeshDegrees m;
-  m.ring = 2;
-  m.ulysses = 3;
+  m[Axis::Ring] = 2;
+  m[Axis::Ulysses] = 3;
   auto l4 = mesh_layout(m, 6, 4);
-  CHECK(l4.ulysses == V{3, 4, 5});
-  CHECK(l4.ring == V{1, 4});
-  CHECK(l4.coord.ring == 1);
-  CHECK(l4.coord.ulysses == 1);
+  CHECK(l4.group(Group::Ulysses) == V{3, 4, 5});
+  CHECK(l4.group(Group::Ring) == V{1, 4});
+  CHECK(l4[Axis::Ring] == 1);
+  CHECK(l4[Axis::Ulysses] == 1);
 }
 
 TEST_CASE("mesh: degrees are validated with a clear message", "[parallel]") {
   MeshDegrees d;
-  d.cfg = 2;
-  d.ulysses = 4;
+  d[Axis::Cfg] = 2;
+  d[Axis::Ulysses] = 4;
   REQUIRE_THROWS_WITH(validate_mesh(d, 6),
                       "mesh: dp(1) × cfg(2) × ring(1) × ulysses(4) = 8, but the world size is 6");
   REQUIRE_NOTHROW(validate_mesh(d, 8));
   MeshDegrees z;
-  z.ring = 0;
+  z[Axis::Ring] = 0;
   REQUIRE_THROWS_WITH(validate_mesh(z, 1), Catch::Contains("must be >= 1"));
   MeshDegrees c3;
-  c3.cfg = 3;
+  c3[Axis::Cfg] = 3;
   REQUIRE_THROWS_WITH(validate_mesh(c3, 3), Catch::Contains("CFG degree is 1 or 2"));
   REQUIRE_THROWS_WITH(mesh_layout(d, 8, 8), Catch::Contains("rank 8 is not in a world of size 8"));
   CHECK(mesh_str(d) == "dp1 x cfg2 x ring1 x ulysses4");

@@ -17,9 +17,9 @@
 
 #include "parallel/mesh.h"
 #include "parallel/parallel_attention.h"
-#include "parallel/sequence_split.h"
+#include "runtime/token_split.h"
 #include "runtime/error.h"
-#include "runtime/self_attention.h"
+#include "runtime/attention_roles.h"
 
 using namespace dit;
 
@@ -96,13 +96,13 @@ void run_layout(int ulysses, int ring, std::vector<Problem>& problems) {
   std::string err = run_ranks(world, std::chrono::milliseconds(30000), [&](std::shared_ptr<ProcessGroup> pg, int) {
     DeviceMesh mesh(pg, deg);
     // (Catch assertions are not thread-safe: rank threads throw instead.)
-    const int sp_rank = mesh.coord().sp_rank;
+    const int sp_rank = mesh.rank_in(Group::Sp);
     DIT_CHECK(mesh.ulysses().size() == ulysses && mesh.ring().size() == ring &&
                   sp_rank == mesh.ring().rank() * ulysses + mesh.ulysses().rank(),
               "unexpected mesh groups");
     struct Mine {
       std::unique_ptr<SelfAttention> attn;
-      SeqRange range;
+      TokenRange range;
       std::vector<float> in, out, first;
     };
     std::vector<Mine> mine(problems.size());
@@ -181,7 +181,7 @@ TEST_CASE("sequence split: contiguous, sizes differ by at most one, covers every
       REQUIRE(all.size() == size_t(p));
       int64_t next = 0, lo = n, hi = 0;
       for (int i = 0; i < p; ++i) {
-        const SeqRange& r = all[size_t(i)];
+        const TokenRange& r = all[size_t(i)];
         CHECK(r.begin == next);
         CHECK(r.size() >= 0);
         CHECK(r.size() == n / p + (i < n % p ? 1 : 0));  // the first n % p ranges get the extra token
@@ -272,7 +272,7 @@ TEST_CASE("sequence-parallel attention: a failed peer becomes dit::Error, no han
     SelfAttentionShape s;
     s.batch = 1;
     s.total_tokens = 16;
-    s.local_tokens = split_tokens(16, world, mesh.coord().sp_rank).size();
+    s.local_tokens = split_tokens(16, world, mesh.rank_in(Group::Sp)).size();
     s.heads = 2;
     s.head_dim = 8;
     attn->prepare(s);

@@ -46,7 +46,7 @@ int run_rank(const dit::LaunchEnv& env) {
       dit_test::check_everything(*world);
       if (const char* m = std::getenv("DIT_PT_MESH")) {
         dit::MeshDegrees d;
-        if (std::sscanf(m, "%d,%d,%d,%d", &d.dp, &d.cfg, &d.ring, &d.ulysses) != 4) throw dit::Error("bad DIT_PT_MESH");
+        if (std::sscanf(m, "%d,%d,%d,%d", &d.degree[0], &d.degree[1], &d.degree[2], &d.degree[3]) != 4) throw dit::Error("bad DIT_PT_MESH");
         dit::DeviceMesh mesh(world, d);
         dit_test::check_mesh_groups(mesh);
         dit_test::check_all_to_all(mesh.ulysses(), 100);

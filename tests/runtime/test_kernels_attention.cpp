@@ -6,7 +6,7 @@
 #include "runtime/attention.h"
 #include "runtime/dtype.h"
 #include "runtime/engine.h"
-#include "runtime/self_attention.h"
+#include "runtime/attention_roles.h"
 
 using namespace dit;
 

@@ -98,15 +98,21 @@ TEST_CASE("dit-gen --help shows every default - --version", "[cli]") {
   RunResult h = run(bin("dit-gen") + " --help");
   CHECK(h.code == 0);
   // Each flag's line names its default (CLI11 prints "=VALUE" after the type, or the text says it).
+  // A flag's entry: its line, and the next one when the description wraps onto it.
   auto line_of = [&](const std::string& flag) {
     std::istringstream in(h.out);
     for (std::string l; std::getline(in, l);)
-      if (l.find(flag + " ") != std::string::npos || l.find(flag + ",") != std::string::npos) return l;
+      if (l.find(flag + " ") != std::string::npos || l.find(flag + ",") != std::string::npos) {
+        std::string next;
+        if (std::getline(in, next) && next.find_first_not_of(' ') > 8 && next.find("--") == std::string::npos)
+          l += " " + next;
+        return l;
+      }
     return std::string();
   };
   const std::pair<const char*, const char*> defaults[] = {
-      {"--seed", "=42"},          {"--steps", "=50"},
-      {"--cfg-scale", "=4"},      {"--output", "=output.png"},
+      {"--seed", "=42"},          {"--steps", "DiT 50, PixArt 20"},
+      {"--cfg-scale", "DiT 4, PixArt 4.5"}, {"--output", "=output.png"},
       {"--dtype", "=f32"},        {"--progress", "=auto"},
       {"--model", "demo model"},  {"--sampler", "scheduler_config.json"},
       {"--width", "sample_size"}, {"--height", "sample_size"},

@@ -13,7 +13,6 @@
 #include <sstream>
 #include <thread>
 
-#include "models/model_index.h"
 #include "runtime/error.h"
 #include "runtime/npy.h"
 #include "runtime/progress.h"
@@ -55,26 +54,7 @@ void broadcast_string(ProcessGroup& g, std::string& s) {
   if (n) g.broadcast_bytes(s.data(), n, 0);
 }
 
-// Items that may share a micro-batch (what Pipeline::generate_batch requires to match).
-struct Shape {
-  int W, H, steps;
-  std::string sampler;
-  bool cfg;
-  bool operator==(const Shape& o) const {
-    return W == o.W && H == o.H && steps == o.steps && sampler == o.sampler && cfg == o.cfg;
-  }
-};
-Shape shape_of(const Request& r, const ModelInfo& info) {
-  return {r.width ? r.width : info.default_width, r.height ? r.height : info.default_height, r.steps, r.sampler,
-          r.guidance_scale > 1.0};
-}
-
-bool comm_broken(Session& s) {
-  if (!s.mesh) return false;
-  DeviceMesh& m = *s.mesh;
-  return m.world().failed() || m.replica().failed() || m.sp().failed() || m.cfg().failed() || m.ulysses().failed() ||
-         m.ring().failed() || m.dp().failed();
-}
+bool comm_broken(Session& s) { return s.mesh && s.mesh->any_failed(); }
 
 // Stops a wait on the store when another rank has failed.
 void check_peers(RendezvousStore& store, int world, Clock::time_point& next_dead_check) {
@@ -128,11 +108,9 @@ int run_batch(const GenOptions& o, Session& s) {
   const int rank = s.env.rank;
   Pipeline& pipe = *s.pipe;
   const ModelInfo& info = pipe.info();
-  StepExchange& ex = pipe.exchange();
-  const int D = s.mesh ? s.mesh->degrees().dp : 1;
-  const int replica = s.mesh ? s.mesh->coord().dp : 0;
-  const bool out_rank = ex.is_output_rank();
-  const std::string dtype = dtype_name(parse_dtype(o.dtype));
+  const int D = s.mesh ? s.mesh->degrees()[Axis::Dp] : 1;
+  const int replica = s.mesh ? s.mesh->coord(Axis::Dp) : 0;
+  const bool out_rank = pipe.parallel().is_output_rank();
   const fs::path dir(o.output_dir);
   const std::string results_path = (dir / "results.jsonl").string();
   std::shared_ptr<RendezvousStore> store = s.world ? s.world->store() : nullptr;
@@ -142,7 +120,7 @@ int run_batch(const GenOptions& o, Session& s) {
   if (rank == 0) text = read_batch_text(o.batch);
   if (s.world) broadcast_string(*s.world, text);
   std::vector<BatchItem> items = parse_batch(text, o, o.output_dir);
-  validate_items(items, info, ModelIndex::load(info.dir), ex.cfg_branch() != -1);
+  validate_items(items, pipe);
   const int n = int(items.size());
 
   std::unique_ptr<ResultsLog> log;
@@ -156,7 +134,7 @@ int run_batch(const GenOptions& o, Session& s) {
   if (rank == 0)
     for (int i = 0; i < n; ++i)
       state[i] = !items[i].error.empty()                                         ? kFailed
-                 : !o.overwrite && output_is_done(items[i].path, items[i].req, info, dtype) ? kSkip
+                 : !o.overwrite && output_is_done(items[i].path, pipe.parameters(items[i].resolved)) ? kSkip
                                                                                              : kGenerate;
   if (s.world && n > 0) s.world->broadcast_bytes(state.data(), size_t(n), 0);
 
@@ -169,18 +147,21 @@ int run_batch(const GenOptions& o, Session& s) {
     if (int(j % D) == replica) mine.push_back(todo[j]);
   }
   {
-    const int m = info.size_multiple > 0 ? info.size_multiple : 1;
+    const int m = info.size_multiple;
     const int W = o.width ? o.width : info.default_width, H = o.height ? o.height : info.default_height;
-    print_layout(s, o.degrees(), int64_t(H / m) * (W / m));
+    print_layout(s, o.degrees(), int64_t(std::max(1, H / m)) * std::max(1, W / m));
   }
 
   auto record_of = [&](const BatchItem& it) {
     ItemRecord r;
     r.index = it.index;
     r.prompt = it.req.prompt;
+    if (info.text_to_image) r.negative_prompt = it.req.negative_prompt;
     r.seed = it.req.seed;
-    r.class_id = it.error.empty() ? it.cls.id : -1;
-    r.label = it.error.empty() ? it.cls.label : "";
+    if (it.error.empty() && it.resolved.prompt.class_conditional) {
+      r.class_id = it.resolved.prompt.class_id;
+      r.label = it.resolved.prompt.label;
+    }
     r.output = it.path;
     return r;
   };
@@ -222,8 +203,6 @@ int run_batch(const GenOptions& o, Session& s) {
     if (!out_rank) return;
     ItemRecord r = record_of(it);
     if (res) {
-      r.class_id = res->class_id;
-      r.label = res->label;
       r.seconds = res->seconds;
       try {
         const fs::path parent = fs::path(it.path).parent_path();
@@ -254,9 +233,9 @@ int run_batch(const GenOptions& o, Session& s) {
   // item), up to --micro-batch each.
   std::deque<std::vector<int>> queue;
   for (int i : mine) {
-    const Shape sh = shape_of(items[i].req, info);
+    const std::string key = batch_key(items[i].resolved);
     auto open = std::find_if(queue.begin(), queue.end(), [&](const std::vector<int>& g) {
-      return int(g.size()) < o.micro_batch && shape_of(items[g.front()].req, info) == sh;
+      return int(g.size()) < o.micro_batch && batch_key(items[g.front()].resolved) == key;
     });
     if (open != queue.end())
       open->push_back(i);

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "runtime/error.h"
-#include "samplers/scheduler_config.h"
+#include "runtime/printable.h"
 
 namespace dit::cli {
 
@@ -94,6 +94,11 @@ void apply_json(const std::string& line, BatchItem& it, bool& has_seed) {
         has_seed = true;
       } else if (key == "steps") {
         r.steps = get_int(v, "steps");
+      } else if (key == "max_sequence_length") {
+        r.max_sequence_length = get_int(v, "max_sequence_length");
+      } else if (key == "resolution_binning") {
+        DIT_CHECK(v.is_boolean(), "\"resolution_binning\" must be true or false, got " << v.dump());
+        r.resolution_binning = v.get<bool>();
       } else if (key == "guidance_scale") {
         DIT_CHECK(v.is_number(), "\"guidance_scale\" must be a number, got " << type_of(v) << " " << v.dump());
         r.guidance_scale = v.get<double>();
@@ -108,9 +113,9 @@ void apply_json(const std::string& line, BatchItem& it, bool& has_seed) {
         check_item_output(out);
         it.output = out;
       } else {
-        DIT_FAIL("unknown key \"" << key
+        DIT_FAIL("unknown key \"" << printable(key)
                                   << "\" (expected prompt, negative_prompt, seed, steps, guidance_scale, sampler, width, "
-                                     "height, output)");
+                                     "height, max_sequence_length, resolution_binning, output)");
       }
     } catch (const Error& e) {
       if (first_error.empty()) first_error = e.what();
@@ -183,20 +188,14 @@ std::vector<BatchItem> parse_batch(const std::string& text_in, const GenOptions&
     it.index = int(items.size());
     it.line = int(ln) + 1;
     Request& r = it.req;
-    r.prompt = d.prompt;
-    r.negative_prompt = d.negative_prompt;
-    r.steps = d.steps;
-    r.guidance_scale = d.guidance;
-    r.sampler = d.sampler;
-    r.width = d.width;
-    r.height = d.height;
+    r = d.request();
     bool has_seed = false;
     try {
       if (jsonl)
         apply_json(t, it, has_seed);
       else
         r.prompt = t;
-      DIT_CHECK(!trim(r.prompt).empty(), "no prompt (a class label or id)");
+      DIT_CHECK(!trim(r.prompt).empty(), "no prompt");
     } catch (const Error& e) {
       it.error = "line " + std::to_string(it.line) + ": " + e.what();
     }
@@ -215,25 +214,11 @@ std::vector<BatchItem> parse_batch(const std::string& text_in, const GenOptions&
   return items;
 }
 
-void validate_items(std::vector<BatchItem>& items, const ModelInfo& info, const ModelIndex& index, bool cfg_split) {
-  const auto& names = sampler_names();
+void validate_items(std::vector<BatchItem>& items, const Pipeline& pipe) {
   for (BatchItem& it : items) {
     if (!it.error.empty()) continue;
-    const Request& r = it.req;
     try {
-      const int W = r.width ? r.width : info.default_width, H = r.height ? r.height : info.default_height;
-      const int m = info.size_multiple > 0 ? info.size_multiple : 1;
-      DIT_CHECK(W > 0 && H > 0 && W % m == 0 && H % m == 0,
-                "size " << W << "x" << H << " is not allowed: width and height must be positive multiples of " << m);
-      DIT_CHECK(int64_t(W) * H <= int64_t(16384) * 16384, "size " << W << "x" << H << " is too large");
-      DIT_CHECK(r.steps >= 1 && r.steps <= 1000, "steps must be in 1..1000, got " << r.steps);
-      DIT_CHECK(std::isfinite(r.guidance_scale), "guidance scale must be a finite number");
-      DIT_CHECK(r.negative_prompt.empty(), "negative_prompt is not supported by class-conditional DiT models");
-      DIT_CHECK(r.sampler.empty() || std::find(names.begin(), names.end(), r.sampler) != names.end(),
-                "unknown sampler '" << r.sampler << "' (supported: ddim, dpm++2m, euler)");
-      DIT_CHECK(!cfg_split || r.guidance_scale > 1.0,
-                "--cfg-parallel needs classifier-free guidance, but the guidance scale is " << r.guidance_scale);
-      it.cls = resolve_class(index, r.prompt, info.num_classes);
+      it.resolved = pipe.resolve(it.req);
     } catch (const Error& e) {
       std::string msg = e.what();
       if (msg.rfind("--prompt: ", 0) == 0) msg = "prompt: " + msg.substr(10);  // not a flag here

@@ -3,7 +3,8 @@
 //
 //   JSON Lines: {"prompt": "goldfish", "seed": 3, "steps": 25, "guidance_scale": 4,
 //                "sampler": "ddim", "width": 256, "height": 256, "output": "fish.png",
-//                "negative_prompt": ""}          any key left out takes the command line's
+//                "negative_prompt": "", "max_sequence_length": 120, "resolution_binning": false}
+//               any key left out (or null) takes the command line's
 //   plain text: one prompt per line; '#' comments and blank lines are skipped
 //
 // Items are numbered 0, 1, ... in file order (skipped lines do not count); an item without
@@ -15,7 +16,6 @@
 #include <vector>
 
 #include "models/dit_gen.h"
-#include "models/model_index.h"
 #include "tools/cli/options.h"
 
 namespace dit::cli {
@@ -26,7 +26,7 @@ struct BatchItem {
   Request req;
   std::string output;    // relative to the output directory ("00003-goldfish.png")
   std::string path;      // output_dir / output
-  ClassChoice cls;       // filled by validate_items
+  ResolvedRequest resolved;  // filled by validate_items
   std::string error;     // non-empty: the item failed before generation (bad line, bad path, ...)
 };
 
@@ -46,9 +46,9 @@ void check_item_output(const std::string& rel);
 // inside `output_dir`, so that a symbolic link inside the directory cannot lead out of it.
 void check_inside_output_dir(const std::filesystem::path& output_dir, const std::filesystem::path& dir);
 
-// Checks every item that has no error yet against the loaded model (size, steps, sampler,
-// label, guidance with --cfg-parallel), exactly as Pipeline::generate_batch would, and
-// resolves its class. Deterministic: every rank gets the same answer.
-void validate_items(std::vector<BatchItem>& items, const ModelInfo& info, const ModelIndex& index, bool cfg_split);
+// Checks every item that has no error yet against the loaded model with Pipeline::resolve
+// (the pipeline's own validator: size, steps, sampler, prompt, guidance with --cfg-parallel)
+// and keeps the resolved request. Deterministic: every rank gets the same answer.
+void validate_items(std::vector<BatchItem>& items, const Pipeline& pipe);
 
 }  // namespace dit::cli

@@ -3,6 +3,9 @@
 #include <cmath>
 #include <cstdio>
 
+#include "runtime/json_line.h"
+#include "runtime/printable.h"
+
 namespace dit::cli {
 
 namespace {
@@ -22,14 +25,16 @@ std::string fmt_duration(double s) {
 
 }  // namespace
 
+void BatchProgress::emit(const ordered_json& j) const {
+  if (mode_ != ProgressMode::Json) return;
+  std::fprintf(stderr, "%s\n", json_line(j).c_str());
+  std::fflush(stderr);
+}
+
 BatchProgress::BatchProgress(ProgressMode mode, int total, int to_generate, int replicas)
     : mode_(mode), total_(total), to_generate_(to_generate), replicas_(replicas),
       start_(std::chrono::steady_clock::now()) {
-  if (mode_ == ProgressMode::Json) {
-    std::fprintf(stderr, "{\"event\":\"batch_start\",\"total\":%d,\"to_generate\":%d,\"replicas\":%d}\n", total_,
-                 to_generate_, replicas_);
-    std::fflush(stderr);
-  }
+  emit({{"event", "batch_start"}, {"total", total_}, {"to_generate", to_generate_}, {"replicas", replicas_}});
 }
 
 double BatchProgress::elapsed() const {
@@ -40,11 +45,8 @@ void BatchProgress::step(const std::vector<int>& indices, int step, int total, d
                          int replica) {
   if (mode_ == ProgressMode::Json) {
     for (int i : indices)
-      std::fprintf(stderr,
-                   "{\"event\":\"step\",\"index\":%d,\"step\":%d,\"total\":%d,\"step_seconds\":%.4f,"
-                   "\"elapsed\":%.3f,\"replica\":%d}\n",
-                   i, step, total, step_seconds, el, replica);
-    std::fflush(stderr);
+      emit({{"event", "step"}, {"index", i}, {"step", step}, {"total", total}, {"step_seconds", step_seconds},
+            {"elapsed", el}, {"replica", replica}});
   } else if (mode_ == ProgressMode::Bar && replica == 0) {
     current_ = indices.size() == 1 ? "item " : "items ";
     for (size_t k = 0; k < indices.size(); ++k) current_ += (k ? "," : "") + std::to_string(indices[k]);
@@ -74,21 +76,17 @@ void BatchProgress::item(const ItemRecord& r) {
   else ++failed_;
   const int done = generated_ + skipped_ + failed_;
   if (mode_ == ProgressMode::Json) {
-    std::string line = "{\"event\":\"item_done\",\"index\":" + std::to_string(r.index) + ",\"status\":" +
-                       json_quote(r.status) + ",\"output\":" + json_quote(r.output);
-    char secs[32];
-    std::snprintf(secs, sizeof secs, "%.3f", r.seconds);
-    line += std::string(",\"seconds\":") + secs + ",\"done\":" + std::to_string(done) +
-            ",\"total\":" + std::to_string(total_);
-    if (!r.error.empty()) line += ",\"error\":" + json_quote(r.error);
-    std::fprintf(stderr, "%s}\n", line.c_str());
-    std::fflush(stderr);
+    ordered_json j = {{"event", "item_done"}, {"index", r.index},  {"status", r.status},
+                      {"output", r.output},    {"seconds", r.seconds}, {"done", done},
+                      {"total", total_}};
+    if (!r.error.empty()) j["error"] = r.error;
+    emit(j);
     return;
   }
   if (r.status == "failed") {
     if (open_line_) std::fputc('\n', stderr);
     open_line_ = false;
-    std::fprintf(stderr, "dit-gen: item %d failed: %s\n", r.index, r.error.c_str());
+    std::fprintf(stderr, "dit-gen: item %d failed: %s\n", r.index, printable(r.error, 4096).c_str());
   }
   if (mode_ == ProgressMode::Bar) {
     current_.clear();
@@ -102,11 +100,8 @@ int BatchProgress::finish(const std::string& results_path) {
   open_line_ = false;
   const double el = elapsed();
   const double rate = el > 0 ? generated_ / el * 60.0 : 0;
-  if (mode_ == ProgressMode::Json)
-    std::fprintf(stderr,
-                 "{\"event\":\"batch_done\",\"total\":%d,\"generated\":%d,\"skipped\":%d,\"failed\":%d,"
-                 "\"seconds\":%.3f,\"images_per_minute\":%.3f,\"results\":%s}\n",
-                 total_, generated_, skipped_, failed_, el, rate, json_quote(results_path).c_str());
+  emit({{"event", "batch_done"}, {"total", total_}, {"generated", generated_}, {"skipped", skipped_},
+        {"failed", failed_}, {"seconds", el}, {"images_per_minute", rate}, {"results", results_path}});
   std::fprintf(stderr, "dit-gen: batch: %d items: %d generated, %d skipped, %d failed in %.1f s (%.2f images/min); %s\n",
                total_, generated_, skipped_, failed_, el, rate, results_path.c_str());
   std::fflush(stderr);

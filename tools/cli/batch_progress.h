@@ -3,13 +3,13 @@
 // JSON object per line on stderr:
 //
 //   {"event":"batch_start","total":10,"to_generate":7,"replicas":2}
-//   {"event":"step","index":4,"step":3,"total":50,"step_seconds":0.41,"elapsed":1.2}
+//   {"event":"step","index":4,"step":3,"total":50,"step_seconds":0.41,"elapsed":1.2,"replica":0}
 //   {"event":"item_done","index":4,"status":"done","output":"out/00004-goldfish.png","seconds":20.5,
 //    "done":5,"total":10}                                   (+ "error" when status is "failed")
 //   {"event":"batch_done","total":10,"generated":7,"skipped":2,"failed":1,"seconds":140.2,"images_per_minute":3.0}
 //
-// Step events are those of rank 0's own replica (one per item of the micro-batch and step);
-// item_done events cover every replica's items (relayed to rank 0, see batch.cpp).
+// Step and item_done events cover every replica's items (the other replicas relay theirs to
+// rank 0 through the rendezvous store, see batch.cpp); the bar shows rank 0's own replica.
 #pragma once
 
 #include <chrono>
@@ -36,6 +36,7 @@ class BatchProgress {
 
  private:
   void draw();
+  void emit(const ordered_json& j) const;  // --progress json: one line
   double elapsed() const;
   ProgressMode mode_;
   int total_, to_generate_, replicas_;

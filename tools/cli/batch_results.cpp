@@ -4,25 +4,30 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
 
 #include "runtime/error.h"
-#include "runtime/progress.h"
+#include "runtime/json_line.h"
 
 namespace dit::cli {
 
 std::string record_json(const ItemRecord& r) {
-  char secs[32];
-  std::snprintf(secs, sizeof secs, "%.3f", r.seconds);
-  std::string s = "{\"index\":" + std::to_string(r.index) + ",\"prompt\":" + json_quote(r.prompt) +
-                  ",\"seed\":" + std::to_string(r.seed);
-  if (r.class_id >= 0) s += ",\"class_id\":" + std::to_string(r.class_id) + ",\"label\":" + json_quote(r.label);
-  s += ",\"output\":" + json_quote(r.output) + ",\"status\":" + json_quote(r.status) + ",\"seconds\":" + secs;
-  if (!r.error.empty()) s += ",\"error\":" + json_quote(r.error);
-  return s + "}";
+  ordered_json j = {{"index", r.index}, {"prompt", r.prompt}};
+  if (r.negative_prompt) j["negative_prompt"] = *r.negative_prompt;
+  j["seed"] = r.seed;
+  if (r.class_id >= 0) {
+    j["class_id"] = r.class_id;
+    j["label"] = r.label;
+  }
+  j["output"] = r.output;
+  j["status"] = r.status;
+  j["seconds"] = std::round(r.seconds * 1000.0) / 1000.0;
+  if (!r.error.empty()) j["error"] = r.error;
+  return json_line(j);
 }
 
 ItemRecord record_from_json(const std::string& line) {
@@ -31,6 +36,7 @@ ItemRecord record_from_json(const std::string& line) {
     ItemRecord r;
     r.index = j.at("index").get<int>();
     r.prompt = j.at("prompt").get<std::string>();
+    if (j.contains("negative_prompt")) r.negative_prompt = j.at("negative_prompt").get<std::string>();
     r.seed = j.at("seed").get<unsigned long long>();
     r.class_id = j.value("class_id", -1);
     r.label = j.value("label", std::string());

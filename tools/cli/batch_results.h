@@ -3,7 +3,10 @@
 //
 //   {"index":3,"prompt":"goldfish","seed":45,"class_id":1,"label":"goldfish, Carassius auratus",
 //    "output":"out/00003-goldfish.png","status":"done","seconds":1.52}
+//   {"index":0,"prompt":"a red fox","negative_prompt":"","seed":42,"output":"out/00000-a-red-fox.png",...}
 //   status: "done", "skipped" (resumed: the output was already there) or "failed" (+ "error").
+//   class_id/label for class-conditional models, negative_prompt for text-to-image ones.
+//   Written with nlohmann (runtime/json_line.h): always valid JSON, invalid UTF-8 replaced.
 //
 // Several processes append to the same file (one per data-parallel replica): each line is
 // one write() on an O_APPEND descriptor, which Linux keeps whole and unmixed for regular
@@ -11,6 +14,7 @@
 // "index" says which item.
 #pragma once
 
+#include <optional>
 #include <string>
 
 namespace dit::cli {
@@ -18,6 +22,7 @@ namespace dit::cli {
 struct ItemRecord {
   int index = 0;
   std::string prompt;
+  std::optional<std::string> negative_prompt;  // text-to-image models
   unsigned long long seed = 0;
   int class_id = -1;  // -1: unknown (the item failed before its class was resolved)
   std::string label;

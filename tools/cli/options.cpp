@@ -11,17 +11,27 @@
 namespace dit::cli {
 
 void add_generation_options(CLI::App& app, GenOptions& o) {
-  app.add_option("-m,--model", o.model, "diffusers DiT pipeline directory (model_index.json, transformer/, vae/, "
-                                        "scheduler/); default: the demo model");
-  app.add_option("-p,--prompt", o.prompt, "class label (e.g. \"golden retriever\") or class id");
-  app.add_option("-n,--negative-prompt", o.negative_prompt, "not supported by class-conditional DiT (must be empty)");
+  app.add_option("-m,--model", o.model, "diffusers pipeline directory (model_index.json, transformer/, vae/, scheduler/; "
+                                        "text_encoder/ and tokenizer/ for text-to-image models); default: the demo model");
+  app.add_option("-p,--prompt", o.prompt,
+                 "text-to-image models (PixArt): the text; class-conditional DiT: a class label (e.g. \"golden "
+                 "retriever\") or class id");
+  app.add_option("-n,--negative-prompt", o.negative_prompt,
+                 "text-to-image models: the text of the unconditional branch (default \"\"); not for DiT");
   app.add_option("-s,--seed", o.seed, "random seed (torch-compatible noise)")->capture_default_str();
-  app.add_option("--steps", o.steps, "denoising steps")->capture_default_str()->check(CLI::Range(1, 1000));
-  app.add_option("-g,--guidance-scale,--cfg-scale", o.guidance, "classifier-free guidance scale (<= 1: no guidance)")
-      ->capture_default_str();
+  app.add_option_function<int>(
+         "--steps", [&o](const int& v) { o.steps = v; }, "denoising steps (default: the model's: DiT 50, PixArt 20)")
+      ->check(CLI::Range(1, 1000));
+  app.add_option_function<double>(
+      "-g,--guidance-scale,--cfg-scale", [&o](const double& v) { o.guidance = v; },
+      "classifier-free guidance scale, <= 1: no guidance (default: the model's: DiT 4, PixArt 4.5)");
   app.add_option("--sampler", o.sampler, "ddim|dpm++2m|euler (default: the model's scheduler_config.json)");
   app.add_option("-W,--width", o.width, "image width in pixels (default: the model's sample_size x VAE scale)");
   app.add_option("-H,--height", o.height, "image height in pixels (default: the model's sample_size x VAE scale)");
+  app.add_option("--max-sequence-length", o.max_sequence_length,
+                 "text-to-image: prompt tokens, longer prompts are cut (default: the model's: PixArt-Σ 300, α 120)");
+  app.add_flag("--no-resolution-binning", o.no_binning,
+               "text-to-image: generate at the requested size instead of the nearest aspect-ratio bin");
   app.add_option("-o,--output", o.output, "output PNG")->capture_default_str()->each([&o](const std::string&) {
     o.output_given = true;
   });
@@ -71,6 +81,22 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
       ->group(par);
 }
 
+Request GenOptions::request() const {
+  Request r;
+  r.prompt = prompt;
+  r.negative_prompt = negative_prompt;
+  r.seed = seed;
+  r.steps = steps;
+  r.guidance_scale = guidance;
+  r.sampler = sampler;
+  r.width = width;
+  r.height = height;
+  r.max_sequence_length = max_sequence_length;
+  r.resolution_binning = !no_binning;
+  r.decode = !no_decode;
+  return r;
+}
+
 void check_output_path(const std::string& path, const char* flag) {
   namespace fs = std::filesystem;
   const fs::path p(path);
@@ -104,8 +130,8 @@ void validate(const GenOptions& o) {
   }
   DIT_CHECK(o.degrees().world() <= 1024, "--ulysses × --ring × cfg is too large (" << o.degrees().world() << " ranks)");
   DIT_CHECK(o.timeout > 0 && o.timeout <= 86400, "--timeout must be in (0, 86400] seconds");
-  DIT_CHECK(!o.cfg_parallel || o.guidance > 1.0 || !o.batch.empty(),  // batch: checked per item
-            "--cfg-parallel needs classifier-free guidance, but --guidance-scale is " << o.guidance
+  DIT_CHECK(!o.cfg_parallel || !o.guidance || *o.guidance > 1.0 || !o.batch.empty(),  // batch: checked per item
+            "--cfg-parallel needs classifier-free guidance, but --guidance-scale is " << *o.guidance
                                                                                       << " (<= 1 runs one branch only)");
 }
 

@@ -3,8 +3,10 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include "models/dit_gen.h"
 #include "parallel/mesh.h"
 
 namespace dit::cli {
@@ -14,10 +16,12 @@ struct GenOptions {
   std::string prompt;
   std::string negative_prompt;
   uint64_t seed = 42;
-  int steps = 50;
-  double guidance = 4.0;
+  std::optional<int> steps;         // unset: the model's default
+  std::optional<double> guidance;   // unset: the model's default
   std::string sampler;
   int width = 0, height = 0;
+  int max_sequence_length = 0;      // text-to-image: 0 = the model's default
+  bool no_binning = false;          // --no-resolution-binning
   std::string output = "output.png";
   bool output_given = false;  // -o was on the command line
   std::string save_latents;
@@ -42,6 +46,8 @@ struct GenOptions {
   int micro_batch = 1;
 
   MeshDegrees degrees() const { return {dp, cfg_parallel ? 2 : 1, ring, ulysses}; }
+  // The request the flags describe (prompt and generation settings; batch lines start from it).
+  Request request() const;
 };
 
 // Registers every option (with its default shown in --help) on `app`.

@@ -3,7 +3,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "models/distributed_exchange.h"
+#include "parallel/distributed_context.h"
 #include "runtime/engine.h"
 #include "runtime/error.h"
 #include "tools/cli/demo_model.h"
@@ -37,17 +37,16 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
     co.timeout = std::chrono::milliseconds(int64_t(o.timeout * 1000));
     s.world = connect_world(s.env, co);
     s.mesh = std::make_shared<DeviceMesh>(s.world, degrees);
-    po.exchange = make_distributed_exchange(s.mesh);
+    po.parallel = make_distributed_context(s.mesh);
   }
   s.pipe = Pipeline::load(po);
   const ModelInfo& info = s.pipe->info();
-  DIT_CHECK(degrees.ulysses <= info.heads, "--ulysses " << degrees.ulysses << ": the model has " << info.heads
+  DIT_CHECK(degrees[Axis::Ulysses] <= info.heads, "--ulysses " << degrees[Axis::Ulysses] << ": the model has " << info.heads
                                                         << " attention heads, so the Ulysses degree can be at most "
                                                         << info.heads << " (use --ring for more ranks)");
   if (o.verbose && s.env.rank == 0)
-    std::fprintf(stderr,
-                 "dit-gen: model %s: DiT %d layers, hidden %d, %d heads, %d classes, VAE scale %d, %d threads/rank\n",
-                 info.dir.c_str(), info.layers, info.hidden, info.heads, info.num_classes, info.vae_scale,
+    std::fprintf(stderr, "dit-gen: model %s: %s, %d layers, hidden %d, %d heads, VAE scale %d, %d threads/rank\n",
+                 info.dir.c_str(), info.family.c_str(), info.layers, info.hidden, info.heads, info.vae_scale,
                  num_threads());
 }
 
@@ -58,9 +57,11 @@ void print_layout(Session& s, const MeshDegrees& degrees, int64_t tokens) {
                  mesh_str(degrees).c_str(), num_threads(), num_threads() == 1 ? "" : "s");
   std::fflush(stderr);
   s.world->barrier();
+  const char* halves[2] = {"cond", "uncond"};
+  if (!s.pipe->info().cond_first) std::swap(halves[0], halves[1]);  // the family's guidance batch order
   for (int r = 0; r < degrees.world(); ++r) {
     if (r == s.env.rank) {
-      std::fprintf(stderr, "dit-gen:   %s\n", s.pipe->exchange().describe(tokens, s.pipe->info().heads).c_str());
+      std::fprintf(stderr, "dit-gen:   %s\n", s.pipe->parallel().describe(tokens, s.pipe->info().heads, halves).c_str());
       std::fflush(stderr);
     }
     s.world->barrier();

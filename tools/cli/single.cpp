@@ -4,29 +4,34 @@
 
 #include "runtime/error.h"
 #include "runtime/npy.h"
+#include "runtime/printable.h"
 #include "runtime/progress.h"
 
 namespace dit::cli {
 
+namespace {
+
+// "class 207 (golden retriever)" or "prompt 'a red fox' (12 tokens)".
+std::string describe_prompt(const ResolvedRequest& r) {
+  if (r.prompt.class_conditional)
+    return "class " + std::to_string(r.prompt.class_id) + " (" + r.prompt.label + ")";
+  return "prompt '" + printable(r.req.prompt, 60) + "' (" + std::to_string(r.prompt.tokens) + " tokens)";
+}
+
+}  // namespace
+
 int run_single(const GenOptions& o, Session& s) {
-  DIT_CHECK(!o.prompt.empty(), "--prompt is required (a class label or id; or --batch FILE)");
+  DIT_CHECK(!o.prompt.empty(), "--prompt is required (" << (s.pipe->info().text_to_image ? "the text" : "a class label or id")
+                                                        << "; or --batch FILE)");
   const ProgressMode pmode = s.env.rank == 0 ? parse_progress_mode(o.progress) : ProgressMode::None;
-  const ModelInfo& info = s.pipe->info();
-  Request req;
-  req.prompt = o.prompt;
-  req.negative_prompt = o.negative_prompt;
-  req.seed = o.seed;
-  req.steps = o.steps;
-  req.guidance_scale = o.guidance;
-  req.sampler = o.sampler;
-  req.width = o.width;
-  req.height = o.height;
-  req.decode = !o.no_decode;
-  {
-    const int W = o.width ? o.width : info.default_width, H = o.height ? o.height : info.default_height;
-    const int m = info.size_multiple > 0 ? info.size_multiple : 1;
-    print_layout(s, o.degrees(), int64_t(H / m) * (W / m));
-  }
+  Request req = o.request();
+  req.keep_first_noise_pred = !o.save_noise_pred.empty();
+  const ResolvedRequest rr = s.pipe->resolve(req);  // a bad request fails here, before the layout is printed
+  if (rr.prompt.truncated && s.env.rank == 0)
+    std::fprintf(stderr, "dit-gen: the prompt is longer than %d tokens: it was cut (--max-sequence-length)\n",
+                 rr.max_sequence_length);
+  const int m = s.pipe->info().size_multiple;
+  print_layout(s, o.degrees(), int64_t(rr.gen_height / m) * (rr.gen_width / m));
 
   Progress progress(pmode);
   Result res = s.pipe->generate(req, [&](const StepInfo& st) {
@@ -34,17 +39,16 @@ int run_single(const GenOptions& o, Session& s) {
   });
   progress.finish();
 
-  if (s.pipe->exchange().is_output_rank()) {
+  if (s.pipe->parallel().is_output_rank()) {
     if (!o.save_latents.empty()) write_npy(o.save_latents, res.latents);
-    if (!o.save_noise_pred.empty()) write_npy(o.save_noise_pred, res.eps0);
+    if (!o.save_noise_pred.empty()) write_npy(o.save_noise_pred, res.first_noise_pred);
     if (!o.no_decode) save_png(res, o.output);
-    std::fprintf(stderr, "dit-gen: class %d (%s), %dx%d, %d %s steps, guidance %g, seed %llu: %.2f s (%.3f s/step)%s%s\n",
-                 res.class_id, res.label.c_str(), res.width, res.height, res.steps, res.sampler.c_str(),
-                 res.guidance_scale, (unsigned long long)res.seed, res.seconds, res.denoise_seconds / res.steps,
-                 o.no_decode ? "" : " -> ", o.no_decode ? "" : o.output.c_str());
-    if (pmode == ProgressMode::Json)
-      progress.event("done", "\"output\":" + json_quote(o.no_decode ? "" : o.output) +
-                                 ",\"seconds\":" + std::to_string(res.seconds));
+    const ResolvedRequest& r = res.request;
+    std::fprintf(stderr, "dit-gen: %s, %dx%d, %d %s steps, guidance %g, seed %llu: %.2f s (%.3f s/step)%s%s\n",
+                 describe_prompt(r).c_str(), r.width, r.height, r.steps, r.sampler.c_str(), r.guidance,
+                 (unsigned long long)r.req.seed, res.seconds, res.denoise_seconds / r.steps, o.no_decode ? "" : " -> ",
+                 o.no_decode ? "" : o.output.c_str());
+    progress.event("done", {{"output", o.no_decode ? "" : o.output}, {"seconds", res.seconds}});
   }
   return 0;
 }

@@ -1,4 +1,4 @@
-#include "runtime/self_attention.h"
+#include "runtime/attention_roles.h"
 
 #include "runtime/attention.h"
 #include "runtime/error.h"
@@ -41,5 +41,9 @@ class LocalSelfAttention : public SelfAttention {
 }  // namespace
 
 std::unique_ptr<SelfAttention> make_local_self_attention() { return std::make_unique<LocalSelfAttention>(); }
+
+std::unique_ptr<CrossAttention> make_local_cross_attention() {
+  throw Error("cross-attention is not implemented yet");  // TODO(seams): needs Attention key bias
+}
 
 }  // namespace dit

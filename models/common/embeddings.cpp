@@ -1,4 +1,4 @@
-#include "models/dit_embeddings.h"
+#include "models/common/embeddings.h"
 
 #include <cmath>
 

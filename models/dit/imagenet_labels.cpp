@@ -1,4 +1,4 @@
-#include "models/imagenet_labels.h"
+#include "models/dit/imagenet_labels.h"
 
 #include <map>
 

@@ -9,12 +9,12 @@
 
 namespace dit {
 
-struct SeqRange {
+struct TokenRange {
   int64_t begin = 0, end = 0;
   int64_t size() const { return end - begin; }
 };
 
-SeqRange split_tokens(int64_t tokens, int parts, int index);
-std::vector<SeqRange> split_all(int64_t tokens, int parts);
+TokenRange split_tokens(int64_t tokens, int parts, int index);
+std::vector<TokenRange> split_all(int64_t tokens, int parts);
 
 }  // namespace dit

@@ -40,6 +40,9 @@ struct VaeConfig {
 
 VaeConfig vae_config_from(const Config& cfg);
 
+// image = clamp(image / 2 + 0.5, 0, 1) (diffusers' denormalisation), in place.
+void to_unit_range(float* image, int64_t n);
+
 class VaeDecoder {
  public:
   VaeDecoder(const VaeConfig& cfg, const WeightStore& store);
@@ -50,6 +53,9 @@ class VaeDecoder {
   // latents: [batch, C, h, w] as the sampler leaves them (before 1/scaling_factor);
   // image: [batch, 3, h·scale, w·scale], (x/2 + 0.5) clamped to [0, 1].
   void decode(const float* latents, float* image);
+  // The same before the last step: the decoder's output, nominally in [-1, 1] (what diffusers
+  // resizes when it bins resolutions), for to_unit_range() afterwards.
+  void decode_raw(const float* latents, float* image);
 
  private:
   struct Impl;

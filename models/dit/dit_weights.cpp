@@ -1,29 +1,9 @@
-#include "models/dit_weights.h"
-
-#include <cstring>
+#include "models/dit/dit_weights.h"
 
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
 
 namespace dit {
-
-Tensor concat_rows(const std::vector<Tensor>& parts) {
-  DIT_CHECK(!parts.empty(), "concat_rows: nothing to concatenate");
-  int64_t rows = 0;
-  const int64_t cols = parts[0].dim(1);
-  for (const Tensor& p : parts) {
-    DIT_CHECK(p.ndim() == 2 && p.dim(1) == cols && p.dtype() == parts[0].dtype(),
-              "concat_rows: mismatched parts " << shape_str(p.shape()));
-    rows += p.dim(0);
-  }
-  Tensor out = Tensor::empty({rows, cols}, parts[0].dtype());
-  char* dst = static_cast<char*>(out.data());
-  for (const Tensor& p : parts) {
-    std::memcpy(dst, p.data(), p.nbytes());
-    dst += p.nbytes();
-  }
-  return out;
-}
 
 namespace {
 
@@ -54,21 +34,7 @@ DiTWeights DiTWeights::load(const DiTConfig& cfg, const WeightStore& s, DType co
     bw.class_table = as_f32(s.get(e + "class_embedder.embedding_table.weight", {cfg.num_classes + 1, D}));
     bw.ada = linear(s, b + "norm1.linear", 6 * D, D, compute);
     const std::string a = b + "attn1.";
-    const bool fuse = qkv == QkvProjection::Fused ||
-                      (qkv == QkvProjection::Auto && s.get(a + "to_q.weight", {D, D}).dtype() != compute);
-    if (!fuse) {
-      bw.q = linear(s, a + "to_q", D, D, compute);
-      bw.k = linear(s, a + "to_k", D, D, compute);
-      bw.v = linear(s, a + "to_v", D, D, compute);
-    } else {
-    Tensor qkv_w = concat_rows({s.get(a + "to_q.weight", {D, D}), s.get(a + "to_k.weight", {D, D}),
-                                s.get(a + "to_v.weight", {D, D})});
-    Tensor qkv_b = concat_rows({as_f32(s.get(a + "to_q.bias", {D})).reshape({1, D}),
-                                as_f32(s.get(a + "to_k.bias", {D})).reshape({1, D}),
-                                as_f32(s.get(a + "to_v.bias", {D})).reshape({1, D})})
-                       .reshape({3 * D});
-    bw.qkv = LinearWeight::prepare(qkv_w, qkv_b, compute);
-    }
+    bw.qkv = QkvWeights::load(s, a, D, compute, qkv);
     bw.attn_out = linear(s, a + "to_out.0", D, D, compute);
     bw.fc1 = linear(s, b + "ff.net.0.proj", 4 * D, D, compute);
     bw.fc2 = linear(s, b + "ff.net.2", D, 4 * D, compute);

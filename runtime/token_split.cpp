@@ -1,10 +1,10 @@
-#include "parallel/sequence_split.h"
+#include "runtime/token_split.h"
 
 #include "runtime/error.h"
 
 namespace dit {
 
-SeqRange split_tokens(int64_t tokens, int parts, int index) {
+TokenRange split_tokens(int64_t tokens, int parts, int index) {
   DIT_CHECK(tokens >= 0 && parts >= 1 && index >= 0 && index < parts,
             "split_tokens: bad split of " << tokens << " tokens into " << parts << " parts (index " << index << ")");
   const int64_t base = tokens / parts, extra = tokens % parts;
@@ -12,8 +12,8 @@ SeqRange split_tokens(int64_t tokens, int parts, int index) {
   return {begin, begin + base + (index < extra ? 1 : 0)};
 }
 
-std::vector<SeqRange> split_all(int64_t tokens, int parts) {
-  std::vector<SeqRange> r;
+std::vector<TokenRange> split_all(int64_t tokens, int parts) {
+  std::vector<TokenRange> r;
   for (int i = 0; i < parts; ++i) r.push_back(split_tokens(tokens, parts, i));
   return r;
 }

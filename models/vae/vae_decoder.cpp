@@ -1,4 +1,4 @@
-#include "models/vae_decoder.h"
+#include "models/vae/vae_decoder.h"
 
 #include <algorithm>
 #include <cmath>
@@ -335,6 +335,15 @@ void VaeDecoder::prepare(int64_t batch, int64_t h, int64_t w) {
 }
 
 void VaeDecoder::decode(const float* latents, float* image) {
+  decode_raw(latents, image);
+  to_unit_range(image, impl_->batch * 3 * impl_->h0 * cfg_.scale() * impl_->w0 * cfg_.scale());
+}
+
+void to_unit_range(float* image, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) image[i] = std::min(1.0f, std::max(0.0f, image[i] / 2 + 0.5f));
+}
+
+void VaeDecoder::decode_raw(const float* latents, float* image) {
   Impl& m = *impl_;
   const int64_t lat = cfg_.latent_channels, n = m.batch * lat * m.h0 * m.w0;
   // z = latents / scaling_factor (+ shift_factor)
@@ -367,8 +376,6 @@ void VaeDecoder::decode(const float* latents, float* image) {
   const int t1 = (cur + 1) % 4;
   group_norm(m.norm_out_spec, m.buf[cur].f32(), m.buf[t1].f32(), m.norm_out.gamma.f32(), m.norm_out.beta.f32());
   m.conv_out_op.run(m.buf[t1].f32(), image);
-  const int64_t npx = m.batch * 3 * hh * ww;
-  for (int64_t i = 0; i < npx; ++i) image[i] = std::min(1.0f, std::max(0.0f, image[i] / 2 + 0.5f));
 }
 
 }  // namespace dit

@@ -1,0 +1,54 @@
+// The Q, K, V projection of a self-attention layer (to_q, to_k, to_v with biases), shared by
+// every diffusion transformer family: weights loaded once, an op writing [rows, 3, H, d].
+//
+//   QkvWeights w = QkvWeights::load(store, "transformer_blocks.0.attn1.", D, DType::F32, QkvProjection::Auto);
+//   QkvLinear op(w, rows);            // primitives (once per shape)
+//   op.run(h, qkv);                   // h [rows, D] -> qkv [rows, 3D]: q | k | v per row
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "runtime/linear.h"
+#include "runtime/tensor.h"
+
+namespace dit {
+
+class WeightStore;
+
+// How Q, K and V are projected.
+//  Fused: one [3D, D] matmul over weights concatenated at load: a private copy of 3·D²
+//         weights per block per process (DiT-XL/2: 445 MB f32).
+//  Split: three [D, D] matmuls writing the column blocks of one [rows, 3D] buffer, over the
+//         checkpoint's weights in place (memory-mapped, shared by every process on the machine).
+//  Auto:  Split when the checkpoint's dtype is the compute dtype (the weights are used in
+//         place, so they can be shared), else Fused (the weights are converted: a private
+//         copy either way). Same results bit for bit; same speed within noise on DiT-XL.
+enum class QkvProjection { Auto, Fused, Split };
+
+struct QkvWeights {
+  LinearWeight qkv;      // [3D, D] to_q | to_k | to_v (a private copy), or undefined when split:
+  LinearWeight q, k, v;  // [D, D] each, in place in the memory map, when not fused
+  bool fused() const { return qkv.weight.defined(); }
+  // Loads <prefix>to_q/to_k/to_v .weight [D, D] and .bias [D].
+  static QkvWeights load(const WeightStore& s, const std::string& prefix, int64_t D, DType compute,
+                         QkvProjection how);
+};
+
+class QkvLinear {
+ public:
+  QkvLinear() = default;
+  QkvLinear(const QkvWeights& w, int64_t rows);
+  // x [rows, D] -> y [rows, 3D].
+  void run(const float* x, float* y) const;
+
+ private:
+  Linear qkv_, q_, k_, v_;
+  int64_t D_ = 0;
+  bool fused_ = false;
+};
+
+// Rows of several [n_i, k] tensors of one dtype stacked into one [sum n_i, k] tensor.
+Tensor concat_rows(const std::vector<Tensor>& parts);
+
+}  // namespace dit

@@ -1,0 +1,72 @@
+// DiT forward pass (diffusers DiTTransformer2DModel, docs/models.md "DiT") over the tokens
+// this process holds, as a DiffusionModel (models/diffusion_model.h). Attention goes through
+// the SelfAttention role, so the same code runs serially or with its sequence split across
+// ranks (Ulysses, Ring).
+//
+//   DiTTransformer dit(DiTWeights::load(cfg, store, DType::F32));
+//   ModelShape shape;  shape.batch = 2;  shape.latent_h = shape.latent_w = 32;
+//   dit.prepare(shape, *ctx);                // primitives, buffers, attention (ctx: runtime/parallel_context.h)
+//   dit.begin(cond);                         // cond.class_ids [batch] (num_classes = null/unconditional)
+//   dit.forward(latents, t, out);            // many times, allocation-free
+//
+// latents: [batch, C, H, W] (the full latents: every rank holds them), t: [batch] timesteps;
+// out: [batch, local_tokens, p·p·C_out].
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "models/diffusion_model.h"
+#include "models/dit/dit_weights.h"
+#include "runtime/linear.h"
+#include "runtime/norm.h"
+
+namespace dit {
+
+class DiTTransformer final : public DiffusionModel {
+ public:
+  explicit DiTTransformer(DiTWeights w);
+  const ModelGeometry& geometry() const override { return geo_; }
+  void prepare(const ModelShape& shape, ParallelContext& ctx) override;
+  void begin(const Conditioning& cond) override;
+  void forward(const float* latents, const double* t, float* out) override;
+  const DiTWeights& weights() const { return w_; }
+
+ private:
+  void conditioning(const DiTBlockWeights& bw, size_t block, const double* t);
+
+  DiTWeights w_;
+  ModelGeometry geo_;
+  int64_t B_ = 0, grid_h_ = 0, grid_w_ = 0;  // prepared shape
+  TokenRange tokens_;                         // this rank's tokens of the grid_h·grid_w sequence
+  std::unique_ptr<SelfAttention> attn_;
+  std::vector<int64_t> y_;                    // class id per batch row (begin)
+
+  // Primitives (created in prepare).
+  Linear patch_;
+  struct BlockOps {
+    Linear t_fc1, t_fc2, ada, attn_out, fc1, fc2;
+    QkvLinear qkv;
+  };
+  std::vector<BlockOps> ops_;
+  Linear final_ada_, final_out_;
+  LayerNormModulate ln_attn_, ln_mlp_;
+
+  // Activations (allocated in prepare).
+  Tensor patches_;   // [B, T, C·p·p]
+  Tensor pos_;       // [T, D] positions of the local tokens
+  Tensor x_;         // [B, T, D] residual stream
+  Tensor h_;         // [B, T, D] normalised + modulated
+  Tensor qkv_;       // [B, T, 3D]
+  Tensor attn_out_;  // [B, T, D]
+  Tensor mlp_;       // [B, T, 4D]
+  Tensor tfreq_;     // [B, 256]
+  Tensor temb_;      // [B, D]
+  Tensor cond_;      // [B, D]  c = t_emb + class_emb, then SiLU(c)
+  Tensor mod_;       // [B, 6D] adaLN output
+  Tensor chunks_;    // [6, B, D] the six modulation vectors, each [B, D] contiguous
+  Tensor final_mod_; // [B, 2D]
+  Tensor final_chunks_;  // [2, B, D]
+};
+
+}  // namespace dit

@@ -1,0 +1,64 @@
+// The attention roles a transformer block calls. A block hands over the projections of the
+// tokens it holds and gets their attention output; whether the other tokens live in this
+// process or on other ranks is the implementation's business (runtime/parallel_context.h's
+// LayerContext chooses it), not the model's.
+//
+//  - SelfAttention: the image tokens attend to each other. The tokens are split over the
+//    ranks of a sequence-parallel group: local here, Ulysses / Ring / USP in parallel/.
+//  - CrossAttention: this rank's image tokens (queries) attend to text tokens (keys, values)
+//    that every rank holds in full, with an additive key bias for the padding mask. Local on
+//    every rank in every layout: no communication.
+//  - (Joint attention for SD3/Flux — image tokens split, a replicated text prefix attending
+//    and attended to as one sequence — is the next role; it will be one more interface here
+//    and one more LayerContext method.)
+#pragma once
+
+#include <memory>
+
+#include "runtime/tensor.h"
+
+namespace dit {
+
+struct SelfAttentionShape {
+  int64_t batch = 1;         // sequences (e.g. 2 for [cond, uncond])
+  int64_t local_tokens = 0;  // tokens held by this process
+  int64_t total_tokens = 0;  // the whole sequence, over all ranks (0: local_tokens)
+  int64_t heads = 1, head_dim = 1;
+  DType compute = DType::F32;
+};
+
+class SelfAttention {
+ public:
+  virtual ~SelfAttention() = default;
+  // Called once per shape before the denoising loop: buffers, primitives, plans.
+  virtual void prepare(const SelfAttentionShape& s) = 0;
+  // qkv: [batch, local_tokens, 3, heads, head_dim]; out: [batch, local_tokens, heads, head_dim].
+  virtual void forward(const float* qkv, float* out) = 0;
+  virtual const char* name() const = 0;
+};
+
+// Attention over tokens that all live in this process.
+std::unique_ptr<SelfAttention> make_local_self_attention();
+
+struct CrossAttentionShape {
+  int64_t batch = 1;
+  int64_t q_tokens = 0;   // this rank's image tokens
+  int64_t kv_tokens = 0;  // text tokens (the same on every rank)
+  int64_t heads = 1, head_dim = 1;
+  DType compute = DType::F32;
+};
+
+class CrossAttention {
+ public:
+  virtual ~CrossAttention() = default;
+  virtual void prepare(const CrossAttentionShape& s) = 0;
+  // q: [batch, q_tokens, heads, head_dim]; k, v: [batch, kv_tokens, heads, head_dim];
+  // key_bias: [batch, kv_tokens] added to the scaled logits (0 keep, -10000 padding), or null;
+  // out: [batch, q_tokens, heads, head_dim].
+  virtual void forward(const float* q, const float* k, const float* v, const float* key_bias, float* out) = 0;
+};
+
+// Cross-attention computed where the queries are (the only implementation every layout needs).
+std::unique_ptr<CrossAttention> make_local_cross_attention();
+
+}  // namespace dit

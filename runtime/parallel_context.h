@@ -1,0 +1,79 @@
+// How one model replica's work is spread over ranks, as a model and the pipeline see it.
+// Three parts, each an interface with a serial implementation here (make_serial_context) and
+// a distributed one over the device mesh in parallel/ (parallel/distributed_context.h):
+//
+//  - SequenceSplit: which of the N image tokens this rank computes, and the gather of the
+//    per-token outputs so every rank steps the sampler on the same full latents.
+//  - CfgSplit: which classifier-free-guidance half of the batch this rank computes, and the
+//    exchange of the two halves' noise predictions.
+//  - LayerContext: per-layer implementations of the attention roles (runtime/attention_roles.h):
+//    self-attention over the split image tokens (local, Ulysses, Ring or USP), cross-attention
+//    of the local image tokens to replicated text tokens (local everywhere: no communication).
+//    A joint-attention role (image tokens split, a replicated text prefix, as SD3/Flux need)
+//    and tensor-parallel linears are further factory methods here.
+//
+// A model asks its LayerContext for its attention objects in prepare() and never learns
+// whether they are local or talk to other ranks.
+//
+//   auto ctx = make_serial_context();                      // or make_distributed_context(mesh)
+//   TokenRange mine = ctx->sequence().range(N);            // all N when serial
+//   auto attn = ctx->layers().self_attention();
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "runtime/attention_roles.h"
+#include "runtime/token_split.h"
+
+namespace dit {
+
+class SequenceSplit {
+ public:
+  virtual ~SequenceSplit() = default;
+  // Tokens of an N-token sequence this rank computes (contiguous; all of them when serial).
+  virtual TokenRange range(int64_t tokens) const = 0;
+  // Once per shape before the loop: buffers for gather().
+  virtual void prepare(int64_t batch, int64_t tokens, int64_t row) = 0;
+  // local [batch, range.size(), row] -> full [batch, tokens, row] on every rank of the group.
+  virtual void gather(const float* local, float* full) = 0;
+};
+
+class CfgSplit {
+ public:
+  virtual ~CfgSplit() = default;
+  // The half of the guidance batch computed here: -1 = both (one batch holding the two
+  // halves), 0 = the first half, 1 = the second (the model family says which half is the
+  // conditional one).
+  virtual int branch() const = 0;
+  virtual void prepare(int64_t elems) = 0;
+  // With a split: this rank's half [elems] -> both halves [2, elems], first half first.
+  virtual void exchange(const float* mine, float* both) = 0;
+};
+
+class LayerContext {
+ public:
+  virtual ~LayerContext() = default;
+  virtual std::unique_ptr<SelfAttention> self_attention() = 0;
+  virtual std::unique_ptr<CrossAttention> cross_attention() = 0;
+};
+
+class ParallelContext {
+ public:
+  virtual ~ParallelContext() = default;
+  virtual SequenceSplit& sequence() = 0;
+  virtual CfgSplit& cfg() = 0;
+  virtual LayerContext& layers() = 0;
+  // Whether this rank decodes and writes the output (one rank per replica).
+  virtual bool is_output_rank() const = 0;
+  // Makes every rank of the replica agree that `x` is identical (cheap checksum); throws if not.
+  virtual void check_agreement(const float* x, int64_t n) = 0;
+  // One line describing this rank's share ("serial (1 process)", "rank 3: uncond branch, ...");
+  // `halves` names the two halves of the guidance batch (e.g. {"cond", "uncond"}).
+  virtual std::string describe(int64_t tokens, int heads, const char* const halves[2]) const = 0;
+};
+
+std::shared_ptr<ParallelContext> make_serial_context();
+
+}  // namespace dit
