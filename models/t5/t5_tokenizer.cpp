@@ -46,7 +46,12 @@ T5Tokenizer T5Tokenizer::load(const std::string& dir) {
   DIT_CHECK(is_file(t.model_path_), t.model_path_ << ": SentencePiece model not found");
   t.sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
   const auto st = t.sp_->Load(t.model_path_);
-  DIT_CHECK(st.ok(), t.model_path_ << ": cannot load the SentencePiece model: " << printable(st.ToString(), 200));
+  if (!st.ok()) {
+    std::string why = st.ToString();
+    if (why.find("ParseFromArray") != std::string::npos) why = "not a valid SentencePiece model file (protobuf parse failed)";
+    while (!why.empty() && why.back() == ' ') why.pop_back();
+    DIT_FAIL(t.model_path_ << ": cannot load the SentencePiece model: " << printable(why, 200));
+  }
 
   std::string eos = "</s>", pad = "<pad>";
   const std::string cfg_path = dir + "/tokenizer_config.json";
