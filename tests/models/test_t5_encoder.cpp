@@ -6,6 +6,8 @@
 #include "models/t5/prompt_encoder.h"
 #include "models/t5/t5_encoder.h"
 #include "models/t5/t5_relative_position.h"
+#include "models/t5/t5_text.h"
+#include "models/t5/t5_tokenizer.h"
 #include "t5_test_util.h"
 
 using namespace dit;
@@ -77,4 +79,50 @@ TEST_CASE("PromptEncoder tokenizes the golden prompts like the reference and enc
     INFO(m << ": rel " << d.rel());
     CHECK(d.rel() <= 1e-5);
   }
+}
+
+TEST_CASE("T5 encoder variants match the reference: single file (no index), F16 shards + embed_tokens only",
+          "[t5][variants]") {
+  struct Case {
+    const char *golden, *encoder;
+  };
+  const T5Tokenizer tok = T5Tokenizer::load(dit_test::data_path("pixart-tiny/tokenizer"));
+  for (const Case& c : {Case{"golden/t5-variants/single-f32.encode.L300.safetensors", "t5-variants/single-f32/text_encoder"},
+                        Case{"golden/t5-variants/f16-embed.encode.L16.safetensors", "t5-variants/f16-embed/text_encoder"}}) {
+    const EncodeGolden g = t5_test::load_encode_golden(c.golden);
+    for (int64_t b = 0; b < g.batch; ++b) {  // the reference's tokens
+      const T5Tokens t = tok.encode(pixart_preprocess(g.prompts[size_t(b)]), g.max_length);
+      CHECK(t.ids == std::vector<int64_t>(g.ids.begin() + b * g.max_length, g.ids.begin() + (b + 1) * g.max_length));
+      CHECK(t.mask == std::vector<int64_t>(g.mask.begin() + b * g.max_length, g.mask.begin() + (b + 1) * g.max_length));
+    }
+    for (DType dt : {DType::F32, DType::BF16}) {
+      const dit_test::Diff d = t5_test::encode_diff(c.encoder, g, dt);
+      INFO(c.golden << " " << dtype_name(dt) << ": rel " << d.rel());
+      CHECK(d.ref_max > 0.1);
+      CHECK(d.rel() <= (dt == DType::F32 ? 1e-5 : 1e-2));
+    }
+  }
+  // The 300-token golden has a prompt of more than 128 valid tokens: unmasked keys up to the
+  // last (logarithmic, clipped) bucket.
+  const EncodeGolden g = t5_test::load_encode_golden("golden/t5-variants/single-f32.encode.L300.safetensors");
+  int64_t valid = 0;
+  for (int64_t j = 0; j < g.max_length; ++j) valid += g.mask[size_t(j)];
+  CHECK(valid > 128);
+}
+
+TEST_CASE("T5 weights: f32 storage is used in place, bf16 storage in place for bf16 compute", "[t5]") {
+  const std::string sigma = dit_test::data_path("pixart-tiny/text_encoder");
+  const std::string alpha = dit_test::data_path("pixart-alpha-tiny/text_encoder");
+  const T5Weights f = T5Weights::load(sigma, DType::F32);
+  const WeightStore& s = f.store;
+  const std::string q = "encoder.block.1.layer.0.SelfAttention.q.weight";
+  CHECK(f.layers[1].q.weight.data() == s.get(q).data());  // a view of the memory map
+  CHECK(f.embedding.data() == s.get("shared.weight").data());
+  const T5Weights a16 = T5Weights::load(alpha, DType::BF16);
+  CHECK(a16.layers[2].wo.weight.dtype() == DType::BF16);
+  CHECK(a16.layers[2].wo.weight.data() == a16.store.get("encoder.block.2.layer.1.DenseReluDense.wo.weight").data());
+  CHECK(a16.embedding.dtype() == DType::BF16);
+  const T5Weights a32 = T5Weights::load(alpha, DType::F32);  // bf16 storage, f32 compute: converted once
+  CHECK(a32.layers[0].q.weight.dtype() == DType::F32);
+  CHECK(a32.layers[0].q.weight.data() != a32.store.get("encoder.block.0.layer.0.SelfAttention.q.weight").data());
 }
