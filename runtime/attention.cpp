@@ -144,6 +144,27 @@ void softmax_block_bf16(float* S, uint16_t* P, int64_t rows, int64_t cols, int64
   }
 }
 
+// s[j] = max(s[j] + (head[j] + key[j]), -FLT_MAX) over one block row; head or key may be
+// null. The clamp keeps masked logits finite (two very negative terms could reach -inf,
+// and a block of -inf logits would make the online softmax's exp(m_old - m_new) NaN).
+DIT_MULTIVERSION void add_bias_row(float* s, const float* head, const float* key, int64_t n) {
+  constexpr float lo = -std::numeric_limits<float>::max();
+  if (head && key) {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) {
+      const float v = s[j] + (head[j] + key[j]);
+      s[j] = v < lo ? lo : v;
+    }
+  } else {
+    const float* b = head ? head : key;
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) {
+      const float v = s[j] + b[j];
+      s[j] = v < lo ? lo : v;
+    }
+  }
+}
+
 DIT_MULTIVERSION void rescale_row(float* o, const float* pv, float al, int64_t D) {
 #pragma omp simd
   for (int64_t j = 0; j < D; ++j) o[j] = o[j] * al + pv[j];
@@ -321,10 +342,17 @@ Attention::Attention(const AttentionSpec& spec_in) : impl_(std::make_unique<Impl
   });
 }
 
-void Attention::run(const float* q, const float* k, const float* v, float* out, float* lse) const {
+void Attention::run(const float* q, const float* k, const float* v, float* out, float* lse,
+                    const AttnBias* bias) const {
   DIT_CHECK(impl_, "Attention::run on an empty Attention");
   Impl& m = *impl_;
   const AttentionSpec& s = m.spec;
+  const float* key_bias = bias ? bias->key : nullptr;
+  const float* head_bias = bias ? bias->head : nullptr;
+  const float* rel_bias = bias ? bias->rel : nullptr;
+  DIT_CHECK(!(head_bias && rel_bias), m.what << ": AttnBias takes head or rel, not both");
+  const bool has_bias = key_bias || head_bias || rel_bias;
+  const int64_t rel_width = s.q_len + s.kv_len - 1;
   const int64_t D = s.head_dim, H = s.heads;
   const bool bf16 = s.compute == DType::BF16;
   const int nthr = std::min(m.nthr, std::max(1, omp_get_max_threads()));
@@ -386,6 +414,15 @@ void Attention::run(const float* q, const float* k, const float* v, float* out, 
           A.qk_src.set_data_handle(const_cast<char*>(qp));
           A.qk_wei.set_data_handle(const_cast<char*>(kp + k0 * m.ek.token_stride * esz));
           execute(p.qk, T.stream, A.qk);
+          if (has_bias) {
+            const float* kb = key_bias ? key_bias + b * s.kv_len + k0 : nullptr;
+            for (int64_t i = 0; i < qr; ++i) {
+              const float* hb = head_bias  ? head_bias + (h * s.q_len + q0 + i) * s.kv_len + k0
+                                : rel_bias ? rel_bias + h * rel_width + (k0 - (q0 + i)) + (s.q_len - 1)
+                                           : nullptr;
+              add_bias_row(T.S + i * m.KB, hb, kb, kc);
+            }
+          }
           if (bf16)
             softmax_block_bf16(T.S, static_cast<uint16_t*>(T.P), qr, kc, m.KB, T.m, T.l, T.a);
           else

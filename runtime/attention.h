@@ -10,6 +10,16 @@
 // Layout of q, k, v and out: element (b, h, t, i) at b*batch_stride + h*head_stride +
 // t*token_stride + i (i < head_dim contiguous), so the fused QKV projection output
 // [b, t, 3, h, d] can be read in place. lse is [batch, heads, q_len] contiguous.
+//
+// An optional additive bias (AttnBias) is added, in f32, to the scaled logits before the
+// softmax: a per-key term (a padding mask such as (1-m)·finfo.min or (1-m)·(-10000)) and/or
+// a per-head term shared by the batch, either a full [heads, q_len, kv_len] array or, when it
+// depends only on j - i (T5's relative position bias), its diagonals [heads, q_len + kv_len - 1]:
+//   p = softmax(Q·Kᵀ·scale + (head[h, i, j] + key[b, j]))
+//   rel form: head[h, i, j] = rel[h, (j - i) + q_len - 1]
+// Sums below -FLT_MAX are clamped to -FLT_MAX, so masked keys stay finite: a K/V block
+// whose keys are all masked produces no NaN and weighs exactly 0 once a row has seen an
+// unmasked key (exp underflows to 0). A row whose keys are all masked averages V (as torch does).
 #pragma once
 
 #include <memory>
@@ -31,9 +41,16 @@ struct AttnLayout {
   }
 };
 
+struct AttnBias {
+  const float* key = nullptr;   // [batch, kv_len], e.g. a padding mask
+  const float* head = nullptr;  // [heads, q_len, kv_len], shared by the batch
+  const float* rel = nullptr;   // [heads, q_len + kv_len - 1]: a head term that depends on j - i only
+                                // (O(L) memory instead of O(L²)); not together with head
+};
+
 struct AttentionSpec {
   int64_t batch = 1, heads = 1, q_len = 1, kv_len = 1, head_dim = 1;
-  float scale = 0;  // 0 -> 1/sqrt(head_dim)
+  float scale = 0;  // 0 -> 1/sqrt(head_dim); any other value as given (T5: 1.0)
   AttnLayout q, k, v, out;  // all-zero -> dense bhtd
   DType compute = DType::F32;
   int64_t q_block = 0, kv_block = 0;  // rows of Q / K,V per block; 0 -> defaults (tuned here)
@@ -46,8 +63,9 @@ class Attention {
   Attention(Attention&&) noexcept;
   Attention& operator=(Attention&&) noexcept;
   ~Attention();
-  // lse may be null when not needed.
-  void run(const float* q, const float* k, const float* v, float* out, float* lse) const;
+  // lse may be null when not needed; bias null (or both its pointers null) adds nothing.
+  void run(const float* q, const float* k, const float* v, float* out, float* lse,
+           const AttnBias* bias = nullptr) const;
   const AttentionSpec& spec() const;
   double flops() const;  // 4·batch·heads·q_len·kv_len·head_dim
   const std::string& impl_info() const;  // oneDNN implementation of the block matmuls

@@ -41,7 +41,7 @@ struct Linear::Impl {
   LinearWeight w;
   std::string what;
   dnnl::matmul prim;
-  memory src, wei, bias, dst, gate, scratch;
+  memory src, wei, bias, dst, gate, mul, scratch;
   std::unordered_map<int, memory> args;
   Tensor scratch_buf;
   Tensor packed;  // weights in the primitive's layout (pack_weights only)
@@ -64,8 +64,8 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
   m.w = w;
   std::ostringstream os;
   os << "Linear [" << spec.batch << "x" << spec.rows << ", " << spec.in << "] x [" << spec.in << ", " << spec.out
-     << "] act=" << act_name(spec.act) << (spec.gated_residual ? " gated_residual" : "") << " "
-     << dtype_name(w.compute);
+     << "] act=" << act_name(spec.act) << (spec.gated_residual ? " gated_residual" : "")
+     << (spec.accumulate ? " accumulate" : "") << (spec.multiply ? " multiply" : "") << " " << dtype_name(w.compute);
   m.what = os.str();
   DIT_CHECK(spec.batch > 0 && spec.rows > 0 && spec.in > 0 && spec.out > 0, m.what << ": bad sizes");
   DIT_CHECK(w.weight.defined() && w.in() == spec.in && w.out() == spec.out,
@@ -74,10 +74,12 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
   const int64_t B = spec.batch, M = spec.rows, K = spec.in, N = spec.out;
   const int64_t ldy = spec.out_stride > 0 ? spec.out_stride : N;
   DIT_CHECK(ldy >= N && (ldy == N || !spec.gated_residual), m.what << ": bad out_stride " << spec.out_stride);
+  DIT_CHECK(int(spec.gated_residual) + int(spec.accumulate) + int(spec.multiply) <= 1,
+            m.what << ": gated_residual, accumulate and multiply exclude each other");
   const dt cdt = w.compute == DType::BF16 ? dt::bf16 : dt::f32;
   dnnl_call(m.what.c_str(), [&] {
     auto& eng = Engine::get().engine;
-    memory::desc src_md, wei_md, bias_md, dst_md, gate_md;
+    memory::desc src_md, wei_md, bias_md, dst_md, gate_md, mul_md;
     if (spec.gated_residual) {
       src_md = memory::desc({B, M, K}, cdt, memory::dims{M * K, K, 1});
       wei_md = memory::desc({1, K, N}, cdt, memory::dims{K * N, 1, K});
@@ -89,6 +91,7 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
       wei_md = memory::desc({K, N}, cdt, memory::dims{1, K});
       bias_md = memory::desc({1, N}, dt::f32, memory::dims{N, 1});
       dst_md = memory::desc({B * M, N}, dt::f32, memory::dims{ldy, 1});
+      if (spec.multiply) mul_md = memory::desc({B * M, N}, dt::f32, memory::dims{N, 1});
     }
     dnnl::post_ops po;
     if (spec.act == Act::GeluTanh) po.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_tanh, 0.f, 0.f);
@@ -97,6 +100,8 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
       po.append_binary(dnnl::algorithm::binary_mul, gate_md);
       po.append_sum(1.f);
     }
+    if (spec.accumulate) po.append_sum(1.f);
+    if (spec.multiply) po.append_binary(dnnl::algorithm::binary_mul, mul_md);
     dnnl::primitive_attr attr;
     attr.set_post_ops(po);
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -129,6 +134,10 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
       m.gate = memory(gate_md, eng, nullptr);
       m.args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(spec.act != Act::None ? 1 : 0) | DNNL_ARG_SRC_1] = m.gate;
     }
+    if (spec.multiply) {
+      m.mul = memory(mul_md, eng, nullptr);
+      m.args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(spec.act != Act::None ? 1 : 0) | DNNL_ARG_SRC_1] = m.mul;
+    }
     size_t sp = pd.scratchpad_desc().get_size();
     if (sp) {
       m.scratch_buf = Tensor::empty({int64_t((sp + 3) / 4)});
@@ -148,11 +157,12 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
   });
 }
 
-void Linear::run(const float* x, float* y, const float* gate) const {
+void Linear::run(const float* x, float* y, const float* gate, const float* mul) const {
   DIT_CHECK(impl_, "Linear::run on an empty Linear");
   profile::Scope prof(profile::Cat::Linear);
   Impl& m = *impl_;
   DIT_CHECK(!m.spec.gated_residual || gate, m.what << ": gated_residual needs a gate");
+  DIT_CHECK(!m.spec.multiply || mul, m.what << ": multiply needs its operand m");
   dnnl_call(m.what.c_str(), [&] {
     auto& s = Engine::get().stream;
     if (m.w.compute == DType::BF16) {
@@ -163,6 +173,7 @@ void Linear::run(const float* x, float* y, const float* gate) const {
     }
     m.dst.set_data_handle(y);
     if (m.spec.gated_residual) m.gate.set_data_handle(const_cast<float*>(gate));
+    if (m.spec.multiply) m.mul.set_data_handle(const_cast<float*>(mul));
     execute(m.prim, s, m.args);
     s.wait();
   });

@@ -1,6 +1,9 @@
 // Linear layer y = act(x·Wᵀ + b) on oneDNN matmul, with PyTorch [out, in] weights read in
-// place (no copy for f32), fused bias and activation, and an optional fused gated
-// residual: y += gate[b] ⊙ act(x·Wᵀ + b) (the adaLN-zero "x + gate·f(x)" of DiT).
+// place (no copy for f32), fused bias and activation, and optional fused epilogues:
+//   gated residual  y += gate[b] ⊙ act(x·Wᵀ + b)   (the adaLN-zero "x + gate·f(x)" of DiT)
+//   residual        y += act(x·Wᵀ + b)             (LinearSpec::accumulate, e.g. T5's x + o(a))
+//   product         y  = act(x·Wᵀ + b) ⊙ m         (LinearSpec::multiply, m [batch·rows, out],
+//                                                   e.g. T5's gelu(x·Wi0ᵀ) ⊙ (x·Wi1ᵀ))
 //
 //   LinearWeight w = LinearWeight::prepare(store.get("ff.net.0.proj.weight"), bias, DType::F32);
 //   Linear fc1({.batch = 2, .rows = 256, .in = 1152, .out = 4608, .act = Act::GeluTanh}, w);
@@ -47,6 +50,12 @@ struct LinearSpec {
   // one [rows, 3D] buffer with unconcatenated (shared, memory-mapped) weights. Not with
   // gated_residual.
   int64_t out_stride = 0;
+  // y += act(x·Wᵀ + b): the result is added to what y holds (a residual). Not with
+  // gated_residual.
+  bool accumulate = false;
+  // y = act(x·Wᵀ + b) ⊙ m, m [batch·rows, out] f32 contiguous, given to run(). Not with
+  // gated_residual or accumulate.
+  bool multiply = false;
 };
 
 class Linear {
@@ -57,8 +66,9 @@ class Linear {
   Linear& operator=(Linear&&) noexcept;
   ~Linear();
   // x: [batch, rows, in] f32 contiguous; y: [batch, rows, out] f32 contiguous;
-  // gate: [batch, out] f32 when spec.gated_residual (else ignored).
-  void run(const float* x, float* y, const float* gate = nullptr) const;
+  // gate: [batch, out] f32 when spec.gated_residual (else ignored);
+  // m: [batch·rows, out] f32 when spec.multiply (else ignored).
+  void run(const float* x, float* y, const float* gate = nullptr, const float* m = nullptr) const;
   const LinearSpec& spec() const;
   double flops() const;  // 2·batch·rows·in·out
   // The oneDNN implementation chosen for the matmul (pd.impl_info_str()), for diagnostics.

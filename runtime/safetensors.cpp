@@ -269,4 +269,30 @@ Tensor SafeTensorsFile::get(const std::string& name) const {
   return Tensor::view(const_cast<uint8_t*>(src), ti.shape, dt, std::move(self));
 }
 
+std::vector<int64_t> SafeTensorsFile::get_int64(const std::string& name) const {
+  const SafeTensorInfo& ti = info(name);
+  if (ti.dtype != "I64" && ti.dtype != "I32")
+    fail_tensor(path_, name, "not an integer tensor (expected I64 or I32, found " + ti.dtype + ")");
+  const uint8_t* src = data_ + ti.begin;
+  const size_t esz = ti.dtype == "I64" ? 8 : 4, n = size_t((ti.end - ti.begin) / esz);
+  std::vector<int64_t> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (esz == 8) {
+      std::memcpy(&out[i], src + 8 * i, 8);
+    } else {
+      int32_t v;
+      std::memcpy(&v, src + 4 * i, 4);
+      out[i] = v;
+    }
+  }
+  return out;
+}
+
+size_t SafeTensorsFile::drop_pages() const {
+  if (!map_ || map_size_ == 0) return 0;
+  if (::madvise(const_cast<uint8_t*>(map_), map_size_, MADV_DONTNEED) != 0)
+    throw Error(path_ + ": madvise(MADV_DONTNEED) failed: " + std::strerror(errno));
+  return map_size_;
+}
+
 }  // namespace dit

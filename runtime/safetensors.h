@@ -53,6 +53,14 @@ class SafeTensorsFile : public std::enable_shared_from_this<SafeTensorsFile> {
   // data is not aligned to the element size). F16: converted to a new F32 tensor. Other
   // dtypes (allowed in the file) throw here, naming the dtype and the tensor.
   Tensor get(const std::string& name) const;
+  // I64 or I32 tensors (e.g. token ids and masks of golden files) as int64 values in
+  // row-major order; other dtypes throw, naming the tensor and the dtype.
+  std::vector<int64_t> get_int64(const std::string& name) const;
+
+  // Gives the mapping's resident pages back (madvise MADV_DONTNEED): the process's RSS
+  // drops by the tensors it touched, the page cache keeps them, and a later read simply
+  // faults them in again. Views from get() stay valid. Returns the bytes advised.
+  size_t drop_pages() const;
 
  private:
   explicit SafeTensorsFile(std::string path) : path_(std::move(path)) {}
@@ -83,6 +91,10 @@ class WeightStore {
   Tensor get(const std::string& name, const Shape& expected) const;  // also checks the shape
   // The file (or index + shard count) the weights came from, for messages.
   std::string describe() const { return describe_; }
+  // The file holding `name` (throws like get() when missing).
+  const SafeTensorsFile& file_of(const std::string& name) const;
+  // SafeTensorsFile::drop_pages() on every file: returns the bytes advised.
+  size_t drop_pages() const;
 
  private:
   static WeightStore open_index(const std::string& dir, const std::string& index_path);

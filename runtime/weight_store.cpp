@@ -96,6 +96,18 @@ Tensor WeightStore::get(const std::string& name) const {
   return files_[it->second]->get(name);
 }
 
+const SafeTensorsFile& WeightStore::file_of(const std::string& name) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) throw Error("missing tensor '" + printable(name) + "' in " + (describe_.empty() ? dir_ : describe_));
+  return *files_[it->second];
+}
+
+size_t WeightStore::drop_pages() const {
+  size_t n = 0;
+  for (const auto& f : files_) n += f->drop_pages();
+  return n;
+}
+
 Tensor WeightStore::get(const std::string& name, const Shape& expected) const {
   Tensor t = get(name);
   if (t.shape() != expected)

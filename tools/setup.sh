@@ -9,6 +9,7 @@ PKGS=(cmake g++ make pkg-config
       catch2                           # Catch2 v2 tests
       nlohmann-json3-dev               # JSON
       libcli11-dev                     # command line
+      libsentencepiece-dev             # T5 tokenizer (SentencePiece)
       redis-server)                    # multi-machine rendezvous (and its test)
 missing=()
 for p in "${PKGS[@]}"; do

@@ -1,0 +1,68 @@
+#include "models/t5/prompt_encoder.h"
+
+#include <sys/stat.h>
+
+#include <cstring>
+
+#include "models/t5/t5_text.h"
+#include "runtime/error.h"
+#include "runtime/json_config.h"
+
+namespace dit {
+
+PromptEncoder::PromptEncoder(PromptEncoder&&) noexcept = default;
+PromptEncoder& PromptEncoder::operator=(PromptEncoder&&) noexcept = default;
+PromptEncoder::~PromptEncoder() = default;
+
+PromptEncoder PromptEncoder::open(const std::string& model_dir, DType compute) {
+  struct stat st;
+  DIT_CHECK(::stat(model_dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode),
+            model_dir << ": model directory does not exist");
+  PromptEncoder pe;
+  pe.dir_ = model_dir;
+  pe.compute_ = compute;
+  const std::string index = model_dir + "/model_index.json";
+  if (::stat(index.c_str(), &st) == 0) {
+    pe.pipeline_class_ = Config::load(index).get_string("_class_name", "");
+    if (pe.pipeline_class_ == "PixArtAlphaPipeline") pe.default_max_length_ = 120;
+  }
+  pe.cfg_ = load_t5_config(model_dir + "/text_encoder/config.json");
+  pe.tok_ = std::make_unique<T5Tokenizer>(T5Tokenizer::load(model_dir + "/tokenizer"));
+  pe.tok_->check_compatible(pe.cfg_);
+  return pe;
+}
+
+std::string PromptEncoder::preprocess(const std::string& prompt, bool raw) const {
+  if (!raw) return pixart_preprocess(prompt);
+  check_utf8(prompt);
+  return prompt;
+}
+
+T5Tokens PromptEncoder::tokenize(const std::string& prompt, int64_t max_length, bool raw) const {
+  check_t5_max_length(max_length);
+  return tok_->encode(preprocess(prompt, raw), max_length);
+}
+
+EncodedPrompts PromptEncoder::encode(const std::vector<std::string>& prompts, int64_t max_length, bool raw) {
+  DIT_CHECK(!prompts.empty(), "no prompt to encode");
+  check_t5_max_length(max_length);
+  EncodedPrompts e;
+  const int64_t B = int64_t(prompts.size()), L = max_length;
+  std::vector<int64_t> ids, mask;
+  for (const std::string& p : prompts) {
+    e.preprocessed.push_back(preprocess(p, raw));
+    e.tokens.push_back(tok_->encode(e.preprocessed.back(), L));
+    ids.insert(ids.end(), e.tokens.back().ids.begin(), e.tokens.back().ids.end());
+    mask.insert(mask.end(), e.tokens.back().mask.begin(), e.tokens.back().mask.end());
+  }
+  if (!enc_) {
+    auto w = std::make_shared<const T5Weights>(T5Weights::load(dir_ + "/text_encoder", compute_));
+    enc_ = std::make_unique<T5Encoder>(std::move(w));
+  }
+  if (enc_->batch() != B || enc_->seq_len() != L) enc_->prepare(B, L);
+  e.hidden = Tensor::empty({B, L, cfg_.d_model});
+  enc_->encode(ids.data(), mask.data(), e.hidden.f32());
+  return e;
+}
+
+}  // namespace dit

@@ -1,0 +1,61 @@
+// PixArt's prompt encoding over a diffusers pipeline directory (uses DIR/tokenizer and
+// DIR/text_encoder): preprocess (lower/strip), tokenize to max_length, run the T5 encoder.
+//
+//   PromptEncoder pe = PromptEncoder::open("/models/PixArt-Sigma", DType::BF16);
+//   EncodedPrompts e = pe.encode({"", "a red fox"}, pe.default_max_length());  // [2, 300, 4096]
+//
+// open() reads and cross-checks the text encoder's config.json and the tokenizer; the
+// weights are loaded by the first encode(). Default max length: 300 for
+// PixArtSigmaPipeline, 120 for PixArtAlphaPipeline (model_index.json's _class_name), 300
+// for anything else.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/t5/t5_config.h"
+#include "models/t5/t5_encoder.h"
+#include "models/t5/t5_tokenizer.h"
+#include "runtime/tensor.h"
+
+namespace dit {
+
+struct EncodedPrompts {
+  std::vector<std::string> preprocessed;  // the text given to the tokenizer
+  std::vector<T5Tokens> tokens;           // ids, mask, pieces, truncation per prompt
+  Tensor hidden;                          // [prompts, max_length, d_model] f32, padded positions included
+};
+
+class PromptEncoder {
+ public:
+  static PromptEncoder open(const std::string& model_dir, DType compute);
+  PromptEncoder(PromptEncoder&&) noexcept;
+  PromptEncoder& operator=(PromptEncoder&&) noexcept;
+  ~PromptEncoder();
+
+  int64_t default_max_length() const { return default_max_length_; }
+  // model_index.json's _class_name, or "" when there is none.
+  const std::string& pipeline_class() const { return pipeline_class_; }
+  const T5Config& config() const { return cfg_; }
+  const T5Tokenizer& tokenizer() const { return *tok_; }
+
+  // pixart_preprocess(prompt), or the prompt itself (checked to be UTF-8) when raw.
+  std::string preprocess(const std::string& prompt, bool raw) const;
+  T5Tokens tokenize(const std::string& prompt, int64_t max_length, bool raw) const;
+  // Loads the weights on first use; prepares the encoder for (prompts, max_length).
+  EncodedPrompts encode(const std::vector<std::string>& prompts, int64_t max_length, bool raw = false);
+  // The encoder, once encode() has loaded it (else null).
+  T5Encoder* encoder() { return enc_.get(); }
+
+ private:
+  PromptEncoder() = default;
+  std::string dir_, pipeline_class_;
+  int64_t default_max_length_ = 300;
+  DType compute_ = DType::F32;
+  T5Config cfg_;
+  std::unique_ptr<T5Tokenizer> tok_;
+  std::unique_ptr<T5Encoder> enc_;
+};
+
+}  // namespace dit

@@ -1,0 +1,67 @@
+// T5 v1.1 encoder forward pass (transformers T5EncoderModel(ids, attention_mask).last_hidden_state),
+// the exact order of operations of FORMATS.md §10.1:
+//
+//   h = embedding[ids]                                   (no scaling)
+//   per block: h += o(attn(rms(h))),  h += wo(gelu_new(wi_0 x) ⊙ wi_1 x) with x = rms(h)
+//   out = rms(h, final_layer_norm)                       (all L positions, padded ones too)
+//
+// attention: softmax(q·kᵀ + rel_bias[bucket(j - i)] + (1 - mask[j])·finfo(f32).min)·v, no
+// 1/sqrt(d_kv), block 0's relative bias reused by every block.
+//
+//   auto w = std::make_shared<T5Weights>(T5Weights::load(dir + "/text_encoder", DType::F32));
+//   T5Encoder enc(w);
+//   enc.prepare(2, 300);                          // primitives and buffers, once
+//   enc.encode(ids, mask, out);                   // [2, 300] int64 each -> [2, 300, d_model] f32
+//
+// encode() allocates nothing and creates no primitive. Like the other kernels' objects, one
+// encoder must not run on two threads at once.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "models/t5/t5_weights.h"
+#include "runtime/linear.h"
+
+namespace dit {
+
+// Which projection a Linear is, so that a tensor-parallel factory can split it (column
+// parallel: Q, K, V, Wi0, Wi1; row parallel: O, Wo).
+enum class T5Proj { Q, K, V, O, Wi0, Wi1, Wo };
+struct T5LinearRole {
+  int64_t layer = 0;
+  T5Proj proj = T5Proj::Q;
+};
+using T5LinearFactory = std::function<Linear(const T5LinearRole&, const LinearSpec&, const LinearWeight&)>;
+// The default factory: Linear(spec, weight) in this process.
+Linear make_local_t5_linear(const T5LinearRole& role, const LinearSpec& spec, const LinearWeight& w);
+
+class T5Encoder {
+ public:
+  explicit T5Encoder(std::shared_ptr<const T5Weights> w, T5LinearFactory make_linear = make_local_t5_linear);
+  T5Encoder(T5Encoder&&) noexcept;
+  T5Encoder& operator=(T5Encoder&&) noexcept;
+  ~T5Encoder();
+
+  // Creates every primitive and buffer for `batch` sequences of `seq_len` tokens.
+  void prepare(int64_t batch, int64_t seq_len);
+  // ids, mask: [batch, seq_len] (mask values 0 or 1); out: [batch, seq_len, d_model] f32.
+  // An id outside 0..vocab_size-1 or a mask value other than 0/1 throws dit::Error.
+  void encode(const int64_t* ids, const int64_t* mask, float* out);
+
+  int64_t batch() const;
+  int64_t seq_len() const;
+  const T5Weights& weights() const;
+  // FLOPs of one encode at the prepared shape: every matmul (2·m·k·n) and attention
+  // (4·batch·heads·L²·d_kv); norms and element-wise work not counted.
+  double flops() const;
+  // Gives back the resident pages of the memory-mapped weights (T5Weights::drop_pages);
+  // the encoder stays usable (pages fault back in on the next encode).
+  size_t drop_resident_pages() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dit

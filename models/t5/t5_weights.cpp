@@ -1,0 +1,73 @@
+#include "models/t5/t5_weights.h"
+
+#include <cstdlib>
+
+#include "runtime/error.h"
+#include "runtime/printable.h"
+
+namespace dit {
+namespace {
+
+Tensor to_f32(const Tensor& t) { return t.dtype() == DType::F32 ? t : t.to(DType::F32); }
+
+// Tensors named encoder.block.<n>.* for n >= layers, or a relative_attention_bias outside
+// block 0, mean the config and the weights disagree: refuse them rather than ignore them.
+void check_no_stray_blocks(const WeightStore& store, const T5Config& cfg) {
+  const std::string prefix = "encoder.block.";
+  for (const std::string& name : store.names()) {
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    char* end = nullptr;
+    const long n = std::strtol(name.c_str() + prefix.size(), &end, 10);
+    if (end == name.c_str() + prefix.size()) continue;
+    DIT_CHECK(n < cfg.num_layers, store.file_of(name).path()
+                                      << ": tensor '" << printable(name) << "': block " << n << " but " << cfg.source
+                                      << " says num_layers " << cfg.num_layers);
+    DIT_CHECK(n == 0 || name.find("relative_attention_bias") == std::string::npos,
+              store.file_of(name).path() << ": tensor '" << printable(name)
+                                         << "': only block 0 has a relative_attention_bias in T5");
+  }
+}
+
+}  // namespace
+
+T5Weights T5Weights::load(const std::string& dir, DType compute) {
+  T5Weights w;
+  w.cfg = load_t5_config(dir + "/config.json");
+  w.compute = compute;
+  w.store = WeightStore::open_dir(dir, "model");
+  const T5Config& c = w.cfg;
+  const WeightStore& s = w.store;
+  check_no_stray_blocks(s, c);
+  const int64_t D = c.d_model, I = c.inner(), F = c.d_ff;
+
+  // transformers ties encoder.embed_tokens to shared; a save keeps one or both.
+  const char* emb_name = s.has("shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight";
+  if (!s.has(emb_name)) DIT_FAIL("missing tensor 'shared.weight' (or 'encoder.embed_tokens.weight') in " << s.describe());
+  w.embedding = s.get(emb_name, {c.vocab_size, D});
+  if (std::string(emb_name) == "shared.weight" && s.has("encoder.embed_tokens.weight"))
+    s.get("encoder.embed_tokens.weight", {c.vocab_size, D});  // shape-checked; tied, not used
+  w.rel_bias = to_f32(
+      s.get("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", {c.num_buckets, c.num_heads}));
+  w.final_ln = to_f32(s.get("encoder.final_layer_norm.weight", {D}));
+
+  auto linear = [&](const std::string& name, int64_t out, int64_t in) {
+    return LinearWeight::prepare(s.get(name, {out, in}), Tensor(), compute);
+  };
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = "encoder.block." + std::to_string(i) + ".layer.";
+    T5LayerWeights l;
+    l.ln_attn = to_f32(s.get(p + "0.layer_norm.weight", {D}));
+    l.q = linear(p + "0.SelfAttention.q.weight", I, D);
+    l.k = linear(p + "0.SelfAttention.k.weight", I, D);
+    l.v = linear(p + "0.SelfAttention.v.weight", I, D);
+    l.o = linear(p + "0.SelfAttention.o.weight", D, I);
+    l.ln_ff = to_f32(s.get(p + "1.layer_norm.weight", {D}));
+    l.wi0 = linear(p + "1.DenseReluDense.wi_0.weight", F, D);
+    l.wi1 = linear(p + "1.DenseReluDense.wi_1.weight", F, D);
+    l.wo = linear(p + "1.DenseReluDense.wo.weight", D, F);
+    w.layers.push_back(std::move(l));
+  }
+  return w;
+}
+
+}  // namespace dit
