@@ -36,6 +36,9 @@ struct PipelineOptions {
   DType dtype = DType::F32;  // compute type of the matmuls (bf16 needs AVX-512 bf16 for speed)
   std::shared_ptr<ParallelContext> parallel;  // null = serial
   QkvProjection qkv = QkvProjection::Auto;    // models/common/qkv.h
+  // Text-to-image: give back the text encoder's memory-mapped pages after each encoding, so a
+  // single image does not keep T5 resident through the denoising loop. Batch mode keeps them.
+  bool release_text_encoder = true;
 };
 
 struct Request {

@@ -48,6 +48,7 @@ struct LoadOptions {
   std::string dir;      // the pipeline directory
   DType dtype = DType::F32;
   QkvProjection qkv = QkvProjection::Auto;
+  bool release_text_encoder = true;  // drop the text encoder's resident pages after each encoding
 };
 
 struct LoadedFamily {

@@ -197,6 +197,7 @@ std::unique_ptr<Pipeline> Pipeline::load(const PipelineOptions& opt) {
   lo.dir = dir;
   lo.dtype = opt.dtype;
   lo.qkv = opt.qkv;
+  lo.release_text_encoder = opt.release_text_encoder;
   LoadedFamily f = family.load(lo, index, tcfg);
   m.rules = std::move(f.rules);
   m.model = std::move(f.model);

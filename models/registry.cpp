@@ -4,6 +4,7 @@
 
 #include "models/dit/dit_family.h"
 #include "models/model_family.h"
+#include "models/pixart/pixart_family.h"
 #include "runtime/error.h"
 #include "runtime/json_config.h"
 
@@ -12,6 +13,8 @@ namespace dit {
 const std::vector<FamilyEntry>& model_families() {
   static const std::vector<FamilyEntry> families = {
       {"dit", {"DiTPipeline"}, "DiTTransformer2DModel", "ada_norm_zero", load_dit_family},
+      {"pixart", {"PixArtSigmaPipeline", "PixArtAlphaPipeline"}, "PixArtTransformer2DModel", "ada_norm_single",
+       load_pixart_family},
   };
   return families;
 }

@@ -38,12 +38,42 @@ class LocalSelfAttention : public SelfAttention {
   bool prepared_ = false;
 };
 
+class LocalCrossAttention : public CrossAttention {
+ public:
+  void prepare(const CrossAttentionShape& s) override {
+    DIT_CHECK(s.batch > 0 && s.q_tokens >= 0 && s.kv_tokens > 0 && s.heads > 0 && s.head_dim > 0,
+              "cross-attention: bad shape batch " << s.batch << " queries " << s.q_tokens << " keys " << s.kv_tokens
+                                                  << " heads " << s.heads << " head_dim " << s.head_dim);
+    const int64_t H = s.heads, d = s.head_dim;
+    s_ = s;
+    if (s.q_tokens == 0) return;  // a rank holding no image tokens
+    AttentionSpec a;
+    a.batch = s.batch;
+    a.heads = H;
+    a.q_len = s.q_tokens;
+    a.kv_len = s.kv_tokens;
+    a.head_dim = d;
+    a.compute = s.compute;
+    a.q = a.out = AttnLayout::bthd(s.q_tokens, d, H, H * d);
+    a.k = a.v = AttnLayout::bthd(s.kv_tokens, d, H, H * d);
+    attn_ = Attention(a);
+  }
+  void forward(const float* q, const float* k, const float* v, const float* key_bias, float* out) override {
+    if (s_.q_tokens == 0) return;
+    AttnBias bias;
+    bias.key = key_bias;
+    attn_.run(q, k, v, out, nullptr, &bias);
+  }
+
+ private:
+  CrossAttentionShape s_;
+  Attention attn_;
+};
+
 }  // namespace
 
 std::unique_ptr<SelfAttention> make_local_self_attention() { return std::make_unique<LocalSelfAttention>(); }
 
-std::unique_ptr<CrossAttention> make_local_cross_attention() {
-  throw Error("cross-attention is not implemented yet");  // TODO(seams): needs Attention key bias
-}
+std::unique_ptr<CrossAttention> make_local_cross_attention() { return std::make_unique<LocalCrossAttention>(); }
 
 }  // namespace dit

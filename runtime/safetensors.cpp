@@ -271,14 +271,16 @@ Tensor SafeTensorsFile::get(const std::string& name) const {
 
 std::vector<int64_t> SafeTensorsFile::get_int64(const std::string& name) const {
   const SafeTensorInfo& ti = info(name);
-  if (ti.dtype != "I64" && ti.dtype != "I32")
-    fail_tensor(path_, name, "not an integer tensor (expected I64 or I32, found " + ti.dtype + ")");
+  if (ti.dtype != "I64" && ti.dtype != "I32" && ti.dtype != "U8")
+    fail_tensor(path_, name, "not an integer tensor (expected I64, I32 or U8, found " + ti.dtype + ")");
   const uint8_t* src = data_ + ti.begin;
-  const size_t esz = ti.dtype == "I64" ? 8 : 4, n = size_t((ti.end - ti.begin) / esz);
+  const size_t esz = ti.dtype == "I64" ? 8 : ti.dtype == "I32" ? 4 : 1, n = size_t((ti.end - ti.begin) / esz);
   std::vector<int64_t> out(n);
   for (size_t i = 0; i < n; ++i) {
     if (esz == 8) {
       std::memcpy(&out[i], src + 8 * i, 8);
+    } else if (esz == 1) {
+      out[i] = src[i];
     } else {
       int32_t v;
       std::memcpy(&v, src + 4 * i, 4);

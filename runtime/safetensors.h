@@ -53,7 +53,7 @@ class SafeTensorsFile : public std::enable_shared_from_this<SafeTensorsFile> {
   // data is not aligned to the element size). F16: converted to a new F32 tensor. Other
   // dtypes (allowed in the file) throw here, naming the dtype and the tensor.
   Tensor get(const std::string& name) const;
-  // I64 or I32 tensors (e.g. token ids and masks of golden files) as int64 values in
+  // I64, I32 or U8 tensors (e.g. token ids, masks and images of golden files) as int64 values in
   // row-major order; other dtypes throw, naming the tensor and the dtype.
   std::vector<int64_t> get_int64(const std::string& name) const;
 

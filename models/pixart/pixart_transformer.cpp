@@ -1,0 +1,255 @@
+#include "models/pixart/pixart_transformer.h"
+
+#include <cstring>
+
+#include "models/common/embeddings.h"
+#include "runtime/elementwise.h"
+#include "runtime/error.h"
+#include "runtime/profile.h"
+
+namespace dit {
+
+namespace {
+
+Linear make_linear(const LinearWeight& lw, int64_t batch, int64_t rows, Act act = Act::None, bool gated = false,
+                   bool accumulate = false) {
+  LinearSpec spec;
+  spec.batch = batch;
+  spec.rows = rows;
+  spec.in = lw.in();
+  spec.out = lw.out();
+  spec.act = act;
+  spec.gated_residual = gated;
+  spec.accumulate = accumulate;
+  return Linear(spec, lw);
+}
+
+// out[k, b, :] = table[k, :] + v[b, k·D : (k+1)·D] for k < n, with v [B, n·D] when per_k,
+// else v [B, D] (the same vector added to every row of the table).
+void add_table(const float* table, const float* v, int64_t batch, int64_t n, int64_t D, bool per_k, float* out) {
+  for (int64_t k = 0; k < n; ++k)
+    for (int64_t b = 0; b < batch; ++b)
+      add(table + k * D, v + (per_k ? (b * n + k) * D : b * D), out + (k * batch + b) * D, D);
+}
+
+}  // namespace
+
+PixArtTransformer::PixArtTransformer(PixArtWeights w) : w_(std::move(w)) {
+  const PixArtConfig& c = w_.cfg;
+  geo_.in_channels = c.in_channels;
+  geo_.out_channels = c.out_channels;
+  geo_.patch = c.patch;
+  geo_.sample_size = c.sample_size;
+  geo_.heads = c.heads;
+  geo_.hidden = c.hidden();
+  geo_.layers = c.layers;
+}
+
+void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
+  const PixArtConfig& c = w_.cfg;
+  DIT_CHECK(s.batch >= 1 && s.latent_h >= c.patch && s.latent_w >= c.patch && s.latent_h % c.patch == 0 &&
+                s.latent_w % c.patch == 0,
+            "PixArt: latents " << s.latent_h << "x" << s.latent_w << " are not a positive multiple of the patch size "
+                               << c.patch);
+  DIT_CHECK(s.text_tokens >= 1, "PixArt: a text length is required");
+  B_ = s.batch;
+  L_ = s.text_tokens;
+  grid_h_ = s.latent_h / c.patch;
+  grid_w_ = s.latent_w / c.patch;
+  tokens_ = ctx.sequence().range(grid_h_ * grid_w_);
+  if (!attn_) attn_ = ctx.layers().self_attention();  // once: it may hold communication state
+  if (!cross_) cross_ = ctx.layers().cross_attention();
+  const int64_t B = B_, T = tokens_.size(), D = c.hidden(), L = L_;
+
+  if (T > 0) patch_ = make_linear(w_.patch, 1, B * T);
+  t_fc1_ = make_linear(w_.t_embed.fc1, 1, B, Act::Silu);
+  t_fc2_ = make_linear(w_.t_embed.fc2, 1, B);
+  if (c.use_additional_conditions) {
+    res_fc1_ = make_linear(w_.res_embed.fc1, 1, 2 * B, Act::Silu);
+    res_fc2_ = make_linear(w_.res_embed.fc2, 1, 2 * B);
+    ar_fc1_ = make_linear(w_.ar_embed.fc1, 1, B, Act::Silu);
+    ar_fc2_ = make_linear(w_.ar_embed.fc2, 1, B);
+  }
+  ada_ = make_linear(w_.ada, 1, B);
+  caption1_ = make_linear(w_.caption1, 1, B * L, Act::GeluTanh);
+  caption2_ = make_linear(w_.caption2, 1, B * L);
+  ops_.clear();
+  k2_.clear();
+  v2_.clear();
+  for (const PixArtBlockWeights& bw : w_.blocks) {
+    BlockOps o;
+    o.k2 = make_linear(bw.k2, 1, B * L);
+    o.v2 = make_linear(bw.v2, 1, B * L);
+    if (T > 0) {
+      o.qkv = QkvLinear(bw.qkv, B * T);
+      o.attn1_out = make_linear(bw.attn1_out, B, T, Act::None, /*gated=*/true);
+      o.q2 = make_linear(bw.q2, 1, B * T);
+      o.attn2_out = make_linear(bw.attn2_out, 1, B * T, Act::None, false, /*accumulate=*/true);
+      o.fc1 = make_linear(bw.fc1, 1, B * T, Act::GeluTanh);
+      o.fc2 = make_linear(bw.fc2, B, T, Act::None, /*gated=*/true);
+    }
+    ops_.push_back(std::move(o));
+    k2_.push_back(Tensor::empty({B, L, D}));
+    v2_.push_back(Tensor::empty({B, L, D}));
+  }
+  if (T > 0) {
+    proj_out_ = make_linear(w_.proj_out, 1, B * T);
+    ln_ = LayerNormModulate(B, T, D, c.norm_eps);
+    ln_final_ = LayerNormModulate(B, T, D, 1e-6f);
+  }
+
+  patches_ = Tensor::empty({B, T, int64_t(c.patch_dim_in())});
+  pos_ = Tensor::empty({T, D});
+  x_ = Tensor::empty({B, T, D});
+  h_ = Tensor::empty({B, T, D});
+  qkv_ = Tensor::empty({B, T, 3 * D});
+  attn_out_ = Tensor::empty({B, T, D});
+  q2_ = Tensor::empty({B, T, D});
+  mlp_ = Tensor::empty({B, T, 4 * D});
+  tfreq_ = Tensor::empty({B, 256});
+  temb_ = Tensor::empty({B, D});
+  emb_ = Tensor::empty({B, D});
+  t6_ = Tensor::empty({B, 6 * D});
+  chunks_ = Tensor::empty({6, B, D});
+  final_chunks_ = Tensor::empty({2, B, D});
+  micro_ = Tensor::empty({B, D});
+  key_bias_ = Tensor::empty({B, L});
+  caption_ = Tensor::empty({B, L, D});
+  caption_h_ = Tensor::empty({B, L, D});
+
+  pos_embed_2d(int(D), grid_h_, grid_w_, double(c.sample_size / c.patch), c.interpolation_scale, tokens_.begin,
+               tokens_.end, pos_.f32());
+
+  SelfAttentionShape as;
+  as.batch = B;
+  as.local_tokens = T;
+  as.total_tokens = grid_h_ * grid_w_;
+  as.heads = c.heads;
+  as.head_dim = c.head_dim;
+  as.compute = w_.compute;
+  attn_->prepare(as);
+  CrossAttentionShape cs;
+  cs.batch = B;
+  cs.q_tokens = T;
+  cs.kv_tokens = L;
+  cs.heads = c.heads;
+  cs.head_dim = c.head_dim;
+  cs.compute = w_.compute;
+  cross_->prepare(cs);
+}
+
+void PixArtTransformer::begin(const Conditioning& cond) {
+  const PixArtConfig& c = w_.cfg;
+  const int64_t B = B_, L = L_, D = c.hidden();
+  DIT_CHECK(cond.batch == B && cond.text.defined() && cond.text.shape() == Shape({B, L, int64_t(c.caption_channels)}) &&
+                cond.text_mask.defined() && cond.text_mask.shape() == Shape({B, L}),
+            "PixArt: the conditioning must be text states [" << B << ", " << L << ", " << c.caption_channels
+                                                             << "] and a mask [" << B << ", " << L << "]");
+  // Cross-attention padding bias (1 - m)·(-10000), as diffusers builds it.
+  for (int64_t i = 0; i < B * L; ++i) key_bias_.f32()[i] = (1.0f - cond.text_mask.f32()[i]) * -10000.0f;
+  // y = linear_2(GELU-tanh(linear_1(T5 states)))   [B, L, D], then every block's K and V of it.
+  caption1_.run(cond.text.f32(), caption_h_.f32());
+  caption2_.run(caption_h_.f32(), caption_.f32());
+  for (size_t l = 0; l < ops_.size(); ++l) {
+    ops_[l].k2.run(caption_.f32(), k2_[l].f32());
+    ops_[l].v2.run(caption_.f32(), v2_[l].f32());
+  }
+  if (!c.use_additional_conditions) return;
+  // α micro-conditions of the generated size: [emb(H), emb(W)] ++ emb(H/W), each value through
+  // the 256-d sinusoid (flip, shift 0) and its embedder   [B, D]
+  DIT_CHECK(cond.image_height > 0 && cond.image_width > 0, "PixArt-α: the image size micro-condition is missing");
+  const int64_t S = D / 3;
+  Tensor rf = Tensor::empty({2 * B, 256}), rh = Tensor::empty({2 * B, S}), ro = Tensor::empty({2 * B, S});
+  Tensor af = Tensor::empty({B, 256}), ah = Tensor::empty({B, S}), ao = Tensor::empty({B, S});
+  const float aspect = float(double(cond.image_height) / double(cond.image_width));
+  for (int64_t b = 0; b < B; ++b) {
+    timestep_embedding(double(cond.image_height), 256, 0.0f, rf.f32() + (2 * b) * 256);
+    timestep_embedding(double(cond.image_width), 256, 0.0f, rf.f32() + (2 * b + 1) * 256);
+    timestep_embedding(double(aspect), 256, 0.0f, af.f32() + b * 256);
+  }
+  res_fc1_.run(rf.f32(), rh.f32());
+  res_fc2_.run(rh.f32(), ro.f32());  // [2B, S] = [B, 2S]: emb(H), emb(W)
+  ar_fc1_.run(af.f32(), ah.f32());
+  ar_fc2_.run(ah.f32(), ao.f32());
+  for (int64_t b = 0; b < B; ++b) {
+    std::memcpy(micro_.f32() + b * D, ro.f32() + b * 2 * S, size_t(2 * S) * 4);
+    std::memcpy(micro_.f32() + b * D + 2 * S, ao.f32() + b * S, size_t(S) * 4);
+  }
+}
+
+// emb_ = TimestepEmbedding(t) (+ micro-conditions); t6_ = ada(SiLU(emb_)).
+void PixArtTransformer::embed_timestep(const double* t) {
+  const int64_t B = B_, D = w_.cfg.hidden();
+  for (int64_t b = 0; b < B; ++b) timestep_embedding(t[b], 256, 0.0f, tfreq_.f32() + b * 256);
+  t_fc1_.run(tfreq_.f32(), temb_.f32());  // linear_1 + SiLU
+  t_fc2_.run(temb_.f32(), emb_.f32());    // linear_2
+  if (w_.cfg.use_additional_conditions) add(emb_.f32(), micro_.f32(), emb_.f32(), B * D);
+  silu(emb_.f32(), temb_.f32(), B * D);
+  ada_.run(temb_.f32(), t6_.f32());       // [B, 6D]
+}
+
+// x += gate_msa ⊙ SelfAttn(LN(x)(1 + scale_msa) + shift_msa)
+void PixArtTransformer::self_attention(size_t l, float* x) {
+  const int64_t B = B_, T = tokens_.size(), D = w_.cfg.hidden();
+  const BlockOps& o = ops_[l];
+  auto chunk = [&](int k) { return chunks_.f32() + k * B * D; };
+  if (T > 0) {
+    ln_.run(x, h_.f32(), chunk(0), chunk(1));
+    o.qkv.run(h_.f32(), qkv_.f32());  // [B, T, 3, H, d]
+  }
+  {
+    profile::Scope pa(profile::Cat::Attention);
+    attn_->forward(qkv_.f32(), attn_out_.f32());  // [B, T, H, d]  (may talk to other ranks)
+  }
+  if (T > 0) o.attn1_out.run(attn_out_.f32(), x, chunk(2));
+}
+
+// x += CrossAttn(q = x·Wq, k, v = the projected caption) · Wo   (no norm, no gate)
+void PixArtTransformer::cross_attention(size_t l, float* x) {
+  if (tokens_.size() == 0) return;
+  const BlockOps& o = ops_[l];
+  o.q2.run(x, q2_.f32());
+  {
+    profile::Scope pa(profile::Cat::Attention);
+    cross_->forward(q2_.f32(), k2_[l].f32(), v2_[l].f32(), key_bias_.f32(), attn_out_.f32());
+  }
+  o.attn2_out.run(attn_out_.f32(), x);
+}
+
+void PixArtTransformer::forward(const float* latents, const double* t, float* out) {
+  const PixArtConfig& c = w_.cfg;
+  const int64_t B = B_, T = tokens_.size(), D = c.hidden();
+  float* x = x_.f32();
+  profile::Scope prof(profile::Cat::NormElementwise);
+
+  // Patch embedding of the local tokens + fixed positions   [B, T, D]
+  if (T > 0) {
+    patchify(latents, B, c.in_channels, grid_h_ * c.patch, grid_w_ * c.patch, c.patch, tokens_.begin, tokens_.end,
+             patches_.f32());
+    patch_.run(patches_.f32(), x);
+    for (int64_t b = 0; b < B; ++b) add(x + b * T * D, pos_.f32(), x + b * T * D, T * D);
+  }
+  embed_timestep(t);
+
+  for (size_t l = 0; l < ops_.size(); ++l) {
+    // 0 shift_msa, 1 scale_msa, 2 gate_msa, 3 shift_mlp, 4 scale_mlp, 5 gate_mlp = table + t6
+    add_table(w_.blocks[l].scale_shift_table.f32(), t6_.f32(), B, 6, D, true, chunks_.f32());
+    self_attention(l, x);
+    cross_attention(l, x);
+    if (T > 0) {
+      const BlockOps& o = ops_[l];
+      ln_.run(x, h_.f32(), chunks_.f32() + 3 * B * D, chunks_.f32() + 4 * B * D);  // LN(x)(1 + scale_mlp) + shift_mlp
+      o.fc1.run(h_.f32(), mlp_.f32());                                             // GELU-tanh(h·W1 + b1)   [B, T, 4D]
+      o.fc2.run(mlp_.f32(), x, chunks_.f32() + 5 * B * D);                         // x += gate_mlp ⊙ (mlp·W2 + b2)
+    }
+  }
+
+  // Final layer: shift, scale = final table + embedded timestep; out = proj_out(LN(x)(1 + scale) + shift)
+  add_table(w_.scale_shift_table.f32(), emb_.f32(), B, 2, D, false, final_chunks_.f32());
+  if (T > 0) {
+    ln_final_.run(x, h_.f32(), final_chunks_.f32(), final_chunks_.f32() + B * D);
+    proj_out_.run(h_.f32(), out);  // [B, T, p·p·C_out]
+  }
+}
+
+}  // namespace dit

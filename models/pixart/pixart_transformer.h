@@ -1,0 +1,72 @@
+// PixArt-α/Σ forward pass (diffusers PixArtTransformer2DModel, docs/pixart.md) over the image
+// tokens this process holds, as a DiffusionModel (models/diffusion_model.h):
+//
+//   x = patch_embed(latents) + pos                                   [B, T, D]
+//   e = t_embed(t) (+ [res_embed(h), res_embed(w), ar_embed(h/w)])   [B, D]  (embedded timestep)
+//   t6 = ada(SiLU(e))                                                [B, 6D]
+//   y = caption2(GELU-tanh(caption1(T5 states)))                     [B, L, D] (once per request)
+//   per block (shift/scale/gate = scale_shift_table + t6):
+//     x += gate_msa ⊙ SelfAttn(LN(x)(1 + scale_msa) + shift_msa)
+//     x += CrossAttn(q = x, k, v = y; key bias (1 - mask)·(-10000))     (no norm, no gate)
+//     x += gate_mlp ⊙ FF(LN(x)(1 + scale_mlp) + shift_mlp)
+//   out = proj_out(LN(x)(1 + scale) + shift), shift/scale = final scale_shift_table + e
+//
+// Self-attention goes through the SelfAttention role (local, Ulysses, Ring); the cross-
+// attention's keys and values (the projected caption, the same on every rank) are computed
+// once per request in begin(), and each rank's queries attend to them locally.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "models/diffusion_model.h"
+#include "models/pixart/pixart_weights.h"
+#include "runtime/linear.h"
+#include "runtime/norm.h"
+
+namespace dit {
+
+class PixArtTransformer final : public DiffusionModel {
+ public:
+  explicit PixArtTransformer(PixArtWeights w);
+  const ModelGeometry& geometry() const override { return geo_; }
+  void prepare(const ModelShape& shape, ParallelContext& ctx) override;
+  void begin(const Conditioning& cond) override;
+  void forward(const float* latents, const double* t, float* out) override;
+  const PixArtWeights& weights() const { return w_; }
+
+ private:
+  void embed_timestep(const double* t);
+  void self_attention(size_t l, float* x);
+  void cross_attention(size_t l, float* x);
+
+  PixArtWeights w_;
+  ModelGeometry geo_;
+  int64_t B_ = 0, L_ = 0, grid_h_ = 0, grid_w_ = 0;
+  TokenRange tokens_;
+  std::unique_ptr<SelfAttention> attn_;
+  std::unique_ptr<CrossAttention> cross_;
+
+  // Primitives (created in prepare).
+  Linear patch_, t_fc1_, t_fc2_, res_fc1_, res_fc2_, ar_fc1_, ar_fc2_, ada_, caption1_, caption2_, proj_out_;
+  struct BlockOps {
+    QkvLinear qkv;
+    Linear attn1_out, q2, k2, v2, attn2_out, fc1, fc2;
+  };
+  std::vector<BlockOps> ops_;
+  LayerNormModulate ln_, ln_final_;
+
+  // Per request (begin).
+  Tensor micro_;     // [B, D] resolution/aspect-ratio embeddings (α), added to the timestep embedding
+  Tensor key_bias_;  // [B, L] (1 - mask)·(-10000)
+  Tensor caption_;   // [B, L, D] projected caption (scratch)
+  Tensor caption_h_; // [B, L, D] GELU(linear_1) (scratch)
+  std::vector<Tensor> k2_, v2_;  // per block [B, L, D]
+
+  // Activations (allocated in prepare).
+  Tensor patches_, pos_, x_, h_, qkv_, attn_out_, q2_, mlp_;
+  Tensor tfreq_, temb_, emb_, t6_, chunks_, final_chunks_;
+};
+
+}  // namespace dit
