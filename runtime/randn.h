@@ -1,6 +1,6 @@
 // Initial noise identical to torch's CPU generator:
 //   torch.randn(shape, generator=torch.Generator("cpu").manual_seed(seed))   (float32)
-// so that a seed gives the same picture as a diffusers pipeline. Algorithm: FORMATS.md §9.
+// so that a seed gives the same picture as a diffusers pipeline. Algorithm: docs/noise.md.
 // torch seeds its mt19937 with the low 32 bits of the 64-bit seed.
 //
 //   Tensor noise = torch_randn(42, {1, 4, 32, 32});

@@ -1,4 +1,4 @@
-// SafeTensorsFile: memory-mapped, validated safetensors reader (FORMATS.md §5).
+// SafeTensorsFile: memory-mapped, validated safetensors reader (docs/checkpoints.md).
 #include "runtime/safetensors.h"
 
 #include <fcntl.h>

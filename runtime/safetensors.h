@@ -1,5 +1,5 @@
 // safetensors checkpoints: reading (memory-mapped, fully validated), sharded model
-// directories (WeightStore) and writing. Format: FORMATS.md §5.
+// directories (WeightStore) and writing. Format: docs/checkpoints.md.
 //
 //   auto f = SafeTensorsFile::open("transformer/diffusion_pytorch_model.safetensors");
 //   Tensor w = f->get("pos_embed.proj.weight");        // zero-copy view for F32/BF16

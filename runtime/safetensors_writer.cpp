@@ -1,4 +1,4 @@
-// write_safetensors / write_sharded_safetensors (FORMATS.md §5).
+// write_safetensors / write_sharded_safetensors (docs/checkpoints.md).
 #include <algorithm>
 #include <cstdio>
 #include <set>

@@ -1,4 +1,4 @@
-// WeightStore: one model component's weights, single-file or sharded (FORMATS.md §5).
+// WeightStore: one model component's weights, single-file or sharded (docs/checkpoints.md).
 #include <sys/stat.h>
 
 #include <set>

@@ -1,5 +1,5 @@
 // T5 v1.1 encoder forward pass (transformers T5EncoderModel(ids, attention_mask).last_hidden_state),
-// the exact order of operations of FORMATS.md §10.1:
+// the exact order of operations of docs/t5.md:
 //
 //   h = embedding[ids]                                   (no scaling)
 //   per block: h += o(attn(rms(h))),  h += wo(gelu_new(wi_0 x) ⊙ wi_1 x) with x = rms(h)

@@ -6,7 +6,7 @@
 //   (r > 0 ? nb : 0) + (|r| < max_exact ? |r|
 //                       : min(nb - 1, max_exact + trunc(ln(|r| / max_exact) / ln(max_distance / max_exact)
 //                                                       · (nb - max_exact))))
-// in float32 like torch (FORMATS.md §10.1; for 32/128: 0..7 exact, 8–11 → 8, ..., ≥ 91 → 15).
+// in float32 like torch (docs/t5.md; for 32/128: 0..7 exact, 8–11 → 8, ..., ≥ 91 → 15).
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// AutoencoderKL decoder (diffusers, FORMATS.md §4): post_quant_conv, conv_in, mid block
+// AutoencoderKL decoder (diffusers, docs/vae.md): post_quant_conv, conv_in, mid block
 // (resnet, single-head attention, resnet), up blocks of resnets with nearest-2x upsamplers,
 // GroupNorm + SiLU + conv_out. Any number of blocks, groups and layers from the config;
 // both attention naming styles (to_q/… and the old query/key/value/proj_attn).

@@ -1,4 +1,4 @@
-// DiT's weight-free pieces against independent values: timestep features (FORMATS.md
+// DiT's weight-free pieces against independent values: timestep features (docs/dit.md
 // reference numbers), 2-D sin-cos positions (a direct formula), patch (un)folding.
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -9,7 +9,7 @@
 TEST_CASE("timestep embedding matches diffusers (flip, shift 1)", "[models][embeddings]") {
   std::vector<float> e(256);
   dit::timestep_embedding(500.0, 256, 1.0f, e.data());
-  // Reference values for t=500 (FORMATS.md §1.6, computed in float64): dims 1, 127, 129, 255.
+  // Reference values for t=500 (docs/dit.md, computed in float64): dims 1, 127, 129, 255.
   // torch (and we) compute t·f_k in float32, so large arguments (dim 129: t·f ≈ 500) carry
   // ~3e-5 of argument rounding; hence the wider margin there.
   CHECK(e[1] == Approx(0.997772).margin(2e-6));

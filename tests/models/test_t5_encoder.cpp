@@ -13,7 +13,7 @@
 using namespace dit;
 using t5_test::EncodeGolden;
 
-TEST_CASE("T5 relative position buckets follow the table of FORMATS.md 10.1", "[t5]") {
+TEST_CASE("T5 relative position buckets follow the table of docs/t5.md", "[t5]") {
   // b(n) for 32 buckets, max distance 128: n 0..7 -> n; 8-11 -> 8; 12-15 -> 9; 16-22 -> 10;
   // 23-31 -> 11; 32-45 -> 12; 46-63 -> 13; 64-90 -> 14; >= 91 -> 15. Keys after the query
   // (j - i > 0) add 16.

@@ -53,7 +53,7 @@ TEST_CASE("alphas_cumprod matches torch bit for bit", "[samplers]") {
   CHECK(ac[999] == Approx(4.0358e-5).epsilon(1e-4));
 }
 
-TEST_CASE("known schedules from FORMATS.md", "[samplers]") {
+TEST_CASE("known schedules from docs/samplers.md", "[samplers]") {
   SECTION("DDIM leading") {
     auto s = dit::make_sampler(dit::scheduler_defaults("DDIMScheduler"));
     s->set_timesteps(50);

@@ -3,7 +3,7 @@
 diffusers' DDIMScheduler, DPMSolverMultistepScheduler and EulerDiscreteScheduler.
 
 Independent of the C++ code: the scheduler formulas are re-implemented here with torch and
-numpy exactly as diffusers writes them (FORMATS.md §6; diffusers is not installed), and the
+numpy exactly as diffusers writes them (docs/samplers.md; diffusers is not installed), and the
 default DDIM / DPM-Solver++ 2M cases are cross-checked against the classes in
 /work/shared/reference/dit_reference.py (the source of the golden data).
 
