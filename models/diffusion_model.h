@@ -49,6 +49,18 @@ struct ModelShape {
   int64_t tokens(int patch) const { return (latent_h / patch) * (latent_w / patch); }
 };
 
+// FLOPs of one forward at the prepared batch over the whole token sequence (every sequence-
+// parallel rank's share together): matmuls 2·m·k·n, attention 4·B·Nq·Nk·D; norms and
+// element-wise work not counted.
+struct ModelFlops {
+  double linear = 0;           // token matmuls (patch embedding, projections, MLPs, output)
+  double attention = 0;        // self-attention
+  double cross_attention = 0;  // attention to the text tokens
+  double conditioning = 0;     // timestep embedding and modulation (per step)
+  double per_request = 0;      // work done once per request in begin() (e.g. the caption's K/V)
+  double per_step() const { return linear + attention + cross_attention + conditioning; }
+};
+
 class DiffusionModel {
  public:
   virtual ~DiffusionModel() = default;
@@ -63,6 +75,8 @@ class DiffusionModel {
   // latents [batch, C, h, w] (the full latents: every rank holds them), t [batch] timesteps
   // -> out [batch, local_tokens, patch·patch·out_channels]. Allocates nothing.
   virtual void forward(const float* latents, const double* t, float* out) = 0;
+  // FLOPs at the prepared shape (benchmarks; Pipeline::flops adds the other guidance half).
+  virtual ModelFlops flops() const = 0;
 };
 
 // A prompt as the family understood it, in family-neutral terms (the Result, the PNG

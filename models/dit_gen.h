@@ -120,6 +120,9 @@ class Pipeline {
   std::vector<Result> generate_batch(const std::vector<Request>& reqs, const ProgressFn& progress = {});
   const ModelInfo& info() const;
   ParallelContext& parallel();
+  // The whole transformer's FLOPs per step at the last generation's shape, every rank of the
+  // replica together (benchmarks).
+  ModelFlops flops() const;
 
  private:
   Pipeline();

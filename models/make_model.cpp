@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "models/dit/make_dit.h"
+#include "models/pixart/make_pixart.h"
 #include "runtime/error.h"
 
 namespace dit {
@@ -20,6 +21,7 @@ struct PresetEntry {
 const std::vector<PresetEntry>& preset_table() {
   static const std::vector<PresetEntry> t = {
       {dit_preset_names, write_dit_pipeline},
+      {pixart_preset_names, write_pixart_pipeline},
   };
   return t;
 }
@@ -46,6 +48,8 @@ void make_model(const MakeModelOptions& opt) {
   }
   DIT_CHECK(opt.layers >= 0 && opt.layers <= 1024, "--layers must be in 1..1024");
   DIT_CHECK(opt.shards >= 1 && opt.shards <= 1000, "--shards must be in 1..1000");
+  DIT_CHECK(opt.text_layers >= 0 && opt.text_layers <= 1024, "--text-layers must be in 1..1024");
+  DIT_CHECK(opt.text_shards >= 1 && opt.text_shards <= 1000, "--text-shards must be in 1..1000");
   DIT_CHECK(!opt.out_dir.empty(), "--out: an output directory is required");
   const fs::path out = fs::path(opt.out_dir);
   DIT_CHECK(!fs::exists(out) || (fs::is_directory(out) && fs::is_empty(out)),

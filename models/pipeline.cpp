@@ -55,6 +55,7 @@ struct Pipeline::Impl {
   // `items` latents once per guidance half computed here.
   int64_t B = 0, K = 0, h = 0, w = 0, L = 0;
   int64_t vae_h = 0, vae_w = 0;
+  bool cfg_split = false;  // the last generation's guidance halves ran on two rank groups
   Tensor x, xs, x_in, local_out, full_out, eps, eps_both, guided, raw_image;
   std::vector<double> tvec;
 
@@ -183,6 +184,13 @@ Pipeline::Pipeline() : impl_(std::make_unique<Impl>()) {}
 Pipeline::~Pipeline() = default;
 const ModelInfo& Pipeline::info() const { return impl_->info; }
 ParallelContext& Pipeline::parallel() { return *impl_->ctx; }
+ModelFlops Pipeline::flops() const {
+  ModelFlops f = impl_->model->flops();  // this rank's batch: one guidance half under --cfg-parallel
+  if (impl_->cfg_split) {
+    for (double* v : {&f.linear, &f.attention, &f.cross_attention, &f.conditioning, &f.per_request}) *v *= 2;
+  }
+  return f;
+}
 
 std::unique_ptr<Pipeline> Pipeline::load(const PipelineOptions& opt) {
   std::unique_ptr<Pipeline> p(new Pipeline());
@@ -270,6 +278,7 @@ std::vector<Result> Pipeline::generate_batch(const std::vector<Request>& reqs, c
   }
 
   const int branch = m.ctx->cfg().branch();
+  m.cfg_split = r0.cfg && branch != -1;
   const std::vector<CondRow> rows = m.rows(rs, branch);
   m.ensure_shape(int64_t(rows.size()), k, lh, lw, r0.max_sequence_length);
   m.conditioner->encode(rows, r0.max_sequence_length, m.cond);

@@ -14,6 +14,7 @@ const char* cat_name(Cat c) {
   switch (c) {
     case Cat::Linear: return "linear";
     case Cat::Attention: return "attention";
+    case Cat::CrossAttention: return "cross_attention";
     case Cat::NormElementwise: return "norm_elementwise";
     case Cat::Communication: return "communication";
     case Cat::Waiting: return "waiting";

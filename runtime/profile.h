@@ -17,9 +17,10 @@
 
 namespace dit::profile {
 
-enum class Cat : int { Linear = 0, Attention, NormElementwise, Communication, Waiting, Count };
+enum class Cat : int { Linear = 0, Attention, CrossAttention, NormElementwise, Communication, Waiting, Count };
 constexpr int kCats = int(Cat::Count);
-const char* cat_name(Cat c);  // "linear", "attention", "norm_elementwise", "communication", "waiting"
+// "linear", "attention", "cross_attention", "norm_elementwise", "communication", "waiting"
+const char* cat_name(Cat c);
 
 struct Totals {
   double seconds[kCats] = {};

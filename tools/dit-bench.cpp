@@ -4,6 +4,7 @@
 //
 //   dit-bench --preset xl --layers 4 --size 256,512 --dtype f32,bf16 --steps 5 --warmup 1
 //   dit-bench --preset xl --layers 2 --size 512 --layouts serial,cfg2,u2,r2,u2r2
+//   dit-bench --preset pixart-xl --layers 2 --text-layers 1 --size 512,1024 --layouts serial,u2,r2
 //   dit-bench --model /models/DiT-XL-2-256 --layouts serial-all
 //
 // Every (size, dtype, layout) runs in fresh processes started with the project's launcher
@@ -35,7 +36,6 @@
 #include <string>
 #include <vector>
 
-#include "models/dit/dit_config.h"
 #include "models/dit_gen.h"
 #include "models/make_model.h"
 #include "parallel/distributed_context.h"
@@ -56,7 +56,7 @@ namespace {
 
 struct Opts {
   std::string model, preset, cache_dir, layouts = "serial", sizes, dtypes = "f32", output;
-  int layers = 0, steps = 5, warmup = 1, threads = 1, gemm_runs = 5;
+  int layers = 0, text_layers = 0, steps = 5, warmup = 1, threads = 1, gemm_runs = 5;
   double guidance = 4.0;
   std::string gemm = "1024,1152,4608";
   // worker
@@ -144,23 +144,6 @@ double maxrss_mb() {
   return double(ru.ru_maxrss) / 1024.0;  // kB on Linux
 }
 
-struct Flops {
-  double linear = 0, attention = 0, conditioning = 0;
-  double total() const { return linear + attention + conditioning; }
-};
-
-// The whole model's FLOPs for one denoising step: batch B sequences of N tokens.
-Flops model_flops(const DiTConfig& c, double B, double N) {
-  const double D = c.hidden();
-  Flops f;
-  f.linear = c.layers * 2 * B * N * D * (3 * D + D + 4 * D + 4 * D) +
-             2 * B * N * D * (c.patch_dim_in() + c.patch_dim_out());
-  f.attention = c.layers * 4 * B * N * N * D;
-  // timestep MLP + adaLN per block, and once more for the final layer (+ its 2D modulation).
-  f.conditioning = (c.layers + 1) * 2 * B * (256 * D + D * D) + c.layers * 2 * B * D * 6 * D + 2 * B * D * 2 * D;
-  return f;
-}
-
 // ---------------------------------------------------------------------------------- worker
 int run_worker(const Opts& o) {
   const Layout lay = parse_layout(o.layout);
@@ -193,7 +176,6 @@ int run_worker(const Opts& o) {
       po.parallel = make_distributed_context(mesh);
     }
     auto pipe = Pipeline::load(po);
-    const DiTConfig cfg = dit_config_from(Config::load(o.model + "/transformer/config.json"));
 
     // GEMM throughput on these threads, all ranks at once (as they run the model).
     std::vector<int64_t> mkn;
@@ -211,7 +193,7 @@ int run_worker(const Opts& o) {
     time_gemms();
 
     Request req;
-    req.prompt = "1";  // a class id every model has
+    req.prompt = pipe->info().text_to_image ? "a red fox in the snow" : "1";  // "1": a class id every DiT has
     req.seed = 42;
     req.steps = o.warmup + o.steps;
     req.guidance_scale = o.guidance;
@@ -255,13 +237,17 @@ int run_worker(const Opts& o) {
     r["bytes_sent_per_step"] = double(tot.bytes_sent) / n;
     r["peak_rss_mb"] = maxrss_mb();
     r["pss_mb"] = pss_mb();
-    const int64_t lat = size / pipe->info().vae_scale, tokens = (lat / cfg.patch) * (lat / cfg.patch);
+    const ModelInfo& info = pipe->info();
+    const int64_t m = info.size_multiple, tokens = int64_t(res.request.gen_height / m) * (res.request.gen_width / m);
     r["tokens"] = tokens;
     r["size"] = size;
-    const bool cfg_on = o.guidance > 1.0;
-    const Flops f = model_flops(cfg, cfg_on ? 2 : 1, double(tokens));
-    r["flops"] = {{"linear", f.linear}, {"attention", f.attention}, {"conditioning", f.conditioning}};
-    r["model"] = {{"layers", cfg.layers}, {"hidden", cfg.hidden()}, {"heads", cfg.heads}};
+    const ModelFlops f = pipe->flops();  // the whole model, at this run's batch and tokens
+    r["flops"] = {{"linear", f.linear},
+                  {"attention", f.attention},
+                  {"cross_attention", f.cross_attention},
+                  {"conditioning", f.conditioning},
+                  {"per_request", f.per_request}};
+    r["model"] = {{"family", info.family}, {"layers", info.layers}, {"hidden", info.hidden}, {"heads", info.heads}};
     // a checksum of the final latents, to compare dtypes and layouts
     double sum = 0, sq = 0;
     for (int64_t i = 0; i < res.latents.numel(); ++i) {
@@ -307,7 +293,8 @@ std::string default_cache_dir() {
 std::string ensure_model(const Opts& o) {
   if (!o.model.empty()) return o.model;
   const std::string dir = (o.cache_dir.empty() ? default_cache_dir() : o.cache_dir) + "/" + o.preset +
-                          (o.layers > 0 ? "-L" + std::to_string(o.layers) : "");
+                          (o.layers > 0 ? "-L" + std::to_string(o.layers) : "") +
+                          (o.text_layers > 0 ? "-T" + std::to_string(o.text_layers) : "");
   if (fs::exists(dir + "/model_index.json")) return dir;
   fs::create_directories(fs::path(dir).parent_path());
   std::fprintf(stderr, "dit-bench: creating the %s preset model (random weights) in %s\n", o.preset.c_str(),
@@ -316,6 +303,7 @@ std::string ensure_model(const Opts& o) {
   mo.preset = o.preset;
   mo.out_dir = dir;
   mo.layers = o.layers;
+  mo.text_layers = o.text_layers;
   make_model(mo);
   return dir;
 }
@@ -347,7 +335,7 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 int run_driver(const Opts& o, const char* argv0) {
   const std::string model = ensure_model(o);
-  const DiTConfig cfg = dit_config_from(Config::load(model + "/transformer/config.json"));
+  const Config tcfg = Config::load(model + "/transformer/config.json");
   std::vector<int> sizes;
   for (auto& s : split_list(o.sizes)) sizes.push_back(std::stoi(s));
   if (sizes.empty()) sizes.push_back(0);  // the model's default
@@ -360,8 +348,11 @@ int run_driver(const Opts& o, const char* argv0) {
   json doc;
   doc["tool"] = "dit-bench";
   doc["model"] = model;
-  doc["model_config"] = {{"layers", cfg.layers}, {"hidden", cfg.hidden()}, {"heads", cfg.heads},
-                         {"head_dim", cfg.head_dim}, {"patch", cfg.patch}};
+  doc["model_config"] = {{"pipeline", Config::load(model + "/model_index.json").get_string("_class_name", "")},
+                         {"layers", tcfg.get_int("num_layers", 28)},
+                         {"heads", tcfg.get_int("num_attention_heads", 16)},
+                         {"head_dim", tcfg.get_int("attention_head_dim", 72)},
+                         {"patch", tcfg.get_int("patch_size", 2)}};
   doc["cpus"] = allowed_cpus().size();
   doc["steps"] = o.steps;
   doc["warmup"] = o.warmup;
@@ -414,9 +405,10 @@ int run_driver(const Opts& o, const char* argv0) {
         for (int r = 0; r < world; ++r) ranks.push_back(read_json((rdir / ("rank" + std::to_string(r) + ".json")).string()));
         const json& r0 = ranks[0];
         const double step = r0["step_median_s"].get<double>();
-        const double fl = r0["flops"]["linear"].get<double>() + r0["flops"]["attention"].get<double>() +
-                          r0["flops"]["conditioning"].get<double>();
-        const double fa = r0["flops"]["attention"].get<double>(), flin = r0["flops"]["linear"].get<double>();
+        const json& F = r0["flops"];
+        const double fa = F["attention"].get<double>(), flin = F["linear"].get<double>();
+        const double fx = F["cross_attention"].get<double>();
+        const double fl = flin + fa + fx + F["conditioning"].get<double>();
         const double gemm = r0[dtype == "bf16" ? "gemm_bf16_gflops" : "gemm_f32_gflops"].get<double>();
         const int rank_threads = r0["threads"].get<int>();
         run["threads_per_rank"] = rank_threads;
@@ -432,10 +424,16 @@ int run_driver(const Opts& o, const char* argv0) {
         json br = r0["breakdown_s"];
         run["breakdown_s_rank0"] = br;
         const double ta = br["attention"].get<double>(), tl = br["linear"].get<double>();
+        const double tx = br["cross_attention"].get<double>();
         // Per-rank work is 1/world of the model's (every layout splits the work evenly).
         if (ta > 0) {
           run["attention_gflops_rank0"] = fa / world / ta / 1e9;
           run["attention_utilisation"] = fa / world / ta / 1e9 / gemm;
+        }
+        if (tx > 0) {  // text cross-attention (PixArt), reported on its own
+          run["cross_attention_gflop_per_step"] = fx / 1e9;
+          run["cross_attention_gflops_rank0"] = fx / world / tx / 1e9;
+          run["cross_attention_utilisation"] = fx / world / tx / 1e9 / gemm;
         }
         if (tl > 0) {
           run["linear_gflops_rank0"] = flin / world / tl / 1e9;
@@ -501,8 +499,12 @@ int main(int argc, char** argv) {
   Opts o;
   CLI::App app{"dit-bench: time the DiT denoising step for sizes, dtypes and parallel layouts (JSON on stdout)"};
   app.add_option("-m,--model", o.model, "diffusers DiT pipeline directory");
-  app.add_option("--preset", o.preset, "random-weight preset instead of --model: tiny, small, demo, xl");
+  app.add_option("--preset", o.preset,
+                 "random-weight preset instead of --model: tiny, small, demo, xl (DiT), pixart-demo, pixart-xl");
   app.add_option("--layers", o.layers, "override the preset's depth (xl at 28 layers is 2.7 GB f32)");
+  app.add_option("--text-layers", o.text_layers,
+                 "override a PixArt preset's T5 depth (pixart-xl's T5-XXL at 24 layers is 19 GB f32; its encoding "
+                 "is not part of the timed step)");
   app.add_option("--cache", o.cache_dir, "where preset models are created and reused ($DIT_BENCH_CACHE, else ~/.cache/dit-gen/bench)");
   app.add_option("--size", o.sizes, "image sizes in pixels, comma-separated (tokens = (size/16)^2 for DiT/2); default: the model's");
   app.add_option("--dtype", o.dtypes, "compute types, comma-separated: f32, bf16")->capture_default_str();

@@ -11,9 +11,10 @@
 #include "runtime/tensor.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"Writes a complete diffusers-layout DiT checkpoint directory (model_index.json, transformer/, vae/, "
-               "scheduler/) with random weights. Presets: tiny (tests), small, demo (DiT-S/2-like, 256x256), xl "
-               "(DiT-XL/2 dimensions)."};
+  CLI::App app{"Writes a complete diffusers-layout pipeline directory with random weights, in the real layout.\n"
+               "DiT (model_index.json, transformer/, vae/, scheduler/): tiny (tests), small, demo (DiT-S/2-like, "
+               "256x256), xl (DiT-XL/2 dimensions).\nPixArt-Σ (also text_encoder/ with T5 and tokenizer/): pixart-demo "
+               "(256x256, small transformer and T5), pixart-xl (PixArt-Σ-XL-2-1024-MS with T5-XXL)."};
   dit::MakeModelOptions opt;
   std::string dtype = "f32";
   std::string presets;
@@ -24,6 +25,10 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype, "stored weight type: f32|bf16")->capture_default_str();
   app.add_option("--shards", opt.shards, "split the transformer into this many safetensors shards")->capture_default_str();
   app.add_option("--layers", opt.layers, "transformer depth (0 = the preset's)")->capture_default_str();
+  app.add_option("--text-layers", opt.text_layers, "text-encoder depth of PixArt presets (0 = the preset's)")
+      ->capture_default_str();
+  app.add_option("--text-shards", opt.text_shards, "split the text encoder into this many safetensors shards")
+      ->capture_default_str();
   app.set_version_flag("--version", std::string("dit-make-model ") + DIT_VERSION);
   CLI11_PARSE(app, argc, argv);
   try {

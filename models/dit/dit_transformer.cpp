@@ -173,4 +173,15 @@ void DiTTransformer::forward(const float* latents, const double* t, float* out) 
   }
 }
 
+ModelFlops DiTTransformer::flops() const {
+  const DiTConfig& c = w_.cfg;
+  const double B = double(B_), N = double(grid_h_ * grid_w_), D = c.hidden(), L = c.layers;
+  ModelFlops f;
+  f.linear = L * 2 * B * N * D * (3 * D + D + 4 * D + 4 * D) + 2 * B * N * D * (c.patch_dim_in() + c.patch_dim_out());
+  f.attention = L * 4 * B * N * N * D;
+  // timestep MLP + adaLN per block, and once more for the final layer (+ its 2D modulation).
+  f.conditioning = (L + 1) * 2 * B * (256 * D + D * D) + L * 2 * B * D * 6 * D + 2 * B * D * 2 * D;
+  return f;
+}
+
 }  // namespace dit

@@ -210,7 +210,7 @@ void PixArtTransformer::cross_attention(size_t l, float* x) {
   const BlockOps& o = ops_[l];
   o.q2.run(x, q2_.f32());
   {
-    profile::Scope pa(profile::Cat::Attention);
+    profile::Scope pa(profile::Cat::CrossAttention);
     cross_->forward(q2_.f32(), k2_[l].f32(), v2_[l].f32(), key_bias_.f32(), attn_out_.f32());
   }
   o.attn2_out.run(attn_out_.f32(), x);
@@ -250,6 +250,21 @@ void PixArtTransformer::forward(const float* latents, const double* t, float* ou
     ln_final_.run(x, h_.f32(), final_chunks_.f32(), final_chunks_.f32() + B * D);
     proj_out_.run(h_.f32(), out);  // [B, T, p·p·C_out]
   }
+}
+
+ModelFlops PixArtTransformer::flops() const {
+  const PixArtConfig& c = w_.cfg;
+  const double B = double(B_), N = double(grid_h_ * grid_w_), D = c.hidden(), L = c.layers, T = double(L_);
+  ModelFlops f;
+  // per block: Q/K/V + self out, cross Q + cross out, MLP; patch embedding and output projection
+  f.linear = L * 2 * B * N * D * (3 * D + D + D + D + 4 * D + 4 * D) + 2 * B * N * D * (c.patch_dim_in() + c.patch_dim_out());
+  f.attention = L * 4 * B * N * N * D;
+  f.cross_attention = L * 4 * B * N * T * D;
+  // timestep MLP and adaLN-single, once per step
+  f.conditioning = 2 * B * (256 * D + D * D) + 2 * B * D * 6 * D;
+  // caption projection and every block's cross K/V, once per request
+  f.per_request = 2 * B * T * (double(c.caption_channels) * D + D * D) + L * 2 * 2 * B * T * D * D;
+  return f;
 }
 
 }  // namespace dit

@@ -34,6 +34,7 @@ class PixArtTransformer final : public DiffusionModel {
   void prepare(const ModelShape& shape, ParallelContext& ctx) override;
   void begin(const Conditioning& cond) override;
   void forward(const float* latents, const double* t, float* out) override;
+  ModelFlops flops() const override;
   const PixArtWeights& weights() const { return w_; }
 
  private:

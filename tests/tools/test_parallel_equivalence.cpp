@@ -60,10 +60,14 @@ int count(const std::string& text, const std::string& what) {
   return n;
 }
 
+// A class id for DiT; text for PixArt (the prompt of each model kind).
+std::string prompt_of(const std::string& model) { return model.rfind("pixart", 0) == 0 ? "'a red fox in the snow'" : "3"; }
+
 Output generate(const std::string& model, const std::string& layout_flags, const std::string& extra, const Scratch& s,
                 const std::string& tag) {
   const std::string png = s.file(tag + ".png"), lat = s.file(tag + ".lat.npy"), eps = s.file(tag + ".eps.npy");
-  const std::string cmd = bin("dit-gen") + " --progress none -m " + data_path(model) + " -p 3 -s 7 --steps 10 -g 4 " +
+  const std::string cmd = bin("dit-gen") + " --progress none -m " + data_path(model) + " -p " + prompt_of(model) +
+                          " -s 7 --steps 10 -g 4 " +
                           "--sampler ddim -t 1 --timeout 60 " + extra + " " + layout_flags + " -o " + png +
                           " --save-latents " + lat + " --save-noise-pred " + eps;
   RunResult r = run(cmd);
@@ -149,6 +153,25 @@ TEST_CASE("parallel layouts equal serial: small model (64 tokens, 6 heads, r3 un
 TEST_CASE("parallel layouts equal serial: non-square size with uneven token split", "[parallel][equivalence]") {
   // 48x64 pixels on the small model: a 6x8 patch grid = 48 tokens; split over 5 ranks is uneven too.
   check_layouts("dit-small", "-W 64 -H 48", {"--ring 3", "--ulysses 2 --ring 2", "--cfg-parallel --ring 5"});
+}
+
+TEST_CASE("parallel layouts equal serial: PixArt-Σ (256 tokens, 4 heads, text cross-attention)",
+          "[parallel][equivalence][pixart]") {
+  std::vector<std::string> layouts = kLayouts;
+  layouts.push_back("--ulysses 4");
+  check_layouts("pixart-tiny", "", layouts);
+}
+
+TEST_CASE("parallel layouts equal serial: PixArt-Σ 3x5 tokens (no binning), uneven splits", "[parallel][equivalence][pixart]") {
+  // 48x80 pixels without binning: a 3x5 patch grid = 15 tokens; r2 splits 8/7, u2r2 4/4/4/3, r4 4/4/4/3.
+  check_layouts("pixart-tiny", "-W 80 -H 48 --no-resolution-binning",
+                {"--ring 3", "--cfg-parallel --ring 2", "--ulysses 2 --ring 2", "--cfg-parallel --ulysses 2 --ring 2"});
+}
+
+TEST_CASE("parallel layouts equal serial: PixArt-α (micro-conditions, binned 100x150 -> 208x304)",
+          "[parallel][equivalence][pixart]") {
+  // 3 heads: Ulysses 2 splits them 2/1.
+  check_layouts("pixart-alpha-tiny", "-W 150 -H 100", {"--cfg-parallel", "--ulysses 2", "--ring 3", "--cfg-parallel --ulysses 2 --ring 2"});
 }
 
 TEST_CASE("parallel: a Ulysses degree above the head count is a clear error", "[parallel][cli]") {

@@ -122,6 +122,11 @@ int run_batch(const GenOptions& o, Session& s) {
   std::vector<BatchItem> items = parse_batch(text, o, o.output_dir);
   validate_items(items, pipe);
   const int n = int(items.size());
+  if (rank == 0)
+    for (const BatchItem& it : items)
+      if (it.error.empty() && it.resolved.prompt.truncated)
+        std::fprintf(stderr, "dit-gen: item %d: the prompt is longer than %d tokens: it was cut (max_sequence_length)\n",
+                     it.index, it.resolved.max_sequence_length);
 
   std::unique_ptr<ResultsLog> log;
   if (out_rank) {

@@ -32,6 +32,7 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
   PipelineOptions po;
   po.model_dir = o.model.empty() ? demo_model_dir() : o.model;
   po.dtype = parse_dtype(o.dtype);
+  po.release_text_encoder = o.batch.empty();  // a batch encodes prompts all along: keep T5 mapped in
   if (degrees.world() > 1) {
     CommOptions co;
     co.timeout = std::chrono::milliseconds(int64_t(o.timeout * 1000));
