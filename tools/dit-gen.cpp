@@ -1,7 +1,8 @@
-// dit-gen: class-conditional DiT image generation from a diffusers checkpoint directory,
-// on one process or many (CFG parallel, Ulysses, Ring).
+// dit-gen: text-to-image (PixArt) and class-conditional (DiT) image generation from a diffusers
+// checkpoint directory, on one process or many (CFG parallel, Ulysses, Ring).
 //
-//   dit-gen --prompt "golden retriever" -o dog.png                 # the bundled demo model
+//   dit-gen -m pixart-demo -p "a red fox in the snow" -o fox.png   # the text-to-image demo model
+//   dit-gen --prompt "golden retriever" -o dog.png                 # the DiT demo model
 //   dit-gen -m /models/DiT-XL-2-256 -p "tabby cat" --steps 50 -s 7 -o cat.png
 //   dit-gen -p 207 --cfg-parallel --ulysses 2 -o dog.png          # 4 processes
 //   dit-gen --batch prompts.jsonl --output-dir out --dp 2          # many images, 2 replicas
@@ -26,9 +27,10 @@ using namespace dit::cli;
 int main(int argc, char** argv) {
   dit::remove_partial_files_on_signal();  // Ctrl-C mid-write leaves no temporary file
   GenOptions o;
-  CLI::App app{"dit-gen: class-conditional DiT image generation (diffusers checkpoint layout) on CPUs, on one process "
-               "or many.\nWithout --model it uses the bundled demo model (random weights: its images are noise), "
-               "created on first use in $DIT_DEMO_MODEL or ~/.cache/dit-gen/demo-model."};
+  CLI::App app{"dit-gen: diffusion-transformer image generation from a diffusers checkpoint directory on CPUs, on one "
+               "process or many: text-to-image PixArt-Σ/α (the prompt is text) and class-conditional DiT (the prompt "
+               "is an ImageNet label or class id).\nDemo models with random weights (their images are noise), created "
+               "on first use: --model pixart-demo, --model dit-demo (the default without --model)."};
   add_generation_options(app, o);
   app.set_version_flag("--version", std::string("dit-gen ") + DIT_VERSION);
   try {
@@ -50,8 +52,8 @@ int main(int argc, char** argv) {
     }
     if (!s.env.external) {  // the launcher, or a single process
       // The model directory is checked once here, before any worker starts.
-      if (o.model.empty())
-        ensure_demo_model();
+      if (o.model.empty() || is_demo_name(o.model))
+        ensure_demo_model(o.model);
       else
         dit::ModelIndex::load(o.model);
       if (auto rc = dit::maybe_launch(argc, argv, lo)) return *rc;

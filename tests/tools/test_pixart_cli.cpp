@@ -171,3 +171,22 @@ TEST_CASE("dit-gen PixArt batch: text keys, shared prompt embeddings, resume, re
   INFO(changed.err);
   CHECK(changed.err.find("1 items: 1 generated, 0 skipped, 0 failed") != std::string::npos);
 }
+
+TEST_CASE("dit-gen -m pixart-demo creates the text-to-image demo on first use (PixArt-Σ layout)", "[cli][pixart]") {
+  Scratch s;
+  const std::string demo = s.file("px");
+  const std::string env = "DIT_PIXART_DEMO_MODEL=" + demo + " ";
+  RunResult r = run(env + gen("-m pixart-demo -p 'a red fox in the snow' --steps 1 -o " + s.file("f.png")));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.err.find("creating the demo model (PixArt-Σ") != std::string::npos);
+  CHECK(fs::exists(s.file("f.png")));
+  CHECK(slurp(demo + "/model_index.json").find("PixArtSigmaPipeline") != std::string::npos);
+  for (const char* part : {"text_encoder/config.json", "tokenizer/spiece.model", "transformer/config.json",
+                           "vae/config.json", "scheduler/scheduler_config.json"})
+    CHECK(fs::exists(demo + "/" + part));
+  CHECK(slurp(demo + "/scheduler/scheduler_config.json").find("-Infinity") != std::string::npos);
+  RunResult again = run(env + gen("-m pixart-demo -p 'a cat' --steps 1 --no-decode"));
+  CHECK(again.code == 0);
+  CHECK(again.err.find("creating the demo model") == std::string::npos);
+}

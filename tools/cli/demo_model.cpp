@@ -9,27 +9,40 @@
 
 namespace dit::cli {
 
-std::string demo_model_dir() {
-  if (const char* d = std::getenv("DIT_DEMO_MODEL"); d && *d) return d;
-  std::string base;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
-    base = x;
-  else if (const char* h = std::getenv("HOME"); h && *h)
-    base = std::string(h) + "/.cache";
-  else
-    base = "/tmp";
-  return base + "/dit-gen/demo-model";
+namespace {
+
+std::string cache_base() {
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return x;
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache";
+  return "/tmp";
 }
 
-std::string ensure_demo_model() {
+std::string env_or(const char* var, const std::string& fallback) {
+  const char* v = std::getenv(var);
+  return v && *v ? v : fallback;
+}
+
+}  // namespace
+
+bool is_demo_name(const std::string& model) {
+  return (model == "dit-demo" || model == "pixart-demo") && !std::filesystem::exists(model);
+}
+
+std::string demo_model_dir(const std::string& name) {
+  if (name == "pixart-demo") return env_or("DIT_PIXART_DEMO_MODEL", cache_base() + "/dit-gen/pixart-demo");
+  return env_or("DIT_DEMO_MODEL", cache_base() + "/dit-gen/demo-model");
+}
+
+std::string ensure_demo_model(const std::string& name) {
   namespace fs = std::filesystem;
-  const std::string dir = demo_model_dir();
+  const std::string dir = demo_model_dir(name);
   if (fs::exists(fs::path(dir) / "model_index.json")) return dir;
-  std::fprintf(stderr,
-               "dit-gen: no --model given; creating the demo model (random weights: its images are noise) in %s\n",
+  const bool pixart = name == "pixart-demo";
+  std::fprintf(stderr, "dit-gen: %s; creating the demo model (%s, random weights: its images are noise) in %s\n",
+               name.empty() ? "no --model given" : ("--model " + name).c_str(), pixart ? "PixArt-Σ" : "DiT",
                dir.c_str());
   MakeModelOptions mo;
-  mo.preset = "demo";
+  mo.preset = pixart ? "pixart-demo" : "demo";
   mo.out_dir = dir;
   try {
     make_model(mo);
@@ -37,6 +50,12 @@ std::string ensure_demo_model() {
     if (!fs::exists(fs::path(dir) / "model_index.json")) throw;  // another process made it meanwhile: fine
   }
   return dir;
+}
+
+std::string model_dir_of(const std::string& model) {
+  if (model.empty()) return demo_model_dir();
+  if (is_demo_name(model)) return demo_model_dir(model);
+  return model;
 }
 
 }  // namespace dit::cli

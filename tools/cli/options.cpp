@@ -12,7 +12,7 @@ namespace dit::cli {
 
 void add_generation_options(CLI::App& app, GenOptions& o) {
   app.add_option("-m,--model", o.model, "diffusers pipeline directory (model_index.json, transformer/, vae/, scheduler/; "
-                                        "text_encoder/ and tokenizer/ for text-to-image models); default: the demo model");
+                                        "text_encoder/ and tokenizer/ for text-to-image models), or pixart-demo / dit-demo; default: the DiT demo model");
   app.add_option("-p,--prompt", o.prompt,
                  "text-to-image models (PixArt): the text; class-conditional DiT: a class label (e.g. \"golden "
                  "retriever\") or class id");

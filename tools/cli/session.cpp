@@ -30,7 +30,7 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
     set_num_threads(threads_per_rank(o.threads, s.env.local_world));
 
   PipelineOptions po;
-  po.model_dir = o.model.empty() ? demo_model_dir() : o.model;
+  po.model_dir = model_dir_of(o.model);
   po.dtype = parse_dtype(o.dtype);
   po.release_text_encoder = o.batch.empty();  // a batch encodes prompts all along: keep T5 mapped in
   if (degrees.world() > 1) {
