@@ -48,4 +48,8 @@ ModelIndex ModelIndex::load(const std::string& dir) {
   return m;
 }
 
+int peek_attention_heads(const std::string& dir) {
+  return Config::load(dir + "/transformer/config.json").get_int_in("num_attention_heads", 16, 1, 1024);
+}
+
 }  // namespace dit

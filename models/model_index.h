@@ -19,4 +19,9 @@ struct ModelIndex {
   static ModelIndex load(const std::string& dir);
 };
 
+// The transformer's attention heads (transformer/config.json num_attention_heads; the key every
+// diffusion transformer family uses), read without loading the model: for checks made before
+// any rank starts. Throws dit::Error naming the file.
+int peek_attention_heads(const std::string& dir);
+
 }  // namespace dit

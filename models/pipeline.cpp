@@ -4,6 +4,7 @@
 // What differs between families comes through models/diffusion_model.h and the plain rules
 // of models/model_family.h.
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 
@@ -300,6 +301,10 @@ std::vector<Result> Pipeline::generate_batch(const std::vector<Request>& reqs, c
   m.denoise(rs, samplers, res, progress);
   m.ctx->check_agreement(m.x.f32(), k * n);
   const double denoise = since(t_loop);
+  for (int64_t e = 0; e < k * n; ++e)
+    DIT_CHECK(std::isfinite(m.x.f32()[e]),
+              "the latents are not finite (NaN or infinity) after denoising: the checkpoint's weights or its "
+              "configuration (" << m.info.dir << ") produce non-finite values; no image was written");
 
   for (int64_t j = 0; j < k; ++j) {
     Result& r = res[j];

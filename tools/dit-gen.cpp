@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 
@@ -50,14 +51,18 @@ int main(int argc, char** argv) {
       if (!o.save_latents.empty()) check_output_path(o.save_latents, "--save-latents");
       if (!o.save_noise_pred.empty()) check_output_path(o.save_noise_pred, "--save-noise-pred");
     }
+    // The model directory and the layout are checked once here, before any worker starts.
     if (!s.env.external) {  // the launcher, or a single process
-      // The model directory is checked once here, before any worker starts.
       if (o.model.empty() || is_demo_name(o.model))
         ensure_demo_model(o.model);
       else
         dit::ModelIndex::load(o.model);
-      if (auto rc = dit::maybe_launch(argc, argv, lo)) return *rc;
     }
+    check_layout(o, model_dir_of(o.model),
+                 s.env.external ? s.env.local_world
+                                : (o.nproc_per_node > 0 ? o.nproc_per_node : degrees.world() / std::max(1, o.nnodes)));
+    if (!s.env.external)
+      if (auto rc = dit::maybe_launch(argc, argv, lo)) return *rc;
     open_session(o, degrees, s);
     const int rc = o.batch.empty() ? run_single(o, s) : run_batch(o, s);
     if (s.world) s.world->shutdown();

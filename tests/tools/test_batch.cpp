@@ -172,18 +172,28 @@ TEST_CASE("batch: a killed batch finishes the rest when run again", "[cli][batch
   REQUIRE(r.code == 0);
   auto res = results(out);
   REQUIRE(res.size() == size_t(n));
+  // The killed run's items are skipped, not generated again, and not recorded again: their
+  // record is still the first run's "done" (a batch resumed many times must not grow).
   for (auto& [i, t] : mt) {
-    CHECK(res[i]["status"] == "skipped");
+    CHECK(res[i]["status"] == "done");
     CHECK(mtime_ns(res[i]["output"].get<std::string>()) == t);
   }
-  int generated = 0;
-  for (int i = 0; i < n; ++i) {
-    CHECK(fs::exists(res[i]["output"].get<std::string>()));
-    generated += res[i]["status"] == "done";
-  }
-  CHECK(generated > 0);
-  CHECK(r.err.find(std::to_string(generated) + " generated, " + std::to_string(n - generated) + " skipped") !=
+  for (int i = 0; i < n; ++i) CHECK(fs::exists(res[i]["output"].get<std::string>()));
+  const size_t skipped = mt.size();
+  CHECK(r.err.find(std::to_string(n - skipped) + " generated, " + std::to_string(skipped) + " skipped") !=
         std::string::npos);
+  // Every line is one valid record (a line torn by the kill got its newline), one per item.
+  size_t records = 0;
+  std::istringstream lines(slurp(out + "/results.jsonl"));
+  for (std::string l; std::getline(lines, l);) records += nlohmann::json::accept(l);
+  CHECK(records == size_t(n));
+  // A third run records nothing new.
+  REQUIRE(run(cmd).code == 0);
+  CHECK(results(out).size() == size_t(n));
+  size_t again = 0;
+  std::istringstream lines2(slurp(out + "/results.jsonl"));
+  for (std::string l; std::getline(lines2, l);) again += nlohmann::json::accept(l);
+  CHECK(again == size_t(n));
   int pngs = 0;  // (the killed run may have left a temporary file of its atomic PNG write)
   for (auto& e : fs::directory_iterator(out)) pngs += e.path().extension() == ".png";
   CHECK(pngs == n);
@@ -387,4 +397,22 @@ TEST_CASE("batch: flag errors", "[cli][batch]") {
   fails("--batch " + s.file("p.txt") + " --output-dir " + s.file("o") + " --micro-batch 0", "--micro-batch");
   fails("-p 1 --dp 2", "batch mode");
   CHECK_FALSE(fs::exists(s.file("o")));
+}
+
+TEST_CASE("batch: a results.jsonl torn by a kill is mended before new records", "[cli][batch]") {
+  Scratch s;
+  const std::string out = s.file("out");
+  fs::create_directories(out);
+  write(out + "/results.jsonl", "{\"index\":0,\"prompt\":\"1\",\"seed\":4");  // no newline: a torn write
+  write(s.file("p.txt"), "1\n2\n");
+  RunResult r = run(batch("--batch " + s.file("p.txt") + " --output-dir " + out + " --steps 2"));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  std::istringstream lines(slurp(out + "/results.jsonl"));
+  std::vector<std::string> all;
+  for (std::string l; std::getline(lines, l);) all.push_back(l);
+  REQUIRE(all.size() == 3);
+  CHECK_FALSE(json::accept(all[0]));  // the torn line stays as it was, on its own line
+  CHECK(json::accept(all[1]));
+  CHECK(json::accept(all[2]));
 }

@@ -191,3 +191,51 @@ TEST_CASE("dit-make-model writes a model dit-gen loads (sharded, bf16)", "[cli]"
   CHECK(run(bin("dit-make-model") + " --preset tiny --out " + dir).code != 0);
   CHECK(run(bin("dit-make-model") + " --preset huge --out " + s.file("h")).code != 0);
 }
+
+TEST_CASE("dit-gen refuses values it used to accept silently, before starting any rank", "[cli]") {
+  Scratch s;
+  const std::string png = s.file("out.png"), o = " -o " + png;
+  // Seeds are 0..2^64-1 as written: -1 and 2^64 used to wrap to 2^64-1.
+  expect_failure(kTiny + " -p 1 -s -1" + o, "'-1' is not a seed", png);
+  expect_failure(kTiny + " -p 1 -s 18446744073709551616" + o, "is not a seed", png);
+  // Negative thread and rank counts used to mean "the default".
+  expect_failure(kTiny + " -p 1 -t -3" + o, "--threads must be in 1..4096", png);
+  expect_failure(kTiny + " -p 1 -t 100000" + o, "--threads must be in 1..4096", png);
+  expect_failure(kTiny + " -p 1 --cfg-parallel --nproc-per-node -1" + o, "--nproc-per-node must be in", png);
+  expect_failure(kTiny + " -p 1 --node-rank 3" + o, "--node-rank 3", png);
+  // Layouts the model or the machine cannot run are refused before any rank starts (one line,
+  // no "starting ranks"): more Ulysses ranks than heads; a thousand local processes.
+  expect_failure(kTiny + " -p 1 --ulysses 8" + o, "the model has 4 attention heads", png);
+  expect_failure(kTiny + " -p 1 --ring 1000" + o, "ranks on this machine are too many", png);
+  expect_failure(kTiny + " -p 1 --ulysses 5000" + o, "--ulysses and --ring must be in 1..1024", png);
+  // A configuration with out-of-range integers is refused, not truncated (2^32 + 2 layers).
+  const std::string m = s.file("m");
+  fs::copy(data_path("dit-tiny"), m, fs::copy_options::recursive);
+  {
+    std::string cfg = slurp(m + "/transformer/config.json");
+    const size_t at = cfg.find("\"num_layers\": 2");
+    REQUIRE(at != std::string::npos);
+    cfg.replace(at, 15, "\"num_layers\": 4294967298");
+    std::ofstream(m + "/transformer/config.json") << cfg;
+  }
+  expect_failure("-m " + m + " -p 1" + o, "'num_layers' = 4294967298 is out of range", png);
+}
+
+TEST_CASE("dit-gen: non-finite weights are reported, not written as a black image", "[cli]") {
+  Scratch s;
+  const std::string m = s.file("nan"), png = s.file("out.png");
+  fs::copy(data_path("dit-tiny"), m, fs::copy_options::recursive);
+  const std::string st = m + "/transformer/diffusion_pytorch_model.safetensors";
+  {
+    auto f = dit::SafeTensorsFile::open(data_path("dit-tiny/transformer/diffusion_pytorch_model.safetensors"));
+    dit::NamedTensors all;
+    for (const std::string& n : f->names()) {
+      dit::Tensor t = f->get(n).clone();
+      if (n == "proj_out_2.bias") t.f32()[0] = NAN;
+      all.emplace_back(n, t);
+    }
+    fs::remove(st);
+    dit::write_safetensors(st, all);
+  }
+  expect_failure("-m " + m + " -p 1 --steps 2 -o " + png, "not finite", png);
+}

@@ -174,14 +174,19 @@ int run_batch(const GenOptions& o, Session& s) {
   std::optional<BatchProgress> progress;
   if (rank == 0) {
     progress.emplace(parse_progress_mode(o.progress), n, int(todo.size()), D);
+    // Items already recorded as done or skipped are not recorded again (a batch resumed many
+    // times must not grow its results without end); the rest go in with one write.
+    const auto recorded = recorded_items(results_path);
+    std::vector<ItemRecord> records;
     for (int i = 0; i < n; ++i) {
       if (state[i] == kGenerate) continue;
       ItemRecord r = record_of(items[i]);
       r.status = state[i] == kSkip ? "skipped" : "failed";
       r.error = items[i].error;
-      log->append(r);
+      if (r.status == "failed" || !recorded.count({r.index, r.output})) records.push_back(r);
       progress->item(r);
     }
+    log->append(records);
   }
 
   // With --progress json the other replicas' output ranks relay their step events too.

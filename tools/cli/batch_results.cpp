@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -50,23 +51,47 @@ ItemRecord record_from_json(const std::string& line) {
   }
 }
 
+std::set<std::pair<int, std::string>> recorded_items(const std::string& path) {
+  std::set<std::pair<int, std::string>> out;
+  std::ifstream f(path);
+  for (std::string line; std::getline(f, line);) {
+    try {
+      const ItemRecord r = record_from_json(line);
+      if (r.status == "done" || r.status == "skipped") out.insert({r.index, r.output});
+    } catch (const Error&) {
+      // a torn or foreign line
+    }
+  }
+  return out;
+}
+
 ResultsLog::ResultsLog(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   DIT_CHECK(fd_ >= 0, path << ": cannot open for appending: " << std::strerror(errno));
+  const off_t size = ::lseek(fd_, 0, SEEK_END);
+  char last = '\n';
+  if (size > 0 && ::pread(fd_, &last, 1, size - 1) == 1 && last != '\n') write_all("\n");
+}
+
+void ResultsLog::write_all(const std::string& text) {
+  ssize_t n;
+  do {
+    n = ::write(fd_, text.data(), text.size());
+  } while (n < 0 && errno == EINTR);
+  DIT_CHECK(n == ssize_t(text.size()), path_ << ": write failed: " << (n < 0 ? std::strerror(errno) : "short write"));
+  DIT_CHECK(::fsync(fd_) == 0, path_ << ": fsync failed: " << std::strerror(errno));
+}
+
+void ResultsLog::append(const std::vector<ItemRecord>& rs) {
+  std::string text;
+  for (const ItemRecord& r : rs) text += record_json(r) + "\n";
+  if (!text.empty()) write_all(text);
 }
 
 ResultsLog::~ResultsLog() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void ResultsLog::append(const ItemRecord& r) {
-  const std::string line = record_json(r) + "\n";
-  ssize_t n;
-  do {
-    n = ::write(fd_, line.data(), line.size());
-  } while (n < 0 && errno == EINTR);
-  DIT_CHECK(n == ssize_t(line.size()), path_ << ": write failed: " << (n < 0 ? std::strerror(errno) : "short write"));
-  DIT_CHECK(::fsync(fd_) == 0, path_ << ": fsync failed: " << std::strerror(errno));
-}
+void ResultsLog::append(const ItemRecord& r) { write_all(record_json(r) + "\n"); }
 
 }  // namespace dit::cli

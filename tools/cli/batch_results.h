@@ -15,7 +15,10 @@
 #pragma once
 
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace dit::cli {
 
@@ -36,18 +39,26 @@ struct ItemRecord {
 std::string record_json(const ItemRecord& r);
 ItemRecord record_from_json(const std::string& line);
 
+// (index, output) of the items an existing results file already records as done or skipped
+// (resume does not record them again). Malformed lines (a torn last line) are ignored.
+std::set<std::pair<int, std::string>> recorded_items(const std::string& path);
+
 class ResultsLog {
  public:
-  // Opens (creates) `path` for appending; throws dit::Error naming it.
+  // Opens (creates) `path` for appending; a last line torn by a kill gets its newline first,
+  // so the next record starts on a line of its own. Throws dit::Error naming the file.
   explicit ResultsLog(const std::string& path);
   ~ResultsLog();
   ResultsLog(const ResultsLog&) = delete;
   ResultsLog& operator=(const ResultsLog&) = delete;
   // Appends the record's line with one write() and fsyncs it; throws dit::Error on failure.
   void append(const ItemRecord& r);
+  // Several records with one write() and one fsync (resume's skipped items).
+  void append(const std::vector<ItemRecord>& rs);
   const std::string& path() const { return path_; }
 
  private:
+  void write_all(const std::string& text);  // one write() + fsync
   std::string path_;
   int fd_ = -1;
 };

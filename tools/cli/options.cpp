@@ -2,9 +2,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <thread>
 
+#include "models/model_index.h"
 #include "runtime/error.h"
+#include "runtime/printable.h"
 #include "runtime/progress.h"
 #include "runtime/tensor.h"
 
@@ -18,7 +22,17 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
                  "retriever\") or class id");
   app.add_option("-n,--negative-prompt", o.negative_prompt,
                  "text-to-image models: the text of the unconditional branch (default \"\"); not for DiT");
-  app.add_option("-s,--seed", o.seed, "random seed (torch-compatible noise)")->capture_default_str();
+  app.add_option_function<std::string>(
+         "-s,--seed",
+         [&o](const std::string& v) {
+           try {
+             o.seed = parse_seed(v, "--seed");
+           } catch (const Error& e) {
+             throw CLI::ValidationError(e.what());  // a parse error: reported like CLI11's own
+           }
+         },
+         "random seed 0..2^64-1 (torch-compatible noise)")
+      ->default_str("42");
   app.add_option_function<int>(
          "--steps", [&o](const int& v) { o.steps = v; }, "denoising steps (default: the model's: DiT 50, PixArt 20)")
       ->check(CLI::Range(1, 1000));
@@ -40,7 +54,9 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
                  "also write the first step's guided noise prediction as .npy (to compare layouts)");
   app.add_flag("--no-decode", o.no_decode, "skip the VAE decode and the PNG");
   app.add_option("--dtype", o.dtype, "matmul compute type: f32|bf16")->capture_default_str();
-  app.add_option("-t,--threads", o.threads, "threads per rank (default: cores / local ranks)");
+  app.add_option_function<int>(
+      "-t,--threads", [&o](const int& v) { o.threads = v > 0 ? v : -1; },  // -1: given but not positive
+      "threads per rank, 1..4096 (default: cores / local ranks)");
   app.add_option("--progress", o.progress, "auto|bar|json|none (auto: a bar on a terminal)")->capture_default_str();
   app.add_flag("-v,--verbose", o.verbose, "print model and timing details");
   const char* bat = "Batch (many prompts per model load; see README)";
@@ -77,7 +93,9 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
       ->capture_default_str()
       ->group(par);
   app.add_option("--node-rank", o.node_rank, "index of this machine")->capture_default_str()->group(par);
-  app.add_option("--nproc-per-node", o.nproc_per_node, "ranks started on this machine (default: world / nnodes)")
+  app.add_option_function<int>(
+         "--nproc-per-node", [&o](const int& v) { o.nproc_per_node = v > 0 ? v : -1; },
+         "ranks started on this machine (default: world / nnodes)")
       ->group(par);
 }
 
@@ -107,10 +125,23 @@ void check_output_path(const std::string& path, const char* flag) {
   DIT_CHECK(!fs::is_directory(p), flag << ": '" << path << "' is a directory");
 }
 
+uint64_t parse_seed(const std::string& v, const char* what) {
+  const bool digits = !v.empty() && v.size() <= 20 && v.find_first_not_of("0123456789") == std::string::npos;
+  DIT_CHECK(digits && (v.size() < 20 || v <= "18446744073709551615"),
+            what << ": '" << printable(v, 40) << "' is not a seed (an integer 0.." << UINT64_MAX << ")");
+  return std::stoull(v);
+}
+
 void validate(const GenOptions& o) {
   parse_progress_mode(o.progress);
   parse_dtype(o.dtype);
-  DIT_CHECK(o.ulysses >= 1 && o.ring >= 1, "--ulysses and --ring must be >= 1");
+  DIT_CHECK(o.ulysses >= 1 && o.ring >= 1 && o.ulysses <= 1024 && o.ring <= 1024,
+            "--ulysses and --ring must be in 1..1024");
+  DIT_CHECK(o.threads >= 0 && o.threads <= 4096, "-t/--threads must be in 1..4096");
+  DIT_CHECK(o.nproc_per_node >= 0 && o.nproc_per_node <= 4096, "--nproc-per-node must be in 1..4096");
+  DIT_CHECK(o.nnodes >= 1 && o.nnodes <= 4096, "--nnodes must be in 1..4096");
+  DIT_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes,
+            "--node-rank " << o.node_rank << " is not a machine of --nnodes " << o.nnodes << " (0.." << o.nnodes - 1 << ")");
   DIT_CHECK(o.dp >= 1 && o.dp <= 1024, "--dp must be in 1..1024");
   DIT_CHECK(o.micro_batch >= 1 && o.micro_batch <= 256, "--micro-batch must be in 1..256");
   if (o.batch.empty()) {
@@ -133,6 +164,18 @@ void validate(const GenOptions& o) {
   DIT_CHECK(!o.cfg_parallel || !o.guidance || *o.guidance > 1.0 || !o.batch.empty(),  // batch: checked per item
             "--cfg-parallel needs classifier-free guidance, but --guidance-scale is " << *o.guidance
                                                                                       << " (<= 1 runs one branch only)");
+}
+
+void check_layout(const GenOptions& o, const std::string& model_dir, int local_ranks) {
+  const int heads = peek_attention_heads(model_dir);
+  DIT_CHECK(o.ulysses <= heads, "--ulysses " << o.ulysses << ": the model has " << heads
+                                             << " attention heads, so the Ulysses degree can be at most " << heads
+                                             << " (use --ring for more ranks)");
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  DIT_CHECK(local_ranks <= std::max(64, 4 * cores),
+            local_ranks << " ranks on this machine are too many for its " << cores
+                        << " cores (at most " << std::max(64, 4 * cores)
+                        << "): lower --ulysses/--ring/--dp, or spread the ranks over machines (--nnodes)");
 }
 
 }  // namespace dit::cli

@@ -56,6 +56,13 @@ void add_generation_options(CLI::App& app, GenOptions& o);
 // Checks that need no model, done before any rank starts so a bad flag gives one error.
 void validate(const GenOptions& o);
 
+// Checks the parallel layout against the model (Ulysses degree <= attention heads) and this
+// machine (`local_ranks` ranks started here), before any rank starts.
+void check_layout(const GenOptions& o, const std::string& model_dir, int local_ranks);
+
+// A seed as the user wrote it: 0..2^64-1, digits only ("-1" and "2^64" are refused, not wrapped).
+uint64_t parse_seed(const std::string& v, const char* what);
+
 // flag: '<path>' must be a writable file path in an existing directory.
 void check_output_path(const std::string& path, const char* flag);
 

@@ -42,9 +42,6 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
   }
   s.pipe = Pipeline::load(po);
   const ModelInfo& info = s.pipe->info();
-  DIT_CHECK(degrees[Axis::Ulysses] <= info.heads, "--ulysses " << degrees[Axis::Ulysses] << ": the model has " << info.heads
-                                                        << " attention heads, so the Ulysses degree can be at most "
-                                                        << info.heads << " (use --ring for more ranks)");
   if (o.verbose && s.env.rank == 0)
     std::fprintf(stderr, "dit-gen: model %s: %s, %d layers, hidden %d, %d heads, VAE scale %d, %d threads/rank\n",
                  info.dir.c_str(), info.family.c_str(), info.layers, info.hidden, info.heads, info.vae_scale,
