@@ -99,6 +99,7 @@ struct ModelInfo {
   bool resolution_binning = false;      // the model has aspect-ratio bins
   bool cond_first = true;               // guidance batch order: [cond, uncond] (DiT) or [uncond, cond] (PixArt)
   int heads = 0, hidden = 0, layers = 0;
+  int64_t text_vocab = 0;        // text-to-image: the text encoder's vocabulary
   std::string default_sampler;   // from scheduler_config.json
 };
 

@@ -37,6 +37,7 @@ struct FamilyRules {
   int default_steps = 50;
   double default_guidance = 4.0;
   int default_max_sequence_length = 0;  // text models: tokens of the prompt (0: no text)
+  int64_t text_vocab = 0;               // text models: the text encoder's vocabulary
   // Order of the two halves of a guided batch: DiT [cond, uncond], PixArt [uncond, cond].
   bool cond_first = true;
   // Resolution binning (text-to-image): requested sizes snap to the nearest aspect ratio of
@@ -46,6 +47,7 @@ struct FamilyRules {
 
 struct LoadOptions {
   std::string dir;      // the pipeline directory
+  ParallelContext* parallel = nullptr;  // how the run is split (tensor-parallel shards of the weights)
   DType dtype = DType::F32;
   QkvProjection qkv = QkvProjection::Auto;
   bool release_text_encoder = true;  // drop the text encoder's resident pages after each encoding

@@ -77,7 +77,7 @@ void Pipeline::Impl::ensure_shape(int64_t batch, int64_t items, int64_t lh, int6
   s.latent_w = lw;
   s.text_tokens = text_len;
   model->prepare(s, *ctx);
-  const TokenRange r = ctx->sequence().range(N);
+  const TokenRange r = ctx->sequence().output_range(N);
   ctx->sequence().prepare(batch, N, row);
   ctx->cfg().prepare(items * C * lh * lw);
   x = Tensor::empty({items, C, lh, lw});
@@ -129,7 +129,7 @@ void Pipeline::Impl::denoise(const std::vector<ResolvedRequest>& rs, std::vector
       std::memcpy(x_in.f32() + b * n, xs.f32() + (b % k) * n, size_t(n) * 4);
       tvec[size_t(b)] = ts[size_t(i)];
     }
-    model->forward(x_in.f32(), tvec.data(), local_out.f32());  // [B, T_local, p·p·C_out]
+    model->forward(x_in.f32(), tvec.data(), local_out.f32());  // [B, this rank's output tokens, p·p·C_out]
     ctx->sequence().gather(local_out.f32(), full_out.f32());  // [B, N, p·p·C_out]
     unpatchify(full_out.f32(), B, h / g.patch, w / g.patch, g.patch, g.out_channels, C,
                eps.f32());  // [B, C, h, w] (learned sigma dropped)
@@ -202,8 +202,10 @@ std::unique_ptr<Pipeline> Pipeline::load(const PipelineOptions& opt) {
   const FamilyEntry& family = find_family(index, tcfg);
   m.vcfg = vae_config_from(Config::load(dir + "/vae/config.json"));
   m.scfg = scheduler_config_from(Config::load(dir + "/scheduler/scheduler_config.json"));
+  m.ctx = opt.parallel ? opt.parallel : make_serial_context();
   LoadOptions lo;
   lo.dir = dir;
+  lo.parallel = m.ctx.get();
   lo.dtype = opt.dtype;
   lo.qkv = opt.qkv;
   lo.release_text_encoder = opt.release_text_encoder;
@@ -218,7 +220,6 @@ std::unique_ptr<Pipeline> Pipeline::load(const PipelineOptions& opt) {
   m.dtype = opt.dtype;
   m.vstore = WeightStore::open_dir(dir + "/vae");
   m.vae = std::make_unique<VaeDecoder>(m.vcfg, m.vstore);
-  m.ctx = opt.parallel ? opt.parallel : make_serial_context();
 
   ModelInfo& i = m.info;
   i.dir = dir;
@@ -233,6 +234,7 @@ std::unique_ptr<Pipeline> Pipeline::load(const PipelineOptions& opt) {
   i.default_max_sequence_length = m.rules.default_max_sequence_length;
   i.resolution_binning = !m.rules.bins.empty();
   i.num_classes = m.rules.num_classes;
+  i.text_vocab = m.rules.text_vocab;
   i.cond_first = m.rules.cond_first;
   i.heads = g.heads;
   i.hidden = g.hidden;

@@ -6,6 +6,7 @@
 
 #include "parallel/mesh.h"
 #include "parallel/parallel_attention.h"
+#include "parallel/tensor_parallel.h"
 #include "runtime/error.h"
 #include "runtime/profile.h"
 
@@ -13,19 +14,26 @@ namespace dit {
 
 namespace {
 
+// Tokens split over the sequence-parallel ranks (attention), each share split again over the
+// tensor-parallel ranks (outputs); the outputs are gathered over the model-parallel group,
+// whose rank order (ring, ulysses, tp) is the token order.
 class MeshSequenceSplit final : public SequenceSplit {
  public:
   explicit MeshSequenceSplit(DeviceMesh& mesh) : mesh_(mesh) {}
 
-  TokenRange range(int64_t tokens) const override { return split_tokens(tokens, parts(), me()); }
+  TokenRange range(int64_t tokens) const override { return split_tokens(tokens, sp(), mesh_.rank_in(Group::Sp)); }
+  TokenRange output_range(int64_t tokens) const override { return output_of(tokens, mesh_.rank_in(Group::Mp)); }
 
   void prepare(int64_t batch, int64_t tokens, int64_t row) override {
     batch_ = batch;
     tokens_ = tokens;
     row_ = row;
-    ranges_ = split_all(tokens, parts());
+    ranges_.clear();
     counts_.clear();
-    for (const TokenRange& r : ranges_) counts_.push_back(size_t(batch * r.size() * row));
+    for (int r = 0; r < parts(); ++r) {
+      ranges_.push_back(output_of(tokens, r));
+      counts_.push_back(size_t(batch * ranges_.back().size() * row));
+    }
     staging_.assign(size_t(batch * tokens * row), 0.0f);
   }
 
@@ -34,11 +42,11 @@ class MeshSequenceSplit final : public SequenceSplit {
       std::memcpy(full, local, size_t(batch_ * tokens_ * row_) * 4);
       return;
     }
-    // Blocks arrive packed in sp-rank order: [rank][batch][tokens_rank][row] -> [batch][tokens][row].
+    // Blocks arrive packed in mp-rank order: [rank][batch][tokens_rank][row] -> [batch][tokens][row].
     {
       profile::Scope pc(profile::Cat::Communication);
       profile::add_bytes(uint64_t(counts_[size_t(me())]) * 4 * uint64_t(parts() - 1));
-      mesh_.sp().all_gather_v(local, staging_.data(), counts_);
+      mesh_.mp().all_gather_v(local, staging_.data(), counts_);
     }
     const float* src = staging_.data();
     for (const TokenRange& r : ranges_)
@@ -50,8 +58,16 @@ class MeshSequenceSplit final : public SequenceSplit {
   }
 
  private:
-  int parts() const { return mesh_.degrees().sp(); }
-  int me() const { return mesh_.rank_in(Group::Sp); }
+  int sp() const { return mesh_.degrees().sp(); }
+  int tp() const { return mesh_.degrees()[Axis::Tp]; }
+  int parts() const { return sp() * tp(); }
+  int me() const { return mesh_.rank_in(Group::Mp); }
+  // Output tokens of model-parallel rank r = sp_rank · tp + tp_rank.
+  TokenRange output_of(int64_t tokens, int r) const {
+    const TokenRange s = split_tokens(tokens, sp(), r / tp());
+    const TokenRange t = split_tokens(s.size(), tp(), r % tp());
+    return {s.begin + t.begin, s.begin + t.end};
+  }
 
   DeviceMesh& mesh_;
   int64_t batch_ = 0, tokens_ = 0, row_ = 0;
@@ -78,21 +94,28 @@ class MeshCfgSplit final : public CfgSplit {
 
 class MeshLayerContext final : public LayerContext {
  public:
-  explicit MeshLayerContext(DeviceMesh& mesh) : mesh_(mesh) {}
+  MeshLayerContext(DeviceMesh& mesh, int64_t sp_min_tokens) : mesh_(mesh), sp_min_tokens_(sp_min_tokens) {}
   std::unique_ptr<SelfAttention> self_attention() override {
     if (mesh_.degrees().sp() == 1) return make_local_self_attention();
     return make_sequence_parallel_attention(mesh_.group_ref(Group::Ulysses), mesh_.group_ref(Group::Ring));
   }
   std::unique_ptr<CrossAttention> cross_attention() override { return make_local_cross_attention(); }
+  std::unique_ptr<TensorParallel> tensor_parallel(TpScope scope) override {
+    // Over one rank it is the serial implementation: the same code path, bit for bit.
+    ProcessGroup& g = scope == TpScope::Transformer ? mesh_.tp() : mesh_.mp();
+    if (g.size() == 1) return make_serial_tensor_parallel();
+    return make_distributed_tensor_parallel(g, sp_min_tokens_, scope == TpScope::Transformer);
+  }
 
  private:
   DeviceMesh& mesh_;
+  int64_t sp_min_tokens_;
 };
 
 class DistributedContext final : public ParallelContext {
  public:
-  explicit DistributedContext(std::shared_ptr<DeviceMesh> mesh)
-      : mesh_(std::move(mesh)), seq_(*mesh_), cfg_(*mesh_), layers_(*mesh_) {}
+  DistributedContext(std::shared_ptr<DeviceMesh> mesh, const DistributedOptions& opt)
+      : mesh_(std::move(mesh)), seq_(*mesh_), cfg_(*mesh_), layers_(*mesh_, opt.sp_min_tokens) {}
 
   SequenceSplit& sequence() override { return seq_; }
   CfgSplit& cfg() override { return cfg_; }
@@ -117,22 +140,34 @@ class DistributedContext final : public ParallelContext {
                                                                << "): this is a bug, please report it");
   }
 
-  std::string describe(int64_t tokens, int heads, const char* const halves[2]) const override {
+  std::string describe(const LayoutInfo& li) const override {
     const MeshDegrees& d = mesh_->degrees();
-    const int sp = d.sp();
-    const TokenRange r = split_tokens(tokens, sp, mesh_->rank_in(Group::Sp));
+    const TokenRange r = split_tokens(li.tokens, d.sp(), mesh_->rank_in(Group::Sp));
     std::ostringstream os;
     os << "rank " << mesh_->layout().rank << ": ";
-    if (d[Axis::Cfg] == 2) os << halves[mesh_->coord(Axis::Cfg)] << " branch, ";
-    os << "tokens [" << r.begin << ", " << r.end << ") of " << tokens;
-    const int U = d[Axis::Ulysses], u = mesh_->coord(Axis::Ulysses);
-    const TokenRange h = split_tokens(heads, U, u);  // as the Ulysses all-to-all splits them
+    if (d[Axis::Cfg] == 2) os << li.halves[mesh_->coord(Axis::Cfg)] << " branch, ";
+    os << "tokens [" << r.begin << ", " << r.end << ") of " << li.tokens;
+    // Heads: tensor parallelism shards them first, Ulysses splits a shard's heads over its ranks.
+    const int T = d[Axis::Tp], t = mesh_->coord(Axis::Tp), U = d[Axis::Ulysses], u = mesh_->coord(Axis::Ulysses);
+    TokenRange h = split_tokens(li.heads, T, t);
+    const TokenRange hu = split_tokens(h.size(), U, u);
+    h = {h.begin + hu.begin, h.begin + hu.end};
     os << ", attention heads ";
-    if (U > 1)
-      os << "[" << h.begin << ", " << h.end << ") of " << heads << " (ulysses " << u << ")";
+    if (h.size() == li.heads)
+      os << "all " << li.heads;
     else
-      os << "all " << heads;
+      os << "[" << h.begin << ", " << h.end << ") of " << li.heads;
+    if (U > 1) os << " (ulysses " << u << ")";
     if (d[Axis::Ring] > 1) os << ", ring position " << mesh_->coord(Axis::Ring) << " of " << d[Axis::Ring];
+    if (T > 1) {
+      const TokenRange f = split_tokens(li.ffn, T, t);
+      os << ", tensor parallel " << t << " of " << T << ": FFN columns [" << f.begin << ", " << f.end << ") of "
+         << li.ffn;
+      if (li.vocab > 0) {
+        const TokenRange v = split_tokens(li.vocab, d.sp() * T, mesh_->rank_in(Group::Mp));
+        os << ", text-encoder vocabulary [" << v.begin << ", " << v.end << ")";
+      }
+    }
     return os.str();
   }
 
@@ -146,8 +181,9 @@ class DistributedContext final : public ParallelContext {
 
 }  // namespace
 
-std::shared_ptr<ParallelContext> make_distributed_context(std::shared_ptr<DeviceMesh> mesh) {
-  return std::make_shared<DistributedContext>(std::move(mesh));
+std::shared_ptr<ParallelContext> make_distributed_context(std::shared_ptr<DeviceMesh> mesh,
+                                                          const DistributedOptions& opt) {
+  return std::make_shared<DistributedContext>(std::move(mesh), opt);
 }
 
 }  // namespace dit

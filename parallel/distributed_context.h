@@ -1,11 +1,13 @@
 // The ParallelContext of a parallel run (runtime/parallel_context.h), over the device mesh:
 //  - CfgSplit: cfg rank 0 computes the first half of the guidance batch, cfg rank 1 the
 //    second; the halves' noise predictions meet by an all-gather over the CFG pair.
-//  - SequenceSplit: sp rank s computes tokens split_tokens(N, sp_degree, s); the per-token
-//    outputs are all-gathered once per step so every rank steps the sampler on identical
-//    full latents.
+//  - SequenceSplit: sp rank s's attention covers tokens split_tokens(N, sp_degree, s); its
+//    tensor-parallel ranks each output a share of them; the per-token outputs are all-gathered
+//    once per step (model-parallel group) so every rank steps the sampler on identical full
+//    latents.
 //  - LayerContext: self-attention is parallel/'s Ulysses / Ring / USP over the mesh's groups
-//    (local when the SP degree is 1); cross-attention is local.
+//    (local when the SP degree is 1); cross-attention is local; tensor parallelism is
+//    parallel/tensor_parallel.h over the tp group (transformer) or the mp group (text encoder).
 //  - Rank 0 of the replica decodes and writes the output.
 #pragma once
 
@@ -17,6 +19,14 @@ namespace dit {
 
 class DeviceMesh;
 
-std::shared_ptr<ParallelContext> make_distributed_context(std::shared_ptr<DeviceMesh> mesh);
+struct DistributedOptions {
+  // Megatron sequence parallelism in the transformer's tensor-parallel regions from this many
+  // tokens × batch per TP group on (--sp-min-tokens; chosen from measurements, README).
+  int64_t sp_min_tokens = kDefaultSpMinTokens;
+  static constexpr int64_t kDefaultSpMinTokens = 2048;
+};
+
+std::shared_ptr<ParallelContext> make_distributed_context(std::shared_ptr<DeviceMesh> mesh,
+                                                          const DistributedOptions& opt = {});
 
 }  // namespace dit

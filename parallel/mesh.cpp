@@ -8,12 +8,12 @@ namespace dit {
 
 namespace {
 
-constexpr Axis kAxes[kNumAxes] = {Axis::Dp, Axis::Cfg, Axis::Ring, Axis::Ulysses};
+constexpr Axis kAxes[kNumAxes] = {Axis::Dp, Axis::Cfg, Axis::Ring, Axis::Ulysses, Axis::Tp};
 
 }  // namespace
 
 const char* axis_name(Axis a) {
-  static const char* names[kNumAxes] = {"dp", "cfg", "ring", "ulysses"};
+  static const char* names[kNumAxes] = {"dp", "cfg", "ring", "ulysses", "tp"};
   return names[size_t(a)];
 }
 
@@ -22,9 +22,11 @@ const std::vector<GroupDef>& mesh_groups() {
       {Group::Ulysses, "ulysses", {Axis::Ulysses}},
       {Group::Ring, "ring", {Axis::Ring}},
       {Group::Sp, "sp", {Axis::Ring, Axis::Ulysses}},
+      {Group::Tp, "tp", {Axis::Tp}},
+      {Group::Mp, "mp", {Axis::Ring, Axis::Ulysses, Axis::Tp}},
       {Group::Cfg, "cfg", {Axis::Cfg}},
       {Group::Dp, "dp", {Axis::Dp}},
-      {Group::Replica, "replica", {Axis::Cfg, Axis::Ring, Axis::Ulysses}},
+      {Group::Replica, "replica", {Axis::Cfg, Axis::Ring, Axis::Ulysses, Axis::Tp}},
   };
   return g;
 }

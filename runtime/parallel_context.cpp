@@ -14,10 +14,11 @@ class SerialContext final : public ParallelContext, SequenceSplit, CfgSplit, Lay
   LayerContext& layers() override { return *this; }
   bool is_output_rank() const override { return true; }
   void check_agreement(const float*, int64_t) override {}
-  std::string describe(int64_t, int, const char* const[2]) const override { return "serial (1 process)"; }
+  std::string describe(const LayoutInfo&) const override { return "serial (1 process)"; }
 
   // SequenceSplit
   TokenRange range(int64_t tokens) const override { return {0, tokens}; }
+  TokenRange output_range(int64_t tokens) const override { return {0, tokens}; }
   void prepare(int64_t batch, int64_t tokens, int64_t row) override { bytes_ = size_t(batch * tokens * row) * 4; }
   void gather(const float* local, float* full) override {
     if (local != full) std::memcpy(full, local, bytes_);
@@ -29,6 +30,7 @@ class SerialContext final : public ParallelContext, SequenceSplit, CfgSplit, Lay
   // LayerContext
   std::unique_ptr<SelfAttention> self_attention() override { return make_local_self_attention(); }
   std::unique_ptr<CrossAttention> cross_attention() override { return make_local_cross_attention(); }
+  std::unique_ptr<TensorParallel> tensor_parallel(TpScope) override { return make_serial_tensor_parallel(); }
 
  private:
   size_t bytes_ = 0;

@@ -25,6 +25,7 @@
 #include <string>
 
 #include "runtime/attention_roles.h"
+#include "runtime/tensor_parallel.h"
 #include "runtime/token_split.h"
 
 namespace dit {
@@ -32,11 +33,14 @@ namespace dit {
 class SequenceSplit {
  public:
   virtual ~SequenceSplit() = default;
-  // Tokens of an N-token sequence this rank computes (contiguous; all of them when serial).
+  // Tokens of an N-token sequence this rank's attention covers (contiguous; all when serial).
   virtual TokenRange range(int64_t tokens) const = 0;
+  // Tokens whose output this rank computes: range(), split again over the tensor-parallel
+  // ranks (each computes the model's last layer for its share). range() without TP.
+  virtual TokenRange output_range(int64_t tokens) const = 0;
   // Once per shape before the loop: buffers for gather().
   virtual void prepare(int64_t batch, int64_t tokens, int64_t row) = 0;
-  // local [batch, range.size(), row] -> full [batch, tokens, row] on every rank of the group.
+  // local [batch, output_range.size(), row] -> full [batch, tokens, row] on every rank.
   virtual void gather(const float* local, float* full) = 0;
 };
 
@@ -52,11 +56,28 @@ class CfgSplit {
   virtual void exchange(const float* mine, float* both) = 0;
 };
 
+// Which ranks split a model's weights: the transformer over the tensor-parallel ranks; a text
+// encoder over every model-parallel rank of its guidance half (sequence- and tensor-parallel
+// ranks alike), so its work is not duplicated there.
+enum class TpScope { Transformer, TextEncoder };
+
 class LayerContext {
  public:
   virtual ~LayerContext() = default;
   virtual std::unique_ptr<SelfAttention> self_attention() = 0;
   virtual std::unique_ptr<CrossAttention> cross_attention() = 0;
+  virtual std::unique_ptr<TensorParallel> tensor_parallel(TpScope scope) = 0;
+};
+
+// What the layout printout names: the image tokens, the attention heads and FFN columns of
+// the transformer, the text encoder's vocabulary (0: none), and the guidance halves' names in
+// batch order (e.g. {"cond", "uncond"}).
+struct LayoutInfo {
+  int64_t tokens = 0;
+  int heads = 0;
+  int64_t ffn = 0;
+  int64_t vocab = 0;
+  const char* halves[2] = {"cond", "uncond"};
 };
 
 class ParallelContext {
@@ -69,9 +90,8 @@ class ParallelContext {
   virtual bool is_output_rank() const = 0;
   // Makes every rank of the replica agree that `x` is identical (cheap checksum); throws if not.
   virtual void check_agreement(const float* x, int64_t n) = 0;
-  // One line describing this rank's share ("serial (1 process)", "rank 3: uncond branch, ...");
-  // `halves` names the two halves of the guidance batch (e.g. {"cond", "uncond"}).
-  virtual std::string describe(int64_t tokens, int heads, const char* const halves[2]) const = 0;
+  // One line describing this rank's share ("serial (1 process)", "rank 3: uncond branch, ...").
+  virtual std::string describe(const LayoutInfo& info) const = 0;
 };
 
 std::shared_ptr<ParallelContext> make_serial_context();

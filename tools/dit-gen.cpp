@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
   CLI::App app{"dit-gen: diffusion-transformer image generation from a diffusers checkpoint directory on CPUs, on one "
                "process or many: text-to-image PixArt-Σ/α (the prompt is text) and class-conditional DiT (the prompt "
                "is an ImageNet label or class id).\nDemo models with random weights (their images are noise), created "
-               "on first use: --model pixart-demo, --model dit-demo (the default without --model)."};
+               "on first use: -m pixart-demo, -m dit-demo (the default)."};
   add_generation_options(app, o);
   app.set_version_flag("--version", std::string("dit-gen ") + DIT_VERSION);
   try {
@@ -52,12 +52,10 @@ int main(int argc, char** argv) {
       if (!o.save_noise_pred.empty()) check_output_path(o.save_noise_pred, "--save-noise-pred");
     }
     // The model directory and the layout are checked once here, before any worker starts.
-    if (!s.env.external) {  // the launcher, or a single process
-      if (o.model.empty() || is_demo_name(o.model))
-        ensure_demo_model(o.model);
-      else
-        dit::ModelIndex::load(o.model);
-    }
+    if (!s.env.external && (o.model.empty() || is_demo_name(o.model)))
+      ensure_demo_model(o.model);  // the launcher, or a single process
+    else
+      dit::ModelIndex::load(model_dir_of(o.model));
     check_layout(o, model_dir_of(o.model),
                  s.env.external ? s.env.local_world
                                 : (o.nproc_per_node > 0 ? o.nproc_per_node : degrees.world() / std::max(1, o.nnodes)));

@@ -25,29 +25,21 @@ Tensor concat_rows(const std::vector<Tensor>& parts) {
   return out;
 }
 
-namespace {
-
-Tensor as_f32(const Tensor& t) { return t.dtype() == DType::F32 ? t : t.to(DType::F32); }
-
-}  // namespace
-
-QkvWeights QkvWeights::load(const WeightStore& s, const std::string& a, int64_t D, DType compute, QkvProjection how) {
+QkvWeights QkvWeights::load(const WeightStore& s, const std::string& a, int64_t D, DType compute, QkvProjection how,
+                            const TpPlan& plan, const TensorParallel& tp, int64_t head_dim) {
   QkvWeights w;
   const bool fuse = how == QkvProjection::Fused ||
                     (how == QkvProjection::Auto && s.get(a + "to_q.weight", {D, D}).dtype() != compute);
-  if (!fuse) {
-    const std::pair<const char*, LinearWeight*> parts[] = {{"to_q", &w.q}, {"to_k", &w.k}, {"to_v", &w.v}};
-    for (const auto& [name, dst] : parts)
-      *dst = LinearWeight::prepare(s.get(a + name + ".weight", {D, D}), s.get(a + name + ".bias", {D}), compute);
-    return w;
-  }
-  Tensor qkv_w = concat_rows({s.get(a + "to_q.weight", {D, D}), s.get(a + "to_k.weight", {D, D}),
-                              s.get(a + "to_v.weight", {D, D})});
-  Tensor qkv_b = concat_rows({as_f32(s.get(a + "to_q.bias", {D})).reshape({1, D}),
-                              as_f32(s.get(a + "to_k.bias", {D})).reshape({1, D}),
-                              as_f32(s.get(a + "to_v.bias", {D})).reshape({1, D})})
-                     .reshape({3 * D});
-  w.qkv = LinearWeight::prepare(qkv_w, qkv_b, compute);
+  LinearWeight* parts[] = {&w.q, &w.k, &w.v};
+  const char* names[] = {"to_q", "to_k", "to_v"};
+  for (int i = 0; i < 3; ++i) *parts[i] = load_linear(s, a + names[i], D, D, compute, plan, tp, head_dim).w;
+  if (!fuse) return w;
+  // One [3·out, D] weight: a private concatenation of the (converted) parts.
+  const int64_t n = w.q.out();
+  Tensor bias = Tensor::empty({3 * n});
+  for (int i = 0; i < 3; ++i) std::memcpy(bias.f32() + i * n, parts[i]->bias.f32(), size_t(n) * 4);
+  w.qkv = LinearWeight::prepare(concat_rows({w.q.weight, w.k.weight, w.v.weight}), bias, compute);
+  w.q = w.k = w.v = LinearWeight();
   return w;
 }
 

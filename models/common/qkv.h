@@ -1,7 +1,8 @@
 // The Q, K, V projection of a self-attention layer (to_q, to_k, to_v with biases), shared by
 // every diffusion transformer family: weights loaded once, an op writing [rows, 3, H, d].
 //
-//   QkvWeights w = QkvWeights::load(store, "transformer_blocks.0.attn1.", D, DType::F32, QkvProjection::Auto);
+//   QkvWeights w = QkvWeights::load(store, "transformer_blocks.0.attn1.", D, DType::F32, QkvProjection::Auto,
+//                                   plan, *tp, head_dim);   // this rank's heads under tensor parallelism
 //   QkvLinear op(w, rows);            // primitives (once per shape)
 //   op.run(h, qkv);                   // h [rows, D] -> qkv [rows, 3D]: q | k | v per row
 #pragma once
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "models/common/tp_plan.h"
 #include "runtime/linear.h"
 #include "runtime/tensor.h"
 
@@ -30,16 +32,19 @@ struct QkvWeights {
   LinearWeight qkv;      // [3D, D] to_q | to_k | to_v (a private copy), or undefined when split:
   LinearWeight q, k, v;  // [D, D] each, in place in the memory map, when not fused
   bool fused() const { return qkv.weight.defined(); }
-  // Loads <prefix>to_q/to_k/to_v .weight [D, D] and .bias [D].
+  // Output features per projection (this rank's heads × head_dim).
+  int64_t out() const { return fused() ? qkv.out() / 3 : q.out(); }
+  // Loads <prefix>to_q/to_k/to_v .weight [D, D] and .bias [D]: the rows of this rank's heads
+  // when the plan splits them (column-parallel), else all.
   static QkvWeights load(const WeightStore& s, const std::string& prefix, int64_t D, DType compute,
-                         QkvProjection how);
+                         QkvProjection how, const TpPlan& plan, const TensorParallel& tp, int64_t head_dim);
 };
 
 class QkvLinear {
  public:
   QkvLinear() = default;
   QkvLinear(const QkvWeights& w, int64_t rows);
-  // x [rows, D] -> y [rows, 3D].
+  // x [rows, D] -> y [rows, 3·out()]: q | k | v of this rank's heads.
   void run(const float* x, float* y) const;
 
  private:

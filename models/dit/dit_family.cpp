@@ -54,7 +54,9 @@ LoadedFamily load_dit_family(const LoadOptions& opt, const ModelIndex& index, co
   f.rules.default_steps = 50;     // DiTPipeline.__call__ defaults
   f.rules.default_guidance = 4.0;
   f.rules.cond_first = true;      // CFG batch [cond, uncond]
-  f.model = std::make_unique<DiTTransformer>(DiTWeights::load(cfg, store, opt.dtype, opt.qkv));
+  std::unique_ptr<TensorParallel> tp = opt.parallel->layers().tensor_parallel(TpScope::Transformer);
+  DiTWeights w = DiTWeights::load(cfg, store, opt.dtype, opt.qkv, *tp);
+  f.model = std::make_unique<DiTTransformer>(std::move(w), std::move(tp));
   f.conditioner = std::make_unique<ClassConditioner>(index, cfg.num_classes);
   return f;
 }

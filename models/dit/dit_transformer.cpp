@@ -17,9 +17,14 @@ void split_chunks(const float* m, int64_t batch, int64_t n, int64_t dim, float* 
     for (int64_t k = 0; k < n; ++k) std::memcpy(out + (k * batch + b) * dim, m + (b * n + k) * dim, dim * 4);
 }
 
+// Rows [off, off + n) of each batch element of x [B, R, D] -> y [B, n, D].
+void copy_rows(const float* x, int64_t batch, int64_t rows, int64_t off, int64_t n, int64_t dim, float* y) {
+  for (int64_t b = 0; b < batch; ++b) std::memcpy(y + b * n * dim, x + (b * rows + off) * dim, size_t(n * dim) * 4);
+}
+
 }  // namespace
 
-DiTTransformer::DiTTransformer(DiTWeights w) : w_(std::move(w)) {
+DiTTransformer::DiTTransformer(DiTWeights w, std::unique_ptr<TensorParallel> tp) : w_(std::move(w)), tp_(std::move(tp)) {
   const DiTConfig& c = w_.cfg;
   geo_.in_channels = c.in_channels;
   geo_.out_channels = c.out_channels;
@@ -39,52 +44,69 @@ void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   B_ = s.batch;
   grid_h_ = s.latent_h / c.patch;
   grid_w_ = s.latent_w / c.patch;
-  tokens_ = ctx.sequence().range(grid_h_ * grid_w_);
+  const int64_t N = grid_h_ * grid_w_;
+  tokens_ = ctx.sequence().range(N);
+  out_ = ctx.sequence().output_range(N);
   if (!attn_) attn_ = ctx.layers().self_attention();  // once: it may hold communication state
   y_.assign(size_t(B_), 0);
   const int64_t B = B_, T = tokens_.size(), D = c.hidden();
+  tp_->prepare(B, tokens_, D);
+  res_ = tp_->residual();
+  const int64_t R = res_.size(), O = out_.size();
+  DIT_CHECK(res_.begin <= out_.begin && out_.end <= res_.end, "DiT: output rows outside the residual rows");
+  const DiTBlockWeights& b0 = w_.blocks[0];
+  const int64_t Dl = b0.qkv.out(), Ml = b0.fc1.w.out(), Hl = Dl / c.head_dim;
 
-  auto lin = [&](const LinearWeight& lw, int64_t batch, int64_t rows, Act act, bool gated, int64_t out_stride = 0) {
+  auto lin = [&](const LinearWeight& lw, int64_t batch, int64_t rows, Act act) {
     LinearSpec spec;
     spec.batch = batch;
     spec.rows = rows;
     spec.in = lw.in();
     spec.out = lw.out();
     spec.act = act;
+    return spec;
+  };
+  // A tensor-parallel layer: full shape in the spec, this rank's shard in the weight.
+  auto par = [&](const ShardedLinear& sl, int64_t batch, int64_t rows, int64_t in, int64_t out, bool gated) {
+    LinearSpec spec;
+    spec.batch = batch;
+    spec.rows = rows;
+    spec.in = in;
+    spec.out = out;
     spec.gated_residual = gated;
-    spec.out_stride = out_stride;
-    return Linear(spec, lw);
+    return tp_->linear(sl.split, spec, sl.w);
   };
 
   ops_.clear();
-  if (T > 0) patch_ = lin(w_.patch, 1, B * T, Act::None, false);
+  if (R > 0) patch_ = Linear(lin(w_.patch, 1, B * R, Act::None), w_.patch);
   for (const DiTBlockWeights& bw : w_.blocks) {
     BlockOps o;
-    o.t_fc1 = lin(bw.t_fc1, 1, B, Act::Silu, false);
-    o.t_fc2 = lin(bw.t_fc2, 1, B, Act::None, false);
-    o.ada = lin(bw.ada, 1, B, Act::None, false);
+    o.t_fc1 = Linear(lin(bw.t_fc1, 1, B, Act::Silu), bw.t_fc1);
+    o.t_fc2 = Linear(lin(bw.t_fc2, 1, B, Act::None), bw.t_fc2);
+    o.ada = par(bw.ada, 1, B, D, 6 * D, false);
     if (T > 0) {
       o.qkv = QkvLinear(bw.qkv, B * T);
-      o.attn_out = lin(bw.attn_out, B, T, Act::None, true);
-      o.fc1 = lin(bw.fc1, 1, B * T, Act::GeluTanh, false);
-      o.fc2 = lin(bw.fc2, B, T, Act::None, true);
+      o.attn_out = par(bw.attn_out, B, T, D, D, true);
+      o.fc1 = Linear(lin(bw.fc1.w, 1, B * T, Act::GeluTanh), bw.fc1.w);
+      o.fc2 = par(bw.fc2, B, T, 4 * D, D, true);
     }
     ops_.push_back(std::move(o));
   }
-  final_ada_ = lin(w_.final_ada, 1, B, Act::None, false);
-  if (T > 0) {
-    final_out_ = lin(w_.final_out, 1, B * T, Act::None, false);
-    ln_attn_ = LayerNormModulate(B, T, D, 1e-6f);
-    ln_mlp_ = LayerNormModulate(B, T, D, c.norm_eps);
+  final_ada_ = Linear(lin(w_.final_ada, 1, B, Act::None), w_.final_ada);
+  if (R > 0) {
+    ln_attn_ = LayerNormModulate(B, R, D, 1e-6f);
+    ln_mlp_ = LayerNormModulate(B, R, D, c.norm_eps);
   }
+  if (O > 0) final_out_ = Linear(lin(w_.final_out, 1, B * O, Act::None), w_.final_out);
 
-  patches_ = Tensor::empty({B, T, int64_t(c.patch_dim_in())});
-  pos_ = Tensor::empty({T, D});
-  x_ = Tensor::empty({B, T, D});
-  h_ = Tensor::empty({B, T, D});
-  qkv_ = Tensor::empty({B, T, 3 * D});
-  attn_out_ = Tensor::empty({B, T, D});
-  mlp_ = Tensor::empty({B, T, 4 * D});
+  patches_ = Tensor::empty({B, R, int64_t(c.patch_dim_in())});
+  pos_ = Tensor::empty({R, D});
+  x_ = Tensor::empty({B, R, D});
+  h_ = Tensor::empty({B, R, D});
+  hout_ = O < R ? Tensor::empty({B, O, D}) : Tensor();
+  qkv_ = Tensor::empty({B, T, 3 * Dl});
+  attn_out_ = Tensor::empty({B, T, Dl});
+  mlp_ = Tensor::empty({B, T, Ml});
   tfreq_ = Tensor::empty({B, 256});
   temb_ = Tensor::empty({B, D});
   cond_ = Tensor::empty({B, D});
@@ -93,14 +115,14 @@ void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   final_mod_ = Tensor::empty({B, 2 * D});
   final_chunks_ = Tensor::empty({2, B, D});
 
-  pos_embed_2d(int(D), grid_h_, grid_w_, double(c.sample_size / c.patch), c.interpolation_scale, tokens_.begin,
-               tokens_.end, pos_.f32());
+  pos_embed_2d(int(D), grid_h_, grid_w_, double(c.sample_size / c.patch), c.interpolation_scale, res_.begin, res_.end,
+               pos_.f32());
 
   SelfAttentionShape as;
   as.batch = B;
   as.local_tokens = T;
-  as.total_tokens = grid_h_ * grid_w_;
-  as.heads = c.heads;
+  as.total_tokens = N;
+  as.heads = Hl;
   as.head_dim = c.head_dim;
   as.compute = w_.compute;
   attn_->prepare(as);
@@ -126,51 +148,68 @@ void DiTTransformer::conditioning(const DiTBlockWeights& bw, size_t block, const
   silu(cond_.f32(), cond_.f32(), B * D);
 }
 
-void DiTTransformer::forward(const float* latents, const double* t, float* out) {
-  const DiTConfig& c = w_.cfg;
-  const int64_t B = B_, T = tokens_.size(), D = c.hidden();
-  float* x = x_.f32();
+// One block on the residual rows x [B, R, D]:
+//   x += gate_msa ⊙ Attn(LN(x)(1 + scale_msa) + shift_msa);  x += gate_mlp ⊙ FF(LN(x)(1 + scale_mlp) + shift_mlp)
+void DiTTransformer::block(size_t l, float* x) {
+  const int64_t B = B_, R = res_.size(), T = tokens_.size(), D = w_.cfg.hidden();
+  const BlockOps& o = ops_[l];
   float* h = h_.f32();
   auto chunk = [&](int k) { return chunks_.f32() + k * B * D; };
+  o.ada->run(cond_.f32(), mod_.f32());  // [B, 6D]
+  split_chunks(mod_.f32(), B, 6, D, chunks_.f32());
+  // 0 shift_msa, 1 scale_msa, 2 gate_msa, 3 shift_mlp, 4 scale_mlp, 5 gate_mlp
+  if (R > 0) ln_attn_.run(x, h, chunk(0), chunk(1));  // h = LN(x)(1 + scale_msa) + shift_msa   [B, R, D]
+  const float* hf = tp_->gather(h);                   // [B, T, D] (Megatron SP: from every TP rank)
+  if (T > 0) o.qkv.run(hf, qkv_.f32());               // [B, T, 3, H', d]
+  {
+    profile::Scope pa(profile::Cat::Attention);
+    attn_->forward(qkv_.f32(), attn_out_.f32());  // [B, T, H', d]  (may talk to other ranks)
+  }
+  if (T > 0) o.attn_out->run(attn_out_.f32(), x, chunk(2));  // x += gate_msa ⊙ (Σ attn·Wo + bo)
+  if (R > 0) ln_mlp_.run(x, h, chunk(3), chunk(4));          // h = LN(x)(1 + scale_mlp) + shift_mlp
+  const float* hm = tp_->gather(h);
+  if (T > 0) {
+    o.fc1.run(hm, mlp_.f32());                   // GELU-tanh(h·W1 + b1)   [B, T, M']
+    o.fc2->run(mlp_.f32(), x, chunk(5));         // x += gate_mlp ⊙ (Σ mlp·W2 + b2)
+  }
+}
+
+// Conditioning of block 0, shift/scale = proj_out_1(SiLU(c)), out = proj_out_2(LN(x)·(1+scale)+shift)
+// on this rank's output rows.
+void DiTTransformer::final_layer(float* out) {
+  const int64_t B = B_, D = w_.cfg.hidden(), R = res_.size(), O = out_.size();
+  final_ada_.run(cond_.f32(), final_mod_.f32());
+  split_chunks(final_mod_.f32(), B, 2, D, final_chunks_.f32());
+  if (O == 0) return;
+  ln_attn_.run(x_.f32(), h_.f32(), final_chunks_.f32(), final_chunks_.f32() + B * D);
+  const float* h = h_.f32();
+  if (O < R) {  // tensor parallel without Megatron SP: this rank outputs a share of the rows
+    copy_rows(h_.f32(), B, R, out_.begin - res_.begin, O, D, hout_.f32());
+    h = hout_.f32();
+  }
+  final_out_.run(h, out);  // [B, O, p·p·C_out]
+}
+
+void DiTTransformer::forward(const float* latents, const double* t, float* out) {
+  const DiTConfig& c = w_.cfg;
+  const int64_t B = B_, R = res_.size(), D = c.hidden();
+  float* x = x_.f32();
   // Profiler (off unless enabled): what the scopes below do not claim is norm/elementwise.
   profile::Scope prof(profile::Cat::NormElementwise);
 
-  // Patch embedding of the local tokens + fixed positions: x = patches·Wᵀ + b + pos   [B, T, D]
-  if (T > 0) {
-    patchify(latents, B, c.in_channels, grid_h_ * c.patch, grid_w_ * c.patch, c.patch, tokens_.begin, tokens_.end,
+  // Patch embedding of the residual rows + fixed positions: x = patches·Wᵀ + b + pos   [B, R, D]
+  if (R > 0) {
+    patchify(latents, B, c.in_channels, grid_h_ * c.patch, grid_w_ * c.patch, c.patch, res_.begin, res_.end,
              patches_.f32());
     patch_.run(patches_.f32(), x);
-    for (int64_t b = 0; b < B; ++b) add(x + b * T * D, pos_.f32(), x + b * T * D, T * D);
+    for (int64_t b = 0; b < B; ++b) add(x + b * R * D, pos_.f32(), x + b * R * D, R * D);
   }
-
   for (size_t l = 0; l < w_.blocks.size(); ++l) {
-    const BlockOps& o = ops_[l];
     conditioning(w_.blocks[l], l, t);
-    o.ada.run(cond_.f32(), mod_.f32());  // [B, 6D]
-    split_chunks(mod_.f32(), B, 6, D, chunks_.f32());
-    // 0 shift_msa, 1 scale_msa, 2 gate_msa, 3 shift_mlp, 4 scale_mlp, 5 gate_mlp
-    if (T > 0) ln_attn_.run(x, h, chunk(0), chunk(1));  // h = LN(x)(1 + scale_msa) + shift_msa
-    if (T > 0) o.qkv.run(h, qkv_.f32());              // [B, T, 3, H, d]
-    {
-      profile::Scope pa(profile::Cat::Attention);
-      attn_->forward(qkv_.f32(), attn_out_.f32());            // [B, T, H, d]  (may talk to other ranks)
-    }
-    if (T > 0) {
-      o.attn_out.run(attn_out_.f32(), x, chunk(2));          // x += gate_msa ⊙ (attn·Wo + bo)
-      ln_mlp_.run(x, h, chunk(3), chunk(4));             // h = LN(x)(1 + scale_mlp) + shift_mlp
-      o.fc1.run(h, mlp_.f32());                          // GELU-tanh(h·W1 + b1)   [B, T, 4D]
-      o.fc2.run(mlp_.f32(), x, chunk(5));                // x += gate_mlp ⊙ (mlp·W2 + b2)
-    }
+    block(l, x);
   }
-
-  // Final layer: conditioning of block 0, shift/scale = proj_out_1(SiLU(c)), out = proj_out_2(LN(x)·(1+scale)+shift)
   conditioning(w_.blocks[0], 0, t);
-  final_ada_.run(cond_.f32(), final_mod_.f32());
-  split_chunks(final_mod_.f32(), B, 2, D, final_chunks_.f32());
-  if (T > 0) {
-    ln_attn_.run(x, h, final_chunks_.f32(), final_chunks_.f32() + B * D);
-    final_out_.run(h, out);  // [B, T, p·p·C_out]
-  }
+  final_layer(out);
 }
 
 ModelFlops DiTTransformer::flops() const {

@@ -3,14 +3,20 @@
 // the SelfAttention role, so the same code runs serially or with its sequence split across
 // ranks (Ulysses, Ring).
 //
-//   DiTTransformer dit(DiTWeights::load(cfg, store, DType::F32));
+//   auto tp = ctx->layers().tensor_parallel(TpScope::Transformer);    // which weight shards are ours
+//   DiTTransformer dit(DiTWeights::load(cfg, store, DType::F32, QkvProjection::Auto, *tp), std::move(tp));
 //   ModelShape shape;  shape.batch = 2;  shape.latent_h = shape.latent_w = 32;
 //   dit.prepare(shape, *ctx);                // primitives, buffers, attention (ctx: runtime/parallel_context.h)
 //   dit.begin(cond);                         // cond.class_ids [batch] (num_classes = null/unconditional)
 //   dit.forward(latents, t, out);            // many times, allocation-free
 //
 // latents: [batch, C, H, W] (the full latents: every rank holds them), t: [batch] timesteps;
-// out: [batch, local_tokens, p·p·C_out].
+// out: [batch, output tokens, p·p·C_out] (SequenceSplit::output_range).
+//
+// Under tensor parallelism this rank holds its heads' Q/K/V and its MLP columns; the row-
+// parallel out projections reduce over the TP ranks; with Megatron sequence parallelism the
+// residual stream x holds only this rank's share of the tokens (tp->residual()) and
+// tp->gather() brings the normalised tokens together before the column-parallel linears.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +31,7 @@ namespace dit {
 
 class DiTTransformer final : public DiffusionModel {
  public:
-  explicit DiTTransformer(DiTWeights w);
+  DiTTransformer(DiTWeights w, std::unique_ptr<TensorParallel> tp);
   const ModelGeometry& geometry() const override { return geo_; }
   void prepare(const ModelShape& shape, ParallelContext& ctx) override;
   void begin(const Conditioning& cond) override;
@@ -35,32 +41,39 @@ class DiTTransformer final : public DiffusionModel {
 
  private:
   void conditioning(const DiTBlockWeights& bw, size_t block, const double* t);
+  void block(size_t l, float* x);
+  void final_layer(float* out);
 
   DiTWeights w_;
+  std::unique_ptr<TensorParallel> tp_;
   ModelGeometry geo_;
   int64_t B_ = 0, grid_h_ = 0, grid_w_ = 0;  // prepared shape
-  TokenRange tokens_;                         // this rank's tokens of the grid_h·grid_w sequence
+  TokenRange tokens_;                         // this rank's attention tokens of the grid_h·grid_w sequence
+  TokenRange res_, out_;                      // its residual rows (⊆ tokens_) and output rows (⊆ res_)
   std::unique_ptr<SelfAttention> attn_;
   std::vector<int64_t> y_;                    // class id per batch row (begin)
 
   // Primitives (created in prepare).
   Linear patch_;
   struct BlockOps {
-    Linear t_fc1, t_fc2, ada, attn_out, fc1, fc2;
+    Linear t_fc1, t_fc2, fc1;
+    std::unique_ptr<ParallelLinear> ada, attn_out, fc2;
     QkvLinear qkv;
   };
   std::vector<BlockOps> ops_;
   Linear final_ada_, final_out_;
-  LayerNormModulate ln_attn_, ln_mlp_;
+  LayerNormModulate ln_attn_, ln_mlp_, ln_final_;
 
-  // Activations (allocated in prepare).
-  Tensor patches_;   // [B, T, C·p·p]
-  Tensor pos_;       // [T, D] positions of the local tokens
-  Tensor x_;         // [B, T, D] residual stream
-  Tensor h_;         // [B, T, D] normalised + modulated
-  Tensor qkv_;       // [B, T, 3D]
-  Tensor attn_out_;  // [B, T, D]
-  Tensor mlp_;       // [B, T, 4D]
+  // Activations (allocated in prepare). T attention tokens, R residual rows, O output rows;
+  // D' = this rank's heads × head_dim, M' = its MLP columns (D and 4D with one rank).
+  Tensor patches_;   // [B, R, C·p·p]
+  Tensor pos_;       // [R, D] positions of the residual rows
+  Tensor x_;         // [B, R, D] residual stream
+  Tensor h_;         // [B, R, D] normalised + modulated
+  Tensor hout_;      // [B, O, D] the output rows of h_ (when O < R)
+  Tensor qkv_;       // [B, T, 3D']
+  Tensor attn_out_;  // [B, T, D']
+  Tensor mlp_;       // [B, T, M']
   Tensor tfreq_;     // [B, 256]
   Tensor temb_;      // [B, D]
   Tensor cond_;      // [B, D]  c = t_emb + class_emb, then SiLU(c)

@@ -16,7 +16,21 @@ Tensor as_f32(const Tensor& t) { return t.dtype() == DType::F32 ? t : t.to(DType
 
 }  // namespace
 
-DiTWeights DiTWeights::load(const DiTConfig& cfg, const WeightStore& s, DType compute, QkvProjection qkv) {
+const TpPlan& dit_tp_plan() {
+  static const TpPlan plan = {
+      {"transformer_blocks.*.attn1.to_q", Split::Column, TpUnit::Heads},
+      {"transformer_blocks.*.attn1.to_k", Split::Column, TpUnit::Heads},
+      {"transformer_blocks.*.attn1.to_v", Split::Column, TpUnit::Heads},
+      {"transformer_blocks.*.attn1.to_out.0", Split::Row, TpUnit::Heads},
+      {"transformer_blocks.*.ff.net.0.proj", Split::Column},
+      {"transformer_blocks.*.ff.net.2", Split::Row},
+      {"transformer_blocks.*.norm1.linear", Split::ColumnGather},
+  };
+  return plan;
+}
+
+DiTWeights DiTWeights::load(const DiTConfig& cfg, const WeightStore& s, DType compute, QkvProjection qkv,
+                            const TensorParallel& tp) {
   DiTWeights w;
   w.cfg = cfg;
   w.compute = compute;
@@ -32,12 +46,14 @@ DiTWeights DiTWeights::load(const DiTConfig& cfg, const WeightStore& s, DType co
     bw.t_fc1 = linear(s, e + "timestep_embedder.linear_1", D, 256, compute);
     bw.t_fc2 = linear(s, e + "timestep_embedder.linear_2", D, D, compute);
     bw.class_table = as_f32(s.get(e + "class_embedder.embedding_table.weight", {cfg.num_classes + 1, D}));
-    bw.ada = linear(s, b + "norm1.linear", 6 * D, D, compute);
+    const TpPlan& plan = dit_tp_plan();
+    const int64_t hd = cfg.head_dim;
+    bw.ada = load_linear(s, b + "norm1.linear", 6 * D, D, compute, plan, tp, hd);
     const std::string a = b + "attn1.";
-    bw.qkv = QkvWeights::load(s, a, D, compute, qkv);
-    bw.attn_out = linear(s, a + "to_out.0", D, D, compute);
-    bw.fc1 = linear(s, b + "ff.net.0.proj", 4 * D, D, compute);
-    bw.fc2 = linear(s, b + "ff.net.2", D, 4 * D, compute);
+    bw.qkv = QkvWeights::load(s, a, D, compute, qkv, plan, tp, hd);
+    bw.attn_out = load_linear(s, a + "to_out.0", D, D, compute, plan, tp, hd);
+    bw.fc1 = load_linear(s, b + "ff.net.0.proj", 4 * D, D, compute, plan, tp, hd);
+    bw.fc2 = load_linear(s, b + "ff.net.2", D, 4 * D, compute, plan, tp, hd);
     w.blocks.push_back(std::move(bw));
   }
   w.final_ada = linear(s, "proj_out_1", 2 * D, D, compute);

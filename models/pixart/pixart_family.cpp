@@ -112,7 +112,10 @@ LoadedFamily load_pixart_family(const LoadOptions& opt, const ModelIndex& index,
   f.rules.default_max_sequence_length = sigma ? 300 : 120;
   f.rules.cond_first = false;  // CFG batch [uncond, cond]
   f.rules.bins = pixart_aspect_bins(cfg.sample_size, sigma);
-  f.model = std::make_unique<PixArtTransformer>(PixArtWeights::load(cfg, store, opt.dtype, opt.qkv));
+  f.rules.text_vocab = pe.config().vocab_size;
+  std::unique_ptr<TensorParallel> tp = opt.parallel->layers().tensor_parallel(TpScope::Transformer);
+  PixArtWeights w = PixArtWeights::load(cfg, store, opt.dtype, opt.qkv, *tp);
+  f.model = std::make_unique<PixArtTransformer>(std::move(w), std::move(tp));
   f.conditioner = std::make_unique<T5Conditioner>(std::move(pe), opt.release_text_encoder);
   return f;
 }

@@ -11,17 +11,19 @@ namespace dit {
 
 namespace {
 
-Linear make_linear(const LinearWeight& lw, int64_t batch, int64_t rows, Act act = Act::None, bool gated = false,
-                   bool accumulate = false) {
+Linear make_linear(const LinearWeight& lw, int64_t batch, int64_t rows, Act act = Act::None) {
   LinearSpec spec;
   spec.batch = batch;
   spec.rows = rows;
   spec.in = lw.in();
   spec.out = lw.out();
   spec.act = act;
-  spec.gated_residual = gated;
-  spec.accumulate = accumulate;
   return Linear(spec, lw);
+}
+
+// Rows [off, off + n) of each batch element of x [B, R, D] -> y [B, n, D].
+void copy_rows(const float* x, int64_t batch, int64_t rows, int64_t off, int64_t n, int64_t dim, float* y) {
+  for (int64_t b = 0; b < batch; ++b) std::memcpy(y + b * n * dim, x + (b * rows + off) * dim, size_t(n * dim) * 4);
 }
 
 // out[k, b, :] = table[k, :] + v[b, k·D : (k+1)·D] for k < n, with v [B, n·D] when per_k,
@@ -34,7 +36,8 @@ void add_table(const float* table, const float* v, int64_t batch, int64_t n, int
 
 }  // namespace
 
-PixArtTransformer::PixArtTransformer(PixArtWeights w) : w_(std::move(w)) {
+PixArtTransformer::PixArtTransformer(PixArtWeights w, std::unique_ptr<TensorParallel> tp)
+    : w_(std::move(w)), tp_(std::move(tp)) {
   const PixArtConfig& c = w_.cfg;
   geo_.in_channels = c.in_channels;
   geo_.out_channels = c.out_channels;
@@ -56,12 +59,30 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   L_ = s.text_tokens;
   grid_h_ = s.latent_h / c.patch;
   grid_w_ = s.latent_w / c.patch;
-  tokens_ = ctx.sequence().range(grid_h_ * grid_w_);
+  const int64_t N = grid_h_ * grid_w_;
+  tokens_ = ctx.sequence().range(N);
+  out_ = ctx.sequence().output_range(N);
   if (!attn_) attn_ = ctx.layers().self_attention();  // once: it may hold communication state
   if (!cross_) cross_ = ctx.layers().cross_attention();
   const int64_t B = B_, T = tokens_.size(), D = c.hidden(), L = L_;
+  tp_->prepare(B, tokens_, D);
+  res_ = tp_->residual();
+  const int64_t R = res_.size(), O = out_.size();
+  const PixArtBlockWeights& b0 = w_.blocks[0];
+  const int64_t Dl = b0.qkv.out(), Ml = b0.fc1.out(), Hl = Dl / c.head_dim;
+  // A tensor-parallel layer: full shape in the spec, this rank's shard in the weight.
+  auto par = [&](const ShardedLinear& sl, int64_t batch, int64_t rows, int64_t in, bool gated, bool accumulate) {
+    LinearSpec spec;
+    spec.batch = batch;
+    spec.rows = rows;
+    spec.in = in;
+    spec.out = D;
+    spec.gated_residual = gated;
+    spec.accumulate = accumulate;
+    return tp_->linear(sl.split, spec, sl.w);
+  };
 
-  if (T > 0) patch_ = make_linear(w_.patch, 1, B * T);
+  if (R > 0) patch_ = make_linear(w_.patch, 1, B * R);
   t_fc1_ = make_linear(w_.t_embed.fc1, 1, B, Act::Silu);
   t_fc2_ = make_linear(w_.t_embed.fc2, 1, B);
   if (c.use_additional_conditions) {
@@ -82,30 +103,31 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
     o.v2 = make_linear(bw.v2, 1, B * L);
     if (T > 0) {
       o.qkv = QkvLinear(bw.qkv, B * T);
-      o.attn1_out = make_linear(bw.attn1_out, B, T, Act::None, /*gated=*/true);
+      o.attn1_out = par(bw.attn1_out, B, T, D, /*gated=*/true, false);
       o.q2 = make_linear(bw.q2, 1, B * T);
-      o.attn2_out = make_linear(bw.attn2_out, 1, B * T, Act::None, false, /*accumulate=*/true);
+      o.attn2_out = par(bw.attn2_out, B, T, D, false, /*accumulate=*/true);
       o.fc1 = make_linear(bw.fc1, 1, B * T, Act::GeluTanh);
-      o.fc2 = make_linear(bw.fc2, B, T, Act::None, /*gated=*/true);
+      o.fc2 = par(bw.fc2, B, T, 4 * D, /*gated=*/true, false);
     }
     ops_.push_back(std::move(o));
-    k2_.push_back(Tensor::empty({B, L, D}));
-    v2_.push_back(Tensor::empty({B, L, D}));
+    k2_.push_back(Tensor::empty({B, L, Dl}));
+    v2_.push_back(Tensor::empty({B, L, Dl}));
   }
-  if (T > 0) {
-    proj_out_ = make_linear(w_.proj_out, 1, B * T);
-    ln_ = LayerNormModulate(B, T, D, c.norm_eps);
-    ln_final_ = LayerNormModulate(B, T, D, 1e-6f);
+  if (R > 0) {
+    ln_ = LayerNormModulate(B, R, D, c.norm_eps);
+    ln_final_ = LayerNormModulate(B, R, D, 1e-6f);
   }
+  if (O > 0) proj_out_ = make_linear(w_.proj_out, 1, B * O);
 
-  patches_ = Tensor::empty({B, T, int64_t(c.patch_dim_in())});
-  pos_ = Tensor::empty({T, D});
-  x_ = Tensor::empty({B, T, D});
-  h_ = Tensor::empty({B, T, D});
-  qkv_ = Tensor::empty({B, T, 3 * D});
-  attn_out_ = Tensor::empty({B, T, D});
-  q2_ = Tensor::empty({B, T, D});
-  mlp_ = Tensor::empty({B, T, 4 * D});
+  patches_ = Tensor::empty({B, R, int64_t(c.patch_dim_in())});
+  pos_ = Tensor::empty({R, D});
+  x_ = Tensor::empty({B, R, D});
+  h_ = Tensor::empty({B, R, D});
+  hout_ = O < R ? Tensor::empty({B, O, D}) : Tensor();
+  qkv_ = Tensor::empty({B, T, 3 * Dl});
+  attn_out_ = Tensor::empty({B, T, Dl});
+  q2_ = Tensor::empty({B, T, Dl});
+  mlp_ = Tensor::empty({B, T, Ml});
   tfreq_ = Tensor::empty({B, 256});
   temb_ = Tensor::empty({B, D});
   emb_ = Tensor::empty({B, D});
@@ -117,14 +139,14 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   caption_ = Tensor::empty({B, L, D});
   caption_h_ = Tensor::empty({B, L, D});
 
-  pos_embed_2d(int(D), grid_h_, grid_w_, double(c.sample_size / c.patch), c.interpolation_scale, tokens_.begin,
-               tokens_.end, pos_.f32());
+  pos_embed_2d(int(D), grid_h_, grid_w_, double(c.sample_size / c.patch), c.interpolation_scale, res_.begin,
+               res_.end, pos_.f32());
 
   SelfAttentionShape as;
   as.batch = B;
   as.local_tokens = T;
-  as.total_tokens = grid_h_ * grid_w_;
-  as.heads = c.heads;
+  as.total_tokens = N;
+  as.heads = Hl;
   as.head_dim = c.head_dim;
   as.compute = w_.compute;
   attn_->prepare(as);
@@ -132,7 +154,7 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   cs.batch = B;
   cs.q_tokens = T;
   cs.kv_tokens = L;
-  cs.heads = c.heads;
+  cs.heads = Hl;
   cs.head_dim = c.head_dim;
   cs.compute = w_.compute;
   cross_->prepare(cs);
@@ -188,46 +210,46 @@ void PixArtTransformer::embed_timestep(const double* t) {
   ada_.run(temb_.f32(), t6_.f32());       // [B, 6D]
 }
 
-// x += gate_msa ⊙ SelfAttn(LN(x)(1 + scale_msa) + shift_msa)
+// x += gate_msa ⊙ SelfAttn(LN(x)(1 + scale_msa) + shift_msa)     (x: the residual rows [B, R, D])
 void PixArtTransformer::self_attention(size_t l, float* x) {
-  const int64_t B = B_, T = tokens_.size(), D = w_.cfg.hidden();
+  const int64_t B = B_, R = res_.size(), T = tokens_.size(), D = w_.cfg.hidden();
   const BlockOps& o = ops_[l];
   auto chunk = [&](int k) { return chunks_.f32() + k * B * D; };
-  if (T > 0) {
-    ln_.run(x, h_.f32(), chunk(0), chunk(1));
-    o.qkv.run(h_.f32(), qkv_.f32());  // [B, T, 3, H, d]
-  }
+  if (R > 0) ln_.run(x, h_.f32(), chunk(0), chunk(1));
+  const float* hf = tp_->gather(h_.f32());  // [B, T, D] (Megatron SP: from every TP rank)
+  if (T > 0) o.qkv.run(hf, qkv_.f32());    // [B, T, 3, H', d]
   {
     profile::Scope pa(profile::Cat::Attention);
-    attn_->forward(qkv_.f32(), attn_out_.f32());  // [B, T, H, d]  (may talk to other ranks)
+    attn_->forward(qkv_.f32(), attn_out_.f32());  // [B, T, H', d]  (may talk to other ranks)
   }
-  if (T > 0) o.attn1_out.run(attn_out_.f32(), x, chunk(2));
+  if (T > 0) o.attn1_out->run(attn_out_.f32(), x, chunk(2));
 }
 
 // x += CrossAttn(q = x·Wq, k, v = the projected caption) · Wo   (no norm, no gate)
 void PixArtTransformer::cross_attention(size_t l, float* x) {
+  const float* xf = tp_->gather(x);  // [B, T, D]
   if (tokens_.size() == 0) return;
   const BlockOps& o = ops_[l];
-  o.q2.run(x, q2_.f32());
+  o.q2.run(xf, q2_.f32());
   {
     profile::Scope pa(profile::Cat::CrossAttention);
     cross_->forward(q2_.f32(), k2_[l].f32(), v2_[l].f32(), key_bias_.f32(), attn_out_.f32());
   }
-  o.attn2_out.run(attn_out_.f32(), x);
+  o.attn2_out->run(attn_out_.f32(), x);
 }
 
 void PixArtTransformer::forward(const float* latents, const double* t, float* out) {
   const PixArtConfig& c = w_.cfg;
-  const int64_t B = B_, T = tokens_.size(), D = c.hidden();
+  const int64_t B = B_, R = res_.size(), T = tokens_.size(), O = out_.size(), D = c.hidden();
   float* x = x_.f32();
   profile::Scope prof(profile::Cat::NormElementwise);
 
-  // Patch embedding of the local tokens + fixed positions   [B, T, D]
-  if (T > 0) {
-    patchify(latents, B, c.in_channels, grid_h_ * c.patch, grid_w_ * c.patch, c.patch, tokens_.begin, tokens_.end,
+  // Patch embedding of the residual rows + fixed positions   [B, R, D]
+  if (R > 0) {
+    patchify(latents, B, c.in_channels, grid_h_ * c.patch, grid_w_ * c.patch, c.patch, res_.begin, res_.end,
              patches_.f32());
     patch_.run(patches_.f32(), x);
-    for (int64_t b = 0; b < B; ++b) add(x + b * T * D, pos_.f32(), x + b * T * D, T * D);
+    for (int64_t b = 0; b < B; ++b) add(x + b * R * D, pos_.f32(), x + b * R * D, R * D);
   }
   embed_timestep(t);
 
@@ -236,20 +258,25 @@ void PixArtTransformer::forward(const float* latents, const double* t, float* ou
     add_table(w_.blocks[l].scale_shift_table.f32(), t6_.f32(), B, 6, D, true, chunks_.f32());
     self_attention(l, x);
     cross_attention(l, x);
+    const BlockOps& o = ops_[l];
+    if (R > 0) ln_.run(x, h_.f32(), chunks_.f32() + 3 * B * D, chunks_.f32() + 4 * B * D);  // LN(x)(1 + scale_mlp) + shift_mlp
+    const float* hf = tp_->gather(h_.f32());
     if (T > 0) {
-      const BlockOps& o = ops_[l];
-      ln_.run(x, h_.f32(), chunks_.f32() + 3 * B * D, chunks_.f32() + 4 * B * D);  // LN(x)(1 + scale_mlp) + shift_mlp
-      o.fc1.run(h_.f32(), mlp_.f32());                                             // GELU-tanh(h·W1 + b1)   [B, T, 4D]
-      o.fc2.run(mlp_.f32(), x, chunks_.f32() + 5 * B * D);                         // x += gate_mlp ⊙ (mlp·W2 + b2)
+      o.fc1.run(hf, mlp_.f32());                            // GELU-tanh(h·W1 + b1)   [B, T, M']
+      o.fc2->run(mlp_.f32(), x, chunks_.f32() + 5 * B * D);  // x += gate_mlp ⊙ (Σ mlp·W2 + b2)
     }
   }
 
   // Final layer: shift, scale = final table + embedded timestep; out = proj_out(LN(x)(1 + scale) + shift)
   add_table(w_.scale_shift_table.f32(), emb_.f32(), B, 2, D, false, final_chunks_.f32());
-  if (T > 0) {
-    ln_final_.run(x, h_.f32(), final_chunks_.f32(), final_chunks_.f32() + B * D);
-    proj_out_.run(h_.f32(), out);  // [B, T, p·p·C_out]
+  if (O == 0) return;
+  ln_final_.run(x, h_.f32(), final_chunks_.f32(), final_chunks_.f32() + B * D);
+  const float* h = h_.f32();
+  if (O < R) {  // tensor parallel without Megatron SP: this rank outputs a share of the rows
+    copy_rows(h_.f32(), B, R, out_.begin - res_.begin, O, D, hout_.f32());
+    h = hout_.f32();
   }
+  proj_out_.run(h, out);  // [B, O, p·p·C_out]
 }
 
 ModelFlops PixArtTransformer::flops() const {

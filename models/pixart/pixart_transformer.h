@@ -13,7 +13,9 @@
 //
 // Self-attention goes through the SelfAttention role (local, Ulysses, Ring); the cross-
 // attention's keys and values (the projected caption, the same on every rank) are computed
-// once per request in begin(), and each rank's queries attend to them locally.
+// once per request in begin(), and each rank's queries attend to them locally. Under tensor
+// parallelism a rank holds its heads of both attentions and its MLP columns (pixart_tp_plan);
+// with Megatron sequence parallelism the residual stream holds its share of the tokens.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +31,7 @@ namespace dit {
 
 class PixArtTransformer final : public DiffusionModel {
  public:
-  explicit PixArtTransformer(PixArtWeights w);
+  PixArtTransformer(PixArtWeights w, std::unique_ptr<TensorParallel> tp);
   const ModelGeometry& geometry() const override { return geo_; }
   void prepare(const ModelShape& shape, ParallelContext& ctx) override;
   void begin(const Conditioning& cond) override;
@@ -43,9 +45,10 @@ class PixArtTransformer final : public DiffusionModel {
   void cross_attention(size_t l, float* x);
 
   PixArtWeights w_;
+  std::unique_ptr<TensorParallel> tp_;
   ModelGeometry geo_;
   int64_t B_ = 0, L_ = 0, grid_h_ = 0, grid_w_ = 0;
-  TokenRange tokens_;
+  TokenRange tokens_, res_, out_;  // attention tokens; residual rows (⊆ tokens_); output rows (⊆ res_)
   std::unique_ptr<SelfAttention> attn_;
   std::unique_ptr<CrossAttention> cross_;
 
@@ -53,7 +56,8 @@ class PixArtTransformer final : public DiffusionModel {
   Linear patch_, t_fc1_, t_fc2_, res_fc1_, res_fc2_, ar_fc1_, ar_fc2_, ada_, caption1_, caption2_, proj_out_;
   struct BlockOps {
     QkvLinear qkv;
-    Linear attn1_out, q2, k2, v2, attn2_out, fc1, fc2;
+    Linear q2, k2, v2, fc1;
+    std::unique_ptr<ParallelLinear> attn1_out, attn2_out, fc2;
   };
   std::vector<BlockOps> ops_;
   LayerNormModulate ln_, ln_final_;
@@ -63,10 +67,11 @@ class PixArtTransformer final : public DiffusionModel {
   Tensor key_bias_;  // [B, L] (1 - mask)·(-10000)
   Tensor caption_;   // [B, L, D] projected caption (scratch)
   Tensor caption_h_; // [B, L, D] GELU(linear_1) (scratch)
-  std::vector<Tensor> k2_, v2_;  // per block [B, L, D]
+  std::vector<Tensor> k2_, v2_;  // per block [B, L, D']
 
-  // Activations (allocated in prepare).
-  Tensor patches_, pos_, x_, h_, qkv_, attn_out_, q2_, mlp_;
+  // Activations (allocated in prepare): x_, h_ [B, R, D] residual rows; qkv_ [B, T, 3D'],
+  // attn_out_, q2_ [B, T, D'], mlp_ [B, T, M'] (D', M': this rank's heads × d and MLP columns).
+  Tensor patches_, pos_, x_, h_, hout_, qkv_, attn_out_, q2_, mlp_;
   Tensor tfreq_, temb_, emb_, t6_, chunks_, final_chunks_;
 };
 

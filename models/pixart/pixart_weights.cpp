@@ -20,7 +20,24 @@ Tensor as_f32(const Tensor& t) { return t.dtype() == DType::F32 ? t : t.to(DType
 
 }  // namespace
 
-PixArtWeights PixArtWeights::load(const PixArtConfig& cfg, const WeightStore& s, DType compute, QkvProjection qkv) {
+const TpPlan& pixart_tp_plan() {
+  static const TpPlan plan = {
+      {"transformer_blocks.*.attn1.to_q", Split::Column, TpUnit::Heads},
+      {"transformer_blocks.*.attn1.to_k", Split::Column, TpUnit::Heads},
+      {"transformer_blocks.*.attn1.to_v", Split::Column, TpUnit::Heads},
+      {"transformer_blocks.*.attn1.to_out.0", Split::Row, TpUnit::Heads},
+      {"transformer_blocks.*.attn2.to_q", Split::Column, TpUnit::Heads},
+      {"transformer_blocks.*.attn2.to_k", Split::Column, TpUnit::Heads},
+      {"transformer_blocks.*.attn2.to_v", Split::Column, TpUnit::Heads},
+      {"transformer_blocks.*.attn2.to_out.0", Split::Row, TpUnit::Heads},
+      {"transformer_blocks.*.ff.net.0.proj", Split::Column},
+      {"transformer_blocks.*.ff.net.2", Split::Row},
+  };
+  return plan;
+}
+
+PixArtWeights PixArtWeights::load(const PixArtConfig& cfg, const WeightStore& s, DType compute, QkvProjection qkv,
+                                  const TensorParallel& tp) {
   PixArtWeights w;
   w.cfg = cfg;
   w.compute = compute;
@@ -47,14 +64,19 @@ PixArtWeights PixArtWeights::load(const PixArtConfig& cfg, const WeightStore& s,
     const std::string b = "transformer_blocks." + std::to_string(i) + ".";
     PixArtBlockWeights bw;
     bw.scale_shift_table = as_f32(s.get(b + "scale_shift_table", {6, D}));
-    bw.qkv = QkvWeights::load(s, b + "attn1.", D, compute, qkv);
-    bw.attn1_out = linear(s, b + "attn1.to_out.0", D, D, compute);
-    bw.q2 = linear(s, b + "attn2.to_q", D, D, compute);
-    bw.k2 = linear(s, b + "attn2.to_k", D, D, compute);
-    bw.v2 = linear(s, b + "attn2.to_v", D, D, compute);
-    bw.attn2_out = linear(s, b + "attn2.to_out.0", D, D, compute);
-    bw.fc1 = linear(s, b + "ff.net.0.proj", 4 * D, D, compute);
-    bw.fc2 = linear(s, b + "ff.net.2", D, 4 * D, compute);
+    const TpPlan& plan = pixart_tp_plan();
+    const int64_t hd = cfg.head_dim;
+    auto shard = [&](const std::string& name, int64_t out, int64_t in) {
+      return load_linear(s, b + name, out, in, compute, plan, tp, hd);
+    };
+    bw.qkv = QkvWeights::load(s, b + "attn1.", D, compute, qkv, plan, tp, hd);
+    bw.attn1_out = shard("attn1.to_out.0", D, D);
+    bw.q2 = shard("attn2.to_q", D, D).w;
+    bw.k2 = shard("attn2.to_k", D, D).w;
+    bw.v2 = shard("attn2.to_v", D, D).w;
+    bw.attn2_out = shard("attn2.to_out.0", D, D);
+    bw.fc1 = shard("ff.net.0.proj", 4 * D, D).w;
+    bw.fc2 = shard("ff.net.2", D, 4 * D);
     w.blocks.push_back(std::move(bw));
   }
   w.scale_shift_table = as_f32(s.get("scale_shift_table", {2, D}));

@@ -32,7 +32,9 @@ Tensor run_forward(const std::string& model, const std::string& golden_file, int
   const std::string dir = data_path(model);
   const dit::PixArtConfig cfg = dit::pixart_config_from(dit::Config::load(dir + "/transformer/config.json"));
   const dit::WeightStore store = dit::WeightStore::open_dir(dir + "/transformer");
-  dit::PixArtTransformer m(dit::PixArtWeights::load(cfg, store, dtype));
+  dit::PixArtTransformer m(dit::PixArtWeights::load(cfg, store, dtype, dit::QkvProjection::Auto,
+                                                   *dit::make_serial_tensor_parallel()),
+                          dit::make_serial_tensor_parallel());
   auto g = dit::SafeTensorsFile::open(data_path("golden/" + golden_file));
   const Tensor x = g->get("hidden_states"), text = g->get("encoder_hidden_states");
   const int64_t B = x.dim(0), h = x.dim(2), w = x.dim(3), L = text.dim(1), p = cfg.patch;

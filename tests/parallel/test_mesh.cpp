@@ -114,7 +114,7 @@ TEST_CASE("mesh: degrees are validated with a clear message", "[parallel]") {
   d[Axis::Cfg] = 2;
   d[Axis::Ulysses] = 4;
   REQUIRE_THROWS_WITH(validate_mesh(d, 6),
-                      "mesh: dp(1) × cfg(2) × ring(1) × ulysses(4) = 8, but the world size is 6");
+                      "mesh: dp(1) × cfg(2) × ring(1) × ulysses(4) × tp(1) = 8, but the world size is 6");
   REQUIRE_NOTHROW(validate_mesh(d, 8));
   MeshDegrees z;
   z[Axis::Ring] = 0;
@@ -123,5 +123,33 @@ TEST_CASE("mesh: degrees are validated with a clear message", "[parallel]") {
   c3[Axis::Cfg] = 3;
   REQUIRE_THROWS_WITH(validate_mesh(c3, 3), Catch::Contains("CFG degree is 1 or 2"));
   REQUIRE_THROWS_WITH(mesh_layout(d, 8, 8), Catch::Contains("rank 8 is not in a world of size 8"));
-  CHECK(mesh_str(d) == "dp1 x cfg2 x ring1 x ulysses4");
+  CHECK(mesh_str(d) == "dp1 x cfg2 x ring1 x ulysses4 x tp1");
+}
+
+TEST_CASE("mesh: tensor parallelism is the innermost axis (Megatron: TP ranks contiguous)", "[parallel]") {
+  // cfg2 x ulysses2 x tp2 on 8 ranks: TP pairs [0,1] [2,3] ...; Ulysses pairs with the same TP
+  // coordinate [0,2] [1,3] ...; CFG pairs i, i + 4; the model-parallel group of a half is 4 ranks.
+  MeshDegrees d(1, 2, 1, 2, 2);
+  struct Row {
+    int c, u, t;
+    V tp, uly, cfg, mp;
+  } table[] = {{0, 0, 0, {0, 1}, {0, 2}, {0, 4}, {0, 1, 2, 3}}, {0, 0, 1, {0, 1}, {1, 3}, {1, 5}, {0, 1, 2, 3}},
+               {0, 1, 0, {2, 3}, {0, 2}, {2, 6}, {0, 1, 2, 3}}, {1, 1, 1, {6, 7}, {5, 7}, {3, 7}, {4, 5, 6, 7}}};
+  const int ranks[] = {0, 1, 2, 7};
+  for (int i = 0; i < 4; ++i) {
+    const int r = ranks[i];
+    INFO("rank " << r);
+    const MeshLayout l = mesh_layout(d, 8, r);
+    CHECK(l[Axis::Cfg] == table[i].c);
+    CHECK(l[Axis::Ulysses] == table[i].u);
+    CHECK(l[Axis::Tp] == table[i].t);
+    CHECK(l.group(Group::Tp) == table[i].tp);
+    CHECK(l.group(Group::Ulysses) == table[i].uly);
+    CHECK(l.group(Group::Cfg) == table[i].cfg);
+    CHECK(l.group(Group::Mp) == table[i].mp);
+    CHECK(l.group(Group::Sp).size() == 2);
+    CHECK(l.rank_in(Group::Mp) == r % 4);
+  }
+  // tp = 1 leaves every other layout as it was.
+  CHECK(mesh_rank(MeshDegrees(2, 2, 2, 2), {1, 0, 1, 0, 0}) == mesh_rank(MeshDegrees(2, 2, 2, 2, 1), {1, 0, 1, 0, 0}));
 }

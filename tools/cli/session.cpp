@@ -55,11 +55,16 @@ void print_layout(Session& s, const MeshDegrees& degrees, int64_t tokens) {
                  mesh_str(degrees).c_str(), num_threads(), num_threads() == 1 ? "" : "s");
   std::fflush(stderr);
   s.world->barrier();
-  const char* halves[2] = {"cond", "uncond"};
-  if (!s.pipe->info().cond_first) std::swap(halves[0], halves[1]);  // the family's guidance batch order
+  const ModelInfo& info = s.pipe->info();
+  LayoutInfo li;
+  li.tokens = tokens;
+  li.heads = info.heads;
+  li.ffn = 4 * int64_t(info.hidden);
+  li.vocab = info.text_vocab;
+  if (!info.cond_first) std::swap(li.halves[0], li.halves[1]);  // the family's guidance batch order
   for (int r = 0; r < degrees.world(); ++r) {
     if (r == s.env.rank) {
-      std::fprintf(stderr, "dit-gen:   %s\n", s.pipe->parallel().describe(tokens, s.pipe->info().heads, halves).c_str());
+      std::fprintf(stderr, "dit-gen:   %s\n", s.pipe->parallel().describe(li).c_str());
       std::fflush(stderr);
     }
     s.world->barrier();

@@ -1,0 +1,55 @@
+#include "models/common/tp_plan.h"
+
+#include <cctype>
+
+#include "runtime/error.h"
+#include "runtime/safetensors.h"
+#include "runtime/weight_shard.h"
+
+namespace dit {
+
+namespace {
+
+// '*' matches one or more digits; everything else literally.
+bool matches(const std::string& pattern, const std::string& name) {
+  size_t p = 0, n = 0;
+  while (p < pattern.size() && n < name.size()) {
+    if (pattern[p] == '*') {
+      if (!std::isdigit(static_cast<unsigned char>(name[n]))) return false;
+      while (n < name.size() && std::isdigit(static_cast<unsigned char>(name[n]))) ++n;
+      ++p;
+    } else if (pattern[p++] != name[n++]) {
+      return false;
+    }
+  }
+  return p == pattern.size() && n == name.size();
+}
+
+}  // namespace
+
+const TpRule* find_rule(const TpPlan& plan, const std::string& name) {
+  for (const TpRule& r : plan)
+    if (matches(r.pattern, name)) return &r;
+  return nullptr;
+}
+
+ShardedLinear load_linear(const WeightStore& s, const std::string& name, int64_t out, int64_t in, DType compute,
+                          const TpPlan& plan, const TensorParallel& tp, int64_t head_dim, bool bias) {
+  const Tensor w = s.get(name + ".weight", {out, in});
+  const Tensor b = bias ? s.get(name + ".bias", {out}) : Tensor();
+  const TpRule* rule = find_rule(plan, name);
+  ShardedLinear sl;
+  if (!rule || rule->split == Split::Replicated) {
+    sl.w = LinearWeight::prepare(w, b, compute);
+    return sl;
+  }
+  sl.split = rule->split;
+  const int64_t unit = rule->unit == TpUnit::Heads ? head_dim : 1;
+  if (rule->split == Split::Row)
+    sl.w = shard_cols(w, b, compute, tp.shard(in, unit));
+  else
+    sl.w = shard_rows(w, b, compute, tp.shard(out, unit));
+  return sl;
+}
+
+}  // namespace dit

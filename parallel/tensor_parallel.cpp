@@ -1,0 +1,265 @@
+#include "parallel/tensor_parallel.h"
+
+#include <cstring>
+#include <sstream>
+#include <vector>
+
+#include "runtime/error.h"
+#include "runtime/profile.h"
+
+namespace dit {
+
+namespace {
+
+// The Row epilogue after the reduction: v = sum + bias, then y = v / y += v / y += gate ⊙ v.
+void row_epilogue(const LinearSpec& s, const float* sum, const float* bias, const float* gate, int64_t batch,
+                  int64_t rows, float* y) {
+  const int64_t N = s.out;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* v = sum + (b * rows + r) * N;
+      float* o = y + (b * rows + r) * N;
+      const float* g = s.gated_residual ? gate + b * N : nullptr;
+      for (int64_t n = 0; n < N; ++n) {
+        const float x = bias ? v[n] + bias[n] : v[n];
+        o[n] = g ? o[n] + g[n] * x : s.accumulate ? o[n] + x : x;
+      }
+    }
+}
+
+class DistributedTensorParallel;
+
+// Column: this rank's output features; no communication.
+class ColumnLinear final : public ParallelLinear {
+ public:
+  ColumnLinear(const LinearSpec& spec, const LinearWeight& w) : lin_(local(spec, w), w), out_(w.out()) {}
+  void run(const float* x, float* y, const float*) override { lin_.run(x, y); }
+  int64_t out_local() const override { return out_; }
+  static LinearSpec local(LinearSpec s, const LinearWeight& w) {
+    DIT_CHECK(!s.gated_residual && !s.accumulate, "tensor parallel: a column-parallel linear has no residual");
+    s.out = w.out();
+    return s;
+  }
+
+ private:
+  Linear lin_;
+  int64_t out_;
+};
+
+// ColumnGather: Column, then the full output on every rank (rank blocks interleaved back into rows).
+class ColumnGatherLinear final : public ParallelLinear {
+ public:
+  ColumnGatherLinear(ProcessGroup& g, const LinearSpec& spec, const LinearWeight& w, std::vector<TokenRange> cols)
+      : g_(g), lin_(ColumnLinear::local(spec, w), w), rows_(spec.batch * spec.rows), out_(spec.out),
+        cols_(std::move(cols)) {
+    for (const TokenRange& c : cols_) counts_.push_back(size_t(rows_ * c.size()));
+    mine_.assign(size_t(rows_ * w.out()) + 1, 0.f);
+    all_.assign(size_t(rows_ * out_) + 1, 0.f);
+  }
+  void run(const float* x, float* y, const float*) override {
+    lin_.run(x, mine_.data());
+    {
+      profile::Scope pc(profile::Cat::Communication);
+      profile::add_bytes(uint64_t(counts_[size_t(g_.rank())]) * 4 * uint64_t(g_.size() - 1));
+      g_.all_gather_v(mine_.data(), all_.data(), counts_);
+    }
+    const float* src = all_.data();  // [rank][rows][cols of rank]
+    for (const TokenRange& c : cols_) {
+      for (int64_t r = 0; r < rows_; ++r) std::memcpy(y + r * out_ + c.begin, src + r * c.size(), size_t(c.size()) * 4);
+      src += rows_ * c.size();
+    }
+  }
+  int64_t out_local() const override { return out_; }
+
+ private:
+  ProcessGroup& g_;
+  Linear lin_;
+  int64_t rows_, out_;
+  std::vector<TokenRange> cols_;
+  std::vector<size_t> counts_;
+  std::vector<float> mine_, all_;
+};
+
+class RowLinear final : public ParallelLinear {
+ public:
+  RowLinear(DistributedTensorParallel& tp, const LinearSpec& spec, const LinearWeight& w);
+  void run(const float* x, float* y, const float* gate) override;
+  int64_t out_local() const override { return spec_.out; }
+
+ private:
+  DistributedTensorParallel& tp_;
+  LinearSpec spec_;
+  Linear lin_;              // partial products over this rank's input features, no bias
+  std::vector<float> bias_;
+  std::vector<float> partial_, mine_;
+};
+
+class DistributedTensorParallel final : public TensorParallel {
+ public:
+  DistributedTensorParallel(ProcessGroup& g, int64_t sp_min_tokens, bool allow_sp)
+      : g_(g), sp_min_tokens_(sp_min_tokens), allow_sp_(allow_sp) {}
+
+  TokenRange shard(int64_t dim, int64_t unit) const override {
+    DIT_CHECK(unit >= 1 && dim % unit == 0, "tensor parallel: " << dim << " features are not whole units of " << unit);
+    const int64_t units = dim / unit;
+    DIT_CHECK(units >= g_.size(), "tensor parallel: " << units << (unit > 1 ? " attention heads" : " features")
+                                                      << " cannot be split over " << g_.size() << " ranks");
+    const TokenRange r = split_tokens(units, g_.size(), g_.rank());
+    return {r.begin * unit, r.end * unit};
+  }
+
+  void prepare(int64_t batch, TokenRange tokens, int64_t dim) override {
+    batch_ = batch;
+    tokens_ = tokens;
+    dim_ = dim;
+    sp_ = allow_sp_ && g_.size() > 1 && batch * tokens.size() >= sp_min_tokens_;
+    shards_.clear();
+    for (const TokenRange& s : split_all(tokens.size(), g_.size()))
+      shards_.push_back({tokens.begin + s.begin, tokens.begin + s.end});
+    if (sp_) {
+      counts_.clear();
+      for (const TokenRange& s : shards_) counts_.push_back(size_t(batch * s.size() * dim));
+      staging_.assign(size_t(batch * tokens.size() * dim) + 1, 0.f);
+      full_.assign(size_t(batch * tokens.size() * dim) + 1, 0.f);
+    }
+  }
+  TokenRange residual() const override { return sp_ ? shards_[size_t(g_.rank())] : tokens_; }
+  bool sequence_parallel() const { return sp_; }
+
+  const float* gather(const float* rows) override {
+    if (!sp_) return rows;
+    {
+      profile::Scope pc(profile::Cat::Communication);
+      profile::add_bytes(uint64_t(counts_[size_t(g_.rank())]) * 4 * uint64_t(g_.size() - 1));
+      g_.all_gather_v(rows, staging_.data(), counts_);
+    }
+    // [rank][batch][rows of rank][dim] -> [batch][tokens][dim]
+    const float* src = staging_.data();
+    for (const TokenRange& s : shards_)
+      for (int64_t b = 0; b < batch_; ++b) {
+        const size_t n = size_t(s.size() * dim_);
+        std::memcpy(full_.data() + (b * tokens_.size() + (s.begin - tokens_.begin)) * dim_, src, n * 4);
+        src += n;
+      }
+    return full_.data();
+  }
+
+  std::unique_ptr<ParallelLinear> linear(Split split, const LinearSpec& spec, const LinearWeight& w) override {
+    switch (split) {
+      case Split::Replicated: return make_local_linear(spec, w);
+      case Split::Column: return std::make_unique<ColumnLinear>(spec, w);
+      case Split::ColumnGather: {
+        std::vector<TokenRange> cols;
+        for (int r = 0; r < g_.size(); ++r) {
+          const TokenRange u = split_tokens(spec.out, g_.size(), r);
+          cols.push_back(u);
+        }
+        DIT_CHECK(cols[size_t(g_.rank())].size() == w.out(),
+                  "tensor parallel: a gathered column shard of " << w.out() << " features, expected "
+                                                                 << cols[size_t(g_.rank())].size());
+        return std::make_unique<ColumnGatherLinear>(g_, spec, w, std::move(cols));
+      }
+      case Split::Row: return std::make_unique<RowLinear>(*this, spec, w);
+    }
+    DIT_FAIL("tensor parallel: unknown split");
+  }
+
+  void all_reduce(float* data, int64_t n) override {
+    profile::Scope pc(profile::Cat::Communication);
+    profile::add_bytes(uint64_t(n) * 4 * uint64_t(g_.size() - 1));
+    g_.all_reduce_sum(data, size_t(n));
+  }
+
+  std::string describe(int64_t heads, int64_t ffn) const override {
+    std::ostringstream os;
+    const TokenRange h = split_tokens(heads, g_.size(), g_.rank()), f = split_tokens(ffn, g_.size(), g_.rank());
+    os << "tp " << g_.rank() << " of " << g_.size() << ": heads [" << h.begin << ", " << h.end << "), FFN columns ["
+       << f.begin << ", " << f.end << ")";
+    return os.str();
+  }
+
+  // Row: the sum of every rank's partial [batch, tokens, out] into `mine` — all of it
+  // (all-reduce), or this rank's residual rows (a reduce-scatter: an all-to-all of the row
+  // blocks, then a sum in rank order).
+  void reduce(float* partial, std::vector<float>& mine, int64_t out, const float*& result, int64_t& rows) {
+    profile::Scope pc(profile::Cat::Communication);
+    const int64_t T = tokens_.size();
+    if (!sp_) {
+      profile::add_bytes(uint64_t(batch_ * T * out) * 4);
+      g_.all_reduce_sum(partial, size_t(batch_ * T * out));
+      result = partial;
+      rows = T;
+      return;
+    }
+    const int P = g_.size(), me = g_.rank();
+    const TokenRange my = shards_[size_t(me)];
+    rs_send_.assign(size_t(batch_ * T * out) + 1, 0.f);
+    std::vector<size_t> send_counts, recv_counts;
+    float* p = rs_send_.data();
+    for (const TokenRange& s : shards_) {  // [rank][batch][rows of rank][out]
+      for (int64_t b = 0; b < batch_; ++b) {
+        const size_t n = size_t(s.size() * out);
+        std::memcpy(p, partial + (b * T + (s.begin - tokens_.begin)) * out, n * 4);
+        p += n;
+      }
+      send_counts.push_back(size_t(batch_ * s.size() * out));
+      recv_counts.push_back(size_t(batch_ * my.size() * out));
+    }
+    rs_recv_.assign(size_t(P) * size_t(batch_ * my.size() * out) + 1, 0.f);
+    profile::add_bytes(uint64_t(batch_ * (T - my.size()) * out) * 4);
+    g_.all_to_all_v(rs_send_.data(), send_counts, rs_recv_.data(), recv_counts);
+    const size_t n = size_t(batch_ * my.size() * out);
+    mine.assign(n + 1, 0.f);
+    std::memcpy(mine.data(), rs_recv_.data(), n * 4);
+    for (int r = 1; r < P; ++r)
+      for (size_t i = 0; i < n; ++i) mine[i] += rs_recv_[size_t(r) * n + i];
+    result = mine.data();
+    rows = my.size();
+  }
+  int64_t batch() const { return batch_; }
+
+ private:
+  ProcessGroup& g_;
+  int64_t sp_min_tokens_;
+  bool allow_sp_;
+  bool sp_ = false;
+  int64_t batch_ = 0, dim_ = 0;
+  TokenRange tokens_;
+  std::vector<TokenRange> shards_;
+  std::vector<size_t> counts_;
+  std::vector<float> staging_, full_, rs_send_, rs_recv_;
+};
+
+RowLinear::RowLinear(DistributedTensorParallel& tp, const LinearSpec& spec, const LinearWeight& w)
+    : tp_(tp), spec_(spec) {
+  DIT_CHECK(spec.act == Act::None, "tensor parallel: a row-parallel linear has no activation");
+  DIT_CHECK(!spec.gated_residual || spec.batch == tp.batch(),
+            "tensor parallel: a gated row-parallel linear must be [batch, tokens] (one gate per sequence)");
+  LinearSpec local = spec;
+  local.in = w.in();
+  local.gated_residual = local.accumulate = false;
+  LinearWeight nobias = w;  // the bias is added once, after the reduction
+  nobias.bias = Tensor();
+  lin_ = Linear(local, nobias);
+  if (w.bias.defined()) bias_.assign(w.bias.f32(), w.bias.f32() + w.bias.numel());
+  partial_.assign(size_t(spec.batch * spec.rows * spec.out) + 1, 0.f);
+}
+
+void RowLinear::run(const float* x, float* y, const float* gate) {
+  DIT_CHECK(!spec_.gated_residual || gate, "tensor parallel: a gated row-parallel linear needs its gate");
+  lin_.run(x, partial_.data());
+  const float* sum = nullptr;
+  int64_t rows = 0;
+  tp_.reduce(partial_.data(), mine_, spec_.out, sum, rows);
+  // [batch, rows, out] whatever batch × rows the spec was written with
+  row_epilogue(spec_, sum, bias_.empty() ? nullptr : bias_.data(), gate, tp_.batch(), rows, y);
+}
+
+}  // namespace
+
+std::unique_ptr<TensorParallel> make_distributed_tensor_parallel(ProcessGroup& group, int64_t sp_min_tokens,
+                                                                 bool allow_sequence_parallel) {
+  return std::make_unique<DistributedTensorParallel>(group, sp_min_tokens, allow_sequence_parallel);
+}
+
+}  // namespace dit
