@@ -52,11 +52,10 @@ QkvLinear::QkvLinear(const QkvWeights& w, int64_t rows) : fused_(w.fused()) {
     s.out_stride = out_stride;
     return s;
   };
+  D_ = w.out();  // output features per projection (this rank's heads × head_dim)
   if (fused_) {
-    D_ = w.qkv.in();
     qkv_ = Linear(spec(w.qkv, 0), w.qkv);
-  } else {  // three matmuls writing the Q, K, V column blocks of one [rows, 3D] buffer
-    D_ = w.q.in();
+  } else {  // three matmuls writing the Q, K, V column blocks of one [rows, 3·D_] buffer
     q_ = Linear(spec(w.q, 3 * D_), w.q);
     k_ = Linear(spec(w.k, 3 * D_), w.k);
     v_ = Linear(spec(w.v, 3 * D_), w.v);

@@ -45,7 +45,7 @@ int world_of(const std::string& flags) {
   int world = 1;
   while (in >> w) {
     if (w == "--cfg-parallel") world *= 2;
-    if (w == "--ulysses" || w == "--ring") {
+    if (w == "--ulysses" || w == "--ring" || w == "--tp" || w == "--dp") {
       int k = 1;
       in >> k;
       world *= k;

@@ -83,6 +83,15 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
   app.add_option("--ring", o.ring, "Ring degree: split tokens across ranks, K/V passed round a ring")
       ->capture_default_str()
       ->group(par);
+  app.add_option("--tensor-parallel,--tp", o.tp,
+                 "tensor-parallel degree: split the transformer's heads and MLP columns (and the text encoder) over "
+                 "ranks; combines with --cfg-parallel, --dp, --ulysses and --ring (heads/tp >= ulysses)")
+      ->capture_default_str()
+      ->group(par);
+  app.add_option("--sp-min-tokens", o.sp_min_tokens,
+                 "tensor parallel: split the residual stream by tokens (Megatron sequence parallelism) from this many "
+                 "tokens x batch per rank group (default: 2048)")
+      ->group(par);
   app.add_option("--timeout", o.timeout, "seconds any collective may wait before the run fails")
       ->capture_default_str()
       ->group(par);
@@ -138,6 +147,8 @@ void validate(const GenOptions& o) {
   DIT_CHECK(o.ulysses >= 1 && o.ring >= 1 && o.ulysses <= 1024 && o.ring <= 1024,
             "--ulysses and --ring must be in 1..1024");
   DIT_CHECK(o.threads >= 0 && o.threads <= 4096, "-t/--threads must be in 1..4096");
+  DIT_CHECK(o.tp >= 1 && o.tp <= 1024, "--tensor-parallel must be in 1..1024");
+  DIT_CHECK(o.sp_min_tokens >= 0, "--sp-min-tokens must be >= 0");
   DIT_CHECK(o.nproc_per_node >= 0 && o.nproc_per_node <= 4096, "--nproc-per-node must be in 1..4096");
   DIT_CHECK(o.nnodes >= 1 && o.nnodes <= 4096, "--nnodes must be in 1..4096");
   DIT_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes,
@@ -159,7 +170,7 @@ void validate(const GenOptions& o) {
     DIT_CHECK(!std::filesystem::exists(o.output_dir) || std::filesystem::is_directory(o.output_dir),
               "--output-dir: '" << o.output_dir << "' is not a directory");
   }
-  DIT_CHECK(o.degrees().world() <= 1024, "--ulysses × --ring × cfg is too large (" << o.degrees().world() << " ranks)");
+  DIT_CHECK(o.degrees().world() <= 1024, "--dp × cfg × --ring × --ulysses × --tp is too large (" << o.degrees().world() << " ranks)");
   DIT_CHECK(o.timeout > 0 && o.timeout <= 86400, "--timeout must be in (0, 86400] seconds");
   DIT_CHECK(!o.cfg_parallel || !o.guidance || *o.guidance > 1.0 || !o.batch.empty(),  // batch: checked per item
             "--cfg-parallel needs classifier-free guidance, but --guidance-scale is " << *o.guidance
@@ -168,9 +179,16 @@ void validate(const GenOptions& o) {
 
 void check_layout(const GenOptions& o, const std::string& model_dir, int local_ranks) {
   const int heads = peek_attention_heads(model_dir);
-  DIT_CHECK(o.ulysses <= heads, "--ulysses " << o.ulysses << ": the model has " << heads
-                                             << " attention heads, so the Ulysses degree can be at most " << heads
-                                             << " (use --ring for more ranks)");
+  DIT_CHECK(o.tp <= heads, "--tensor-parallel " << o.tp << ": the model has " << heads
+                                                << " attention heads, so the tensor-parallel degree can be at most "
+                                                << heads);
+  const int per_tp = heads / o.tp;  // the fewest heads a tensor-parallel rank holds
+  DIT_CHECK(o.ulysses <= per_tp, "--ulysses " << o.ulysses << ": the model has " << heads << " attention heads"
+                                              << (o.tp > 1 ? ", at least " + std::to_string(per_tp) +
+                                                                 " per tensor-parallel rank"
+                                                           : std::string())
+                                              << ", so the Ulysses degree can be at most " << per_tp
+                                              << " (use --ring for more ranks)");
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   DIT_CHECK(local_ranks <= std::max(64, 4 * cores),
             local_ranks << " ranks on this machine are too many for its " << cores

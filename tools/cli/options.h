@@ -33,7 +33,8 @@ struct GenOptions {
   bool verbose = false;
   // Parallel layout.
   bool cfg_parallel = false;
-  int ulysses = 1, ring = 1;
+  int ulysses = 1, ring = 1, tp = 1;
+  int64_t sp_min_tokens = 0;  // 0: the default (parallel/distributed_context.h)
   double timeout = 300;
   std::string rendezvous;
   int nnodes = 1, node_rank = 0, nproc_per_node = 0;
@@ -45,7 +46,7 @@ struct GenOptions {
   int dp = 1;              // data-parallel replicas
   int micro_batch = 1;
 
-  MeshDegrees degrees() const { return {dp, cfg_parallel ? 2 : 1, ring, ulysses}; }
+  MeshDegrees degrees() const { return {dp, cfg_parallel ? 2 : 1, ring, ulysses, tp}; }
   // The request the flags describe (prompt and generation settings; batch lines start from it).
   Request request() const;
 };

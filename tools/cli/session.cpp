@@ -38,7 +38,9 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
     co.timeout = std::chrono::milliseconds(int64_t(o.timeout * 1000));
     s.world = connect_world(s.env, co);
     s.mesh = std::make_shared<DeviceMesh>(s.world, degrees);
-    po.parallel = make_distributed_context(s.mesh);
+    DistributedOptions dopt;
+    if (o.sp_min_tokens > 0) dopt.sp_min_tokens = o.sp_min_tokens;
+    po.parallel = make_distributed_context(s.mesh, dopt);
   }
   s.pipe = Pipeline::load(po);
   const ModelInfo& info = s.pipe->info();
