@@ -8,8 +8,9 @@
 // seconds per encode (median of --runs after --warmup), GFLOP per encode (every matmul
 // 2·m·k·n and attention 4·B·H·L²·d_kv), GFLOP/s, a oneDNN GEMM of the encoder's largest
 // shape (M = batch·tokens, K = d_model, N = d_ff, prepacked weights: the best case) timed in
-// the same process on the same threads, the ratio of the two, and a breakdown (linear,
-// attention, norm/element-wise: runtime/profile.h). Memory per dtype: RSS and PSS with the
+// the same process on the same threads, taking turns with the encodes (median of all its
+// runs), the ratio of the two, and a breakdown (linear, attention, norm/element-wise:
+// runtime/profile.h) with the matmuls' and attention's own ratios to the GEMM. Memory per dtype: RSS and PSS with the
 // weights resident, after T5Encoder::drop_resident_pages(), and after destroying the encoder;
 // peak RSS.
 #include <CLI/CLI.hpp>
@@ -43,7 +44,7 @@ namespace {
 struct Opts {
   std::string preset = "xxl", cache_dir, tokens = "120,300", dtypes = "f32,bf16", batches = "1,2", gemm = "auto",
               output;
-  int layers = 2, threads = 0, runs = 3, warmup = 1, gemm_runs = 5, shards = 2;
+  int layers = 2, threads = 0, runs = 5, warmup = 1, gemm_runs = 2, shards = 2;
 };
 
 std::vector<int64_t> split_ints(const std::string& s, const char* flag) {
@@ -126,17 +127,6 @@ json bench_one(T5Encoder& enc, int64_t B, int64_t L, const Opts& o, DType dt) {
   std::vector<int64_t> ids(size_t(B * L)), mask(size_t(B * L), 1);
   for (auto& v : ids) v = id(g);
   std::vector<float> out(size_t(B * L * c.d_model));
-  for (int i = 0; i < o.warmup; ++i) enc.encode(ids.data(), mask.data(), out.data());
-  profile::reset();
-  profile::enable(true);
-  std::vector<double> secs;
-  for (int i = 0; i < o.runs; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    enc.encode(ids.data(), mask.data(), out.data());
-    secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  profile::enable(false);
-  const profile::Totals tot = profile::totals();
   int64_t M = B * L, K = c.d_model, N = c.d_ff;
   if (o.gemm != "auto") {
     const std::vector<int64_t> mkn = split_ints(o.gemm, "--gemm");
@@ -144,7 +134,21 @@ json bench_one(T5Encoder& enc, int64_t B, int64_t L, const Opts& o, DType dt) {
     M = mkn[0], K = mkn[1], N = mkn[2];
   }
   GemmProbe probe(M, K, N, dt);
-  const double gemm = median(probe.run(o.gemm_runs));
+  for (int i = 0; i < o.warmup; ++i) enc.encode(ids.data(), mask.data(), out.data());
+  // The GEMM and the encoder take turns, so that both see the same machine (other load
+  // drifts over seconds on a shared machine).
+  std::vector<double> secs, gemms;
+  profile::reset();
+  for (int i = 0; i < o.runs; ++i) {
+    for (double g : probe.run(o.gemm_runs)) gemms.push_back(g);
+    profile::enable(true);
+    const auto t0 = std::chrono::steady_clock::now();
+    enc.encode(ids.data(), mask.data(), out.data());
+    secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    profile::enable(false);
+  }
+  const profile::Totals tot = profile::totals();
+  const double gemm = median(gemms);
   const double s = median(secs), gflop = enc.flops() / 1e9;
   json r = {{"dtype", dtype_name(dt)},
             {"tokens", L},
@@ -159,6 +163,12 @@ json bench_one(T5Encoder& enc, int64_t B, int64_t L, const Opts& o, DType dt) {
   json br;
   for (int k = 0; k < profile::kCats; ++k) br[profile::cat_name(profile::Cat(k))] = tot.seconds[k] / o.runs;
   r["breakdown_s"] = br;
+  // The matmuls alone (all FLOPs but attention's) against the GEMM.
+  const double attn_gflop = 4.0 * B * c.num_heads * L * L * c.d_kv * c.num_layers / 1e9;
+  const double lin_s = tot.seconds[int(profile::Cat::Linear)] / o.runs;
+  if (lin_s > 0) r["linear_ratio_to_gemm"] = (gflop - attn_gflop) / lin_s / gemm;
+  const double att_s = tot.seconds[int(profile::Cat::Attention)] / o.runs;
+  if (att_s > 0) r["attention_ratio_to_gemm"] = attn_gflop / att_s / gemm;
   std::fprintf(stderr, "dit-t5-bench: %s, %lld tokens, batch %lld: %.3f s, %.0f GFLOP/s (GEMM %.0f, ratio %.2f)\n",
                dtype_name(dt), static_cast<long long>(L), static_cast<long long>(B), s, gflop / s, gemm,
                gflop / s / gemm);
@@ -184,7 +194,8 @@ int main(int argc, char** argv) {
   app.add_option("--runs", o.runs, "timed encodes per case (median reported)")->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed encodes first")->capture_default_str();
   app.add_option("--gemm", o.gemm, "reference GEMM M,K,N, or auto: batch x tokens, d_model, d_ff")->capture_default_str();
-  app.add_option("--gemm-runs", o.gemm_runs, "timed runs of the reference GEMM")->capture_default_str();
+  app.add_option("--gemm-runs", o.gemm_runs, "timed runs of the reference GEMM before each timed encode")
+      ->capture_default_str();
   app.add_option("-o,--output", o.output, "also write the JSON to this file");
   CLI11_PARSE(app, argc, argv);
   try {
