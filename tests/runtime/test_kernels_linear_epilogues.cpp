@@ -85,3 +85,37 @@ TEST_CASE("Linear epilogues exclude each other; multiply needs its operand", "[k
   std::vector<float> x(6), y(10);
   CHECK_THROWS_AS(lin.run(x.data(), y.data()), dit::Error);
 }
+
+TEST_CASE("Linear::set_weight: one Linear over several weights equals a Linear per weight", "[kernels][linear]") {
+  for (DType c : {DType::F32, DType::BF16}) {
+    const int64_t rows = 19, in = 40, out = 24;
+    auto x = kt::randv(rows * in, 1);
+    std::vector<LinearWeight> ws;
+    std::vector<Tensor> keep;
+    for (uint32_t seed : {2u, 3u, 4u}) {
+      auto w = kt::randv(out * in, seed, -0.5f, 0.5f);
+      Tensor t = Tensor::empty({out, in});
+      std::copy(w.begin(), w.end(), t.f32());
+      keep.push_back(t);
+      ws.push_back(LinearWeight::prepare(t, Tensor(), c));
+    }
+    LinearSpec s;
+    s.rows = rows;
+    s.in = in;
+    s.out = out;
+    s.act = Act::GeluTanh;
+    Linear shared(s, ws[0]);
+    for (int round = 0; round < 2; ++round)
+      for (const LinearWeight& w : ws) {
+        std::vector<float> a(rows * out), b(rows * out);
+        shared.set_weight(w);
+        shared.run(x.data(), a.data());
+        Linear(s, w).run(x.data(), b.data());
+        CHECK(a == b);
+      }
+    Tensor other = Tensor::empty({out + 1, in});
+    CHECK_THROWS_AS(shared.set_weight(LinearWeight::prepare(other, Tensor(), c)), dit::Error);
+    Tensor bias = Tensor::empty({out});
+    CHECK_THROWS_AS(shared.set_weight(LinearWeight::prepare(keep[1], bias, c)), dit::Error);
+  }
+}
