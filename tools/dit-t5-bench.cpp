@@ -11,9 +11,10 @@
 // the same process on the same threads, taking turns with the encodes (median of all its
 // runs), the ratio of the two, and a breakdown (linear, attention, norm/element-wise:
 // runtime/profile.h) with the matmuls' and attention's own ratios to the GEMM. Memory per dtype: RSS and PSS with the
-// weights resident, after T5Encoder::drop_resident_pages(), and after destroying the encoder;
-// peak RSS.
+// weights resident, after T5Encoder::drop_resident_pages(), after destroying the encoder and
+// after malloc_trim; peak RSS.
 #include <CLI/CLI.hpp>
+#include <malloc.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -232,6 +233,8 @@ int main(int argc, char** argv) {
         mem["after_drop_resident_pages"] = memory_now();
       }
       mem["after_destroying_the_encoder"] = memory_now();
+      malloc_trim(0);  // glibc keeps freed medium blocks (its mmap threshold adapts upwards)
+      mem["after_malloc_trim"] = memory_now();
       memory.push_back(mem);
     }
     doc["runs"] = runs;
