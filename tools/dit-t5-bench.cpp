@@ -8,8 +8,9 @@
 // seconds per encode (median of --runs after --warmup), GFLOP per encode (every matmul
 // 2·m·k·n and attention 4·B·H·L²·d_kv), GFLOP/s, a oneDNN GEMM of the encoder's largest
 // shape (M = batch·tokens, K = d_model, N = d_ff, prepacked weights: the best case) timed in
-// the same process on the same threads, taking turns with the encodes (median of all its
-// runs), the ratio of the two, and a breakdown (linear, attention, norm/element-wise:
+// the same process on the same threads, taking turns with the encodes, the ratio of the two
+// (median over the runs of each encode against the GEMM timed just before it: load from
+// other processes drifts over seconds on a shared machine), and a breakdown (linear, attention, norm/element-wise:
 // runtime/profile.h) with the matmuls' and attention's own ratios to the GEMM. Memory per dtype: RSS and PSS with the
 // weights resident, after T5Encoder::drop_resident_pages(), after destroying the encoder and
 // after malloc_trim; peak RSS.
@@ -138,15 +139,17 @@ json bench_one(T5Encoder& enc, int64_t B, int64_t L, const Opts& o, DType dt) {
   for (int i = 0; i < o.warmup; ++i) enc.encode(ids.data(), mask.data(), out.data());
   // The GEMM and the encoder take turns, so that both see the same machine (other load
   // drifts over seconds on a shared machine).
-  std::vector<double> secs, gemms;
+  std::vector<double> secs, gemms, ratios;
   profile::reset();
   for (int i = 0; i < o.runs; ++i) {
-    for (double g : probe.run(o.gemm_runs)) gemms.push_back(g);
+    const double g = median(probe.run(o.gemm_runs));
+    gemms.push_back(g);
     profile::enable(true);
     const auto t0 = std::chrono::steady_clock::now();
     enc.encode(ids.data(), mask.data(), out.data());
     secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     profile::enable(false);
+    ratios.push_back(enc.flops() / 1e9 / secs.back() / g);  // this encode against the GEMM just before it
   }
   const profile::Totals tot = profile::totals();
   const double gemm = median(gemms);
@@ -160,7 +163,8 @@ json bench_one(T5Encoder& enc, int64_t B, int64_t L, const Opts& o, DType dt) {
             {"gflops", gflop / s},
             {"gemm_mkn", std::to_string(M) + "," + std::to_string(K) + "," + std::to_string(N)},
             {"gemm_gflops", gemm},
-            {"ratio_to_gemm", gflop / s / gemm}};
+            {"ratio_to_gemm", median(ratios)},
+            {"ratio_all", ratios}};
   json br;
   for (int k = 0; k < profile::kCats; ++k) br[profile::cat_name(profile::Cat(k))] = tot.seconds[k] / o.runs;
   r["breakdown_s"] = br;
@@ -172,7 +176,7 @@ json bench_one(T5Encoder& enc, int64_t B, int64_t L, const Opts& o, DType dt) {
   if (att_s > 0) r["attention_ratio_to_gemm"] = attn_gflop / att_s / gemm;
   std::fprintf(stderr, "dit-t5-bench: %s, %lld tokens, batch %lld: %.3f s, %.0f GFLOP/s (GEMM %.0f, ratio %.2f)\n",
                dtype_name(dt), static_cast<long long>(L), static_cast<long long>(B), s, gflop / s, gemm,
-               gflop / s / gemm);
+               median(ratios));
   return r;
 }
 
