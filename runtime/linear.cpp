@@ -179,6 +179,19 @@ void Linear::run(const float* x, float* y, const float* gate, const float* mul) 
   });
 }
 
+void Linear::set_weight(const LinearWeight& w) {
+  DIT_CHECK(impl_, "Linear::set_weight on an empty Linear");
+  Impl& m = *impl_;
+  DIT_CHECK(!m.packed.defined() && !m.spec.pack_weights, m.what << ": set_weight with packed weights");
+  DIT_CHECK(w.weight.defined() && w.in() == m.spec.in && w.out() == m.spec.out && w.compute == m.w.compute &&
+                w.weight.dtype() == m.w.compute && w.bias.defined() == m.w.bias.defined(),
+            m.what << ": set_weight: weight " << shape_str(w.weight.shape()) << " " << dtype_name(w.weight.dtype())
+                   << (w.bias.defined() ? " with bias" : " without bias") << " does not fit");
+  m.w = w;
+  m.wei.set_data_handle(const_cast<void*>(m.w.weight.data()));
+  if (m.w.bias.defined()) m.bias.set_data_handle(const_cast<float*>(m.w.bias.f32()));
+}
+
 const LinearSpec& Linear::spec() const { return impl_->spec; }
 const std::string& Linear::impl_info() const { return impl_->impl_name; }
 double Linear::flops() const {

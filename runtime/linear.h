@@ -69,6 +69,11 @@ class Linear {
   // gate: [batch, out] f32 when spec.gated_residual (else ignored);
   // m: [batch·rows, out] f32 when spec.multiply (else ignored).
   void run(const float* x, float* y, const float* gate = nullptr, const float* m = nullptr) const;
+  // Points the layer at other weights of the same shape, compute type and bias presence
+  // (e.g. the next block's, so that one Linear serves every block of a deep model: one
+  // primitive, one scratchpad, one bf16 input buffer). Allocates nothing; the weights must
+  // outlive their use. Not with pack_weights.
+  void set_weight(const LinearWeight& w);
   const LinearSpec& spec() const;
   double flops() const;  // 2·batch·rows·in·out
   // The oneDNN implementation chosen for the matmul (pd.impl_info_str()), for diagnostics.

@@ -12,23 +12,13 @@
 
 namespace dit {
 
-Linear make_local_t5_linear(const T5LinearRole&, const LinearSpec& spec, const LinearWeight& w) {
-  return Linear(spec, w);
-}
-
-namespace {
-
-struct LayerOps {
-  Linear q, k, v, o, wi0, wi1, wo;
-};
-
-}  // namespace
+Linear make_local_t5_linear(T5Proj, const LinearSpec& spec, const LinearWeight& w) { return Linear(spec, w); }
 
 struct T5Encoder::Impl {
   std::shared_ptr<const T5Weights> w;
   T5LinearFactory make_linear;
   int64_t B = 0, L = 0;
-  std::vector<LayerOps> ops;
+  Linear q, k, v, o, wi0, wi1, wo;  // one per projection, pointed at each block's weights in turn
   Attention attn;
   Tensor h, x, qkv, att, g0, g1;  // [B·L, D], [B·L, D], [B·L, 3I], [B·L, I], [B·L, F] x2
   Tensor key_bias;                 // [B, L]: 0 or -FLT_MAX
@@ -54,9 +44,8 @@ void T5Encoder::prepare(int64_t batch, int64_t seq_len) {
   const int64_t B = batch, L = seq_len, D = c.d_model, I = c.inner(), F = c.d_ff, H = c.num_heads;
   m.B = B;
   m.L = L;
-  m.ops.clear();
   m.flops = 0;
-  auto lin = [&](int64_t layer, T5Proj proj, const LinearWeight& lw, Act act, bool accumulate, bool multiply,
+  auto lin = [&](T5Proj proj, const LinearWeight& lw, Act act, bool accumulate, bool multiply,
                  int64_t out_stride = 0) {
     LinearSpec s;
     s.rows = B * L;
@@ -66,22 +55,18 @@ void T5Encoder::prepare(int64_t batch, int64_t seq_len) {
     s.accumulate = accumulate;
     s.multiply = multiply;
     s.out_stride = out_stride;
-    m.flops += 2.0 * double(s.rows) * double(s.in) * double(s.out);
-    return m.make_linear({layer, proj}, s, lw);
+    m.flops += c.num_layers * 2.0 * double(s.rows) * double(s.in) * double(s.out);
+    return m.make_linear(proj, s, lw);
   };
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    const T5LayerWeights& lw = w.layers[size_t(i)];
-    LayerOps o;
-    // Q, K and V write the column blocks of one [B·L, 3I] buffer (weights used in place).
-    o.q = lin(i, T5Proj::Q, lw.q, Act::None, false, false, 3 * I);
-    o.k = lin(i, T5Proj::K, lw.k, Act::None, false, false, 3 * I);
-    o.v = lin(i, T5Proj::V, lw.v, Act::None, false, false, 3 * I);
-    o.o = lin(i, T5Proj::O, lw.o, Act::None, true, false);          // h += o(a)
-    o.wi1 = lin(i, T5Proj::Wi1, lw.wi1, Act::None, false, false);   // g1 = x·Wi1ᵀ
-    o.wi0 = lin(i, T5Proj::Wi0, lw.wi0, Act::GeluTanh, false, true);  // g0 = gelu_new(x·Wi0ᵀ) ⊙ g1
-    o.wo = lin(i, T5Proj::Wo, lw.wo, Act::None, true, false);       // h += wo(g0)
-    m.ops.push_back(std::move(o));
-  }
+  const T5LayerWeights& l0 = w.layers[0];
+  // Q, K and V write the column blocks of one [B·L, 3I] buffer (weights used in place).
+  m.q = lin(T5Proj::Q, l0.q, Act::None, false, false, 3 * I);
+  m.k = lin(T5Proj::K, l0.k, Act::None, false, false, 3 * I);
+  m.v = lin(T5Proj::V, l0.v, Act::None, false, false, 3 * I);
+  m.o = lin(T5Proj::O, l0.o, Act::None, true, false);            // h += o(a)
+  m.wi1 = lin(T5Proj::Wi1, l0.wi1, Act::None, false, false);     // g1 = x·Wi1ᵀ
+  m.wi0 = lin(T5Proj::Wi0, l0.wi0, Act::GeluTanh, false, true);  // g0 = gelu_new(x·Wi0ᵀ) ⊙ g1
+  m.wo = lin(T5Proj::Wo, l0.wo, Act::None, true, false);         // h += wo(g0)
   AttentionSpec as;
   as.batch = B;
   as.heads = H;
@@ -141,20 +126,26 @@ void T5Encoder::encode(const int64_t* ids, const int64_t* mask, float* out) {
   bias.rel = m.rel.f32();
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const T5LayerWeights& lw = w.layers[size_t(i)];
-    const LayerOps& o = m.ops[size_t(i)];
+    m.q.set_weight(lw.q);
+    m.k.set_weight(lw.k);
+    m.v.set_weight(lw.v);
+    m.o.set_weight(lw.o);
+    m.wi0.set_weight(lw.wi0);
+    m.wi1.set_weight(lw.wi1);
+    m.wo.set_weight(lw.wo);
     rms_norm(h, lw.ln_attn.f32(), x, B * L, D, c.eps);
-    o.q.run(x, qkv);
-    o.k.run(x, qkv + I);
-    o.v.run(x, qkv + 2 * I);
+    m.q.run(x, qkv);
+    m.k.run(x, qkv + I);
+    m.v.run(x, qkv + 2 * I);
     {
       profile::Scope prof(profile::Cat::Attention);
       m.attn.run(qkv, qkv + I, qkv + 2 * I, m.att.f32(), nullptr, &bias);
     }
-    o.o.run(m.att.f32(), h);
+    m.o.run(m.att.f32(), h);
     rms_norm(h, lw.ln_ff.f32(), x, B * L, D, c.eps);
-    o.wi1.run(x, m.g1.f32());
-    o.wi0.run(x, m.g0.f32(), nullptr, m.g1.f32());
-    o.wo.run(m.g0.f32(), h);
+    m.wi1.run(x, m.g1.f32());
+    m.wi0.run(x, m.g0.f32(), nullptr, m.g1.f32());
+    m.wo.run(m.g0.f32(), h);
   }
   rms_norm(h, w.final_ln.f32(), out, B * L, D, c.eps);
 }

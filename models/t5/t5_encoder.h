@@ -26,15 +26,14 @@
 namespace dit {
 
 // Which projection a Linear is, so that a tensor-parallel factory can split it (column
-// parallel: Q, K, V, Wi0, Wi1; row parallel: O, Wo).
+// parallel: Q, K, V, Wi0, Wi1; row parallel: O, Wo). The encoder makes one Linear per
+// projection (with block 0's weights) and points it at each block's weights in turn
+// (Linear::set_weight): one primitive, scratchpad and bf16 input buffer per projection
+// whatever the depth.
 enum class T5Proj { Q, K, V, O, Wi0, Wi1, Wo };
-struct T5LinearRole {
-  int64_t layer = 0;
-  T5Proj proj = T5Proj::Q;
-};
-using T5LinearFactory = std::function<Linear(const T5LinearRole&, const LinearSpec&, const LinearWeight&)>;
+using T5LinearFactory = std::function<Linear(T5Proj, const LinearSpec&, const LinearWeight&)>;
 // The default factory: Linear(spec, weight) in this process.
-Linear make_local_t5_linear(const T5LinearRole& role, const LinearSpec& spec, const LinearWeight& w);
+Linear make_local_t5_linear(T5Proj proj, const LinearSpec& spec, const LinearWeight& w);
 
 class T5Encoder {
  public:

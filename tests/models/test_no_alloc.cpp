@@ -17,6 +17,7 @@
 
 #include "golden_util.h"
 #include "models/dit_gen.h"
+#include "models/t5/t5_encoder.h"
 #include "runtime/engine.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -209,4 +210,43 @@ TEST_CASE("Q, K, V as three matmuls over the mapped weights equal the fused proj
   const dit_test::Diff d = dit_test::diff(lat[0], lat[1]);
   INFO(dtype << ": latents rel " << d.rel());
   CHECK(d.rel() <= 1e-5);
+}
+
+TEST_CASE("the T5 encoder's encode() allocates nothing after prepare()", "[models][alloc][t5]") {
+#if !DIT_NO_ALLOC_INTERPOSE
+  WARN("allocator interposition is off under sanitizers: nothing checked");
+#else
+  const std::string model = GENERATE(std::string("pixart-tiny"), std::string("pixart-alpha-tiny"));
+  const std::string dtype = GENERATE(std::string("f32"), std::string("bf16"));
+  const int threads = GENERATE(1, 0);
+  const int saved_threads = dit::num_threads();
+  if (threads > 0) dit::set_num_threads(threads);
+  struct Restore {
+    int n;
+    ~Restore() { dit::set_num_threads(n); }
+  } restore{saved_threads};
+  auto w = std::make_shared<const dit::T5Weights>(
+      dit::T5Weights::load(dit_test::data_path(model + "/text_encoder"), dit::parse_dtype(dtype)));
+  dit::T5Encoder enc(w);
+  enc.prepare(2, 40);
+  std::vector<int64_t> ids(80, 0), mask(80, 0);
+  for (int j = 0; j < 12; ++j) ids[size_t(j)] = 3 + j, mask[size_t(j)] = 1;
+  ids[12] = mask[12] = 1;
+  ids[40] = mask[40] = 1;
+  std::vector<float> out(size_t(80 * w->cfg.d_model));
+  enc.encode(ids.data(), mask.data(), out.data());  // first call
+  g_allocs = 0;
+  g_onednn_allocs = 0;
+  g_executes = 0;
+  g_creates = 0;
+  g_counting = true;
+  enc.encode(ids.data(), mask.data(), out.data());
+  g_counting = false;
+  INFO(model << " " << dtype << " threads " << dit::num_threads() << ": " << g_allocs.load() << " allocations, "
+             << g_creates.load() << " primitive creations, " << g_executes.load() << " executions (oneDNN allocated "
+             << g_onednn_allocs.load() << " times inside them)");
+  CHECK(g_executes.load() > 0);
+  CHECK(g_allocs.load() == 0);
+  CHECK(g_creates.load() == 0);
+#endif
 }
