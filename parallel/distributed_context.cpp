@@ -100,10 +100,10 @@ class MeshLayerContext final : public LayerContext {
     return make_sequence_parallel_attention(mesh_.group_ref(Group::Ulysses), mesh_.group_ref(Group::Ring));
   }
   std::unique_ptr<CrossAttention> cross_attention() override { return make_local_cross_attention(); }
-  std::unique_ptr<TensorParallel> tensor_parallel(TpScope scope) override {
+  std::unique_ptr<TensorParallel> tensor_parallel(TpScope scope, int64_t max_ranks) override {
     // Over one rank it is the serial implementation: the same code path, bit for bit.
     ProcessGroup& g = scope == TpScope::Transformer ? mesh_.tp() : mesh_.mp();
-    if (g.size() == 1) return make_serial_tensor_parallel();
+    if (g.size() == 1 || g.size() > max_ranks) return make_serial_tensor_parallel();
     return make_distributed_tensor_parallel(g, sp_min_tokens_, scope == TpScope::Transformer);
   }
 

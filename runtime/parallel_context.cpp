@@ -30,7 +30,7 @@ class SerialContext final : public ParallelContext, SequenceSplit, CfgSplit, Lay
   // LayerContext
   std::unique_ptr<SelfAttention> self_attention() override { return make_local_self_attention(); }
   std::unique_ptr<CrossAttention> cross_attention() override { return make_local_cross_attention(); }
-  std::unique_ptr<TensorParallel> tensor_parallel(TpScope) override { return make_serial_tensor_parallel(); }
+  std::unique_ptr<TensorParallel> tensor_parallel(TpScope, int64_t) override { return make_serial_tensor_parallel(); }
 
  private:
   size_t bytes_ = 0;

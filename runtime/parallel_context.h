@@ -66,7 +66,9 @@ class LayerContext {
   virtual ~LayerContext() = default;
   virtual std::unique_ptr<SelfAttention> self_attention() = 0;
   virtual std::unique_ptr<CrossAttention> cross_attention() = 0;
-  virtual std::unique_ptr<TensorParallel> tensor_parallel(TpScope scope) = 0;
+  // Over more ranks than `max_ranks` (say, a text encoder with fewer heads than the group has
+  // ranks) the weights are not split: every rank runs all of it.
+  virtual std::unique_ptr<TensorParallel> tensor_parallel(TpScope scope, int64_t max_ranks = 1 << 30) = 0;
 };
 
 // What the layout printout names: the image tokens, the attention heads and FFN columns of

@@ -8,6 +8,7 @@
 #include "models/pixart/pixart_transformer.h"
 #include "models/pixart/pixart_weights.h"
 #include "models/t5/prompt_encoder.h"
+#include "models/t5/t5_config.h"
 #include "runtime/error.h"
 #include "runtime/json_config.h"
 #include "runtime/safetensors.h"
@@ -98,7 +99,11 @@ LoadedFamily load_pixart_family(const LoadOptions& opt, const ModelIndex& index,
   DIT_CHECK(!sigma || !cfg.use_additional_conditions,
             transformer_config.source() << ": use_additional_conditions is true, but PixArtSigmaPipeline passes no "
                                            "resolution/aspect-ratio conditions");
-  PromptEncoder pe = PromptEncoder::open(opt.dir, opt.dtype);
+  // The text encoder is split over every model-parallel rank of the guidance half (as many as
+  // it has heads), so their encoding work is shared, not repeated.
+  const int64_t t5_heads = load_t5_config(opt.dir + "/text_encoder/config.json").num_heads;
+  PromptEncoder pe = PromptEncoder::open(opt.dir, opt.dtype,
+                                         opt.parallel->layers().tensor_parallel(TpScope::TextEncoder, t5_heads));
   DIT_CHECK(pe.config().d_model == cfg.caption_channels,
             transformer_config.source() << ": caption_channels " << cfg.caption_channels
                                         << " does not match the text encoder's d_model " << pe.config().d_model);

@@ -14,13 +14,14 @@ PromptEncoder::PromptEncoder(PromptEncoder&&) noexcept = default;
 PromptEncoder& PromptEncoder::operator=(PromptEncoder&&) noexcept = default;
 PromptEncoder::~PromptEncoder() = default;
 
-PromptEncoder PromptEncoder::open(const std::string& model_dir, DType compute) {
+PromptEncoder PromptEncoder::open(const std::string& model_dir, DType compute, std::shared_ptr<TensorParallel> tp) {
   struct stat st;
   DIT_CHECK(::stat(model_dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode),
             model_dir << ": model directory does not exist");
   PromptEncoder pe;
   pe.dir_ = model_dir;
   pe.compute_ = compute;
+  pe.tp_ = std::move(tp);
   const std::string index = model_dir + "/model_index.json";
   if (::stat(index.c_str(), &st) == 0) {
     pe.pipeline_class_ = Config::load(index).get_string("_class_name", "");
@@ -56,8 +57,8 @@ EncodedPrompts PromptEncoder::encode(const std::vector<std::string>& prompts, in
     mask.insert(mask.end(), e.tokens.back().mask.begin(), e.tokens.back().mask.end());
   }
   if (!enc_) {
-    auto w = std::make_shared<const T5Weights>(T5Weights::load(dir_ + "/text_encoder", compute_));
-    enc_ = std::make_unique<T5Encoder>(std::move(w));
+    auto w = std::make_shared<const T5Weights>(T5Weights::load(dir_ + "/text_encoder", compute_, tp_.get()));
+    enc_ = std::make_unique<T5Encoder>(std::move(w), tp_);
   }
   if (enc_->batch() != B || enc_->seq_len() != L) enc_->prepare(B, L);
   e.hidden = Tensor::empty({B, L, cfg_.d_model});

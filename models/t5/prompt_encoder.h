@@ -29,7 +29,10 @@ struct EncodedPrompts {
 
 class PromptEncoder {
  public:
-  static PromptEncoder open(const std::string& model_dir, DType compute);
+  // `tp` (optional): how the text encoder is split over ranks (TpScope::TextEncoder); made
+  // from the config's head count by the caller, e.g. ctx.layers().tensor_parallel(...).
+  static PromptEncoder open(const std::string& model_dir, DType compute,
+                            std::shared_ptr<TensorParallel> tp = nullptr);
   PromptEncoder(PromptEncoder&&) noexcept;
   PromptEncoder& operator=(PromptEncoder&&) noexcept;
   ~PromptEncoder();
@@ -56,6 +59,7 @@ class PromptEncoder {
   T5Config cfg_;
   std::unique_ptr<T5Tokenizer> tok_;
   std::unique_ptr<T5Encoder> enc_;
+  std::shared_ptr<TensorParallel> tp_;
 };
 
 }  // namespace dit

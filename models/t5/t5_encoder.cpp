@@ -1,5 +1,7 @@
 #include "models/t5/t5_encoder.h"
 
+#include "runtime/elementwise.h"
+
 #include <cstring>
 #include <limits>
 
@@ -12,25 +14,24 @@
 
 namespace dit {
 
-Linear make_local_t5_linear(T5Proj, const LinearSpec& spec, const LinearWeight& w) { return Linear(spec, w); }
-
 struct T5Encoder::Impl {
   std::shared_ptr<const T5Weights> w;
-  T5LinearFactory make_linear;
+  std::shared_ptr<TensorParallel> tp;
   int64_t B = 0, L = 0;
   Linear q, k, v, o, wi0, wi1, wo;  // one per projection, pointed at each block's weights in turn
   Attention attn;
-  Tensor h, x, qkv, att, g0, g1;  // [B·L, D], [B·L, D], [B·L, 3I], [B·L, I], [B·L, F] x2
+  // [B·L, D] x2, [B·L, 3I'], [B·L, I'], [B·L, F'] x2, [B·L, D]; I', F': this rank's share of I, F
+  Tensor h, x, qkv, att, g0, g1, partial;
   Tensor key_bias;                 // [B, L]: 0 or -FLT_MAX
   Tensor rel;                      // [H, 2L - 1]: block 0's bias by j - i
   double flops = 0;
 };
 
-T5Encoder::T5Encoder(std::shared_ptr<const T5Weights> w, T5LinearFactory make_linear)
+T5Encoder::T5Encoder(std::shared_ptr<const T5Weights> w, std::shared_ptr<TensorParallel> tp)
     : impl_(std::make_unique<Impl>()) {
   DIT_CHECK(w, "T5Encoder: no weights");
   impl_->w = std::move(w);
-  impl_->make_linear = std::move(make_linear);
+  impl_->tp = tp ? std::move(tp) : std::shared_ptr<TensorParallel>(make_serial_tensor_parallel());
 }
 T5Encoder::T5Encoder(T5Encoder&&) noexcept = default;
 T5Encoder& T5Encoder::operator=(T5Encoder&&) noexcept = default;
@@ -41,32 +42,31 @@ void T5Encoder::prepare(int64_t batch, int64_t seq_len) {
   const T5Weights& w = *m.w;
   const T5Config& c = w.cfg;
   DIT_CHECK(batch >= 1 && seq_len >= 1, "T5Encoder: empty shape [" << batch << ", " << seq_len << "]");
-  const int64_t B = batch, L = seq_len, D = c.d_model, I = c.inner(), F = c.d_ff, H = c.num_heads;
+  const T5LayerWeights& l0 = w.layers[0];
+  // This rank's heads and d_ff columns (all of them with one rank).
+  const int64_t B = batch, L = seq_len, D = c.d_model, I = l0.q.out(), F = l0.wi0.out(), H = w.heads.size();
   m.B = B;
   m.L = L;
   m.flops = 0;
-  auto lin = [&](T5Proj proj, const LinearWeight& lw, Act act, bool accumulate, bool multiply,
-                 int64_t out_stride = 0) {
+  auto lin = [&](const LinearWeight& lw, Act act, bool multiply, int64_t out_stride = 0) {
     LinearSpec s;
     s.rows = B * L;
     s.in = lw.in();
     s.out = lw.out();
     s.act = act;
-    s.accumulate = accumulate;
     s.multiply = multiply;
     s.out_stride = out_stride;
     m.flops += c.num_layers * 2.0 * double(s.rows) * double(s.in) * double(s.out);
-    return m.make_linear(proj, s, lw);
+    return Linear(s, lw);
   };
-  const T5LayerWeights& l0 = w.layers[0];
-  // Q, K and V write the column blocks of one [B·L, 3I] buffer (weights used in place).
-  m.q = lin(T5Proj::Q, l0.q, Act::None, false, false, 3 * I);
-  m.k = lin(T5Proj::K, l0.k, Act::None, false, false, 3 * I);
-  m.v = lin(T5Proj::V, l0.v, Act::None, false, false, 3 * I);
-  m.o = lin(T5Proj::O, l0.o, Act::None, true, false);            // h += o(a)
-  m.wi1 = lin(T5Proj::Wi1, l0.wi1, Act::None, false, false);     // g1 = x·Wi1ᵀ
-  m.wi0 = lin(T5Proj::Wi0, l0.wi0, Act::GeluTanh, false, true);  // g0 = gelu_new(x·Wi0ᵀ) ⊙ g1
-  m.wo = lin(T5Proj::Wo, l0.wo, Act::None, true, false);         // h += wo(g0)
+  // Q, K and V write the column blocks of one [B·L, 3I'] buffer (weights used in place).
+  m.q = lin(l0.q, Act::None, false, 3 * I);
+  m.k = lin(l0.k, Act::None, false, 3 * I);
+  m.v = lin(l0.v, Act::None, false, 3 * I);
+  m.o = lin(l0.o, Act::None, false);            // partial = o(a) (summed over the ranks), h += partial
+  m.wi1 = lin(l0.wi1, Act::None, false);        // g1 = x·Wi1ᵀ
+  m.wi0 = lin(l0.wi0, Act::GeluTanh, true);     // g0 = gelu_new(x·Wi0ᵀ) ⊙ g1
+  m.wo = lin(l0.wo, Act::None, false);          // partial = wo(g0), h += partial
   AttentionSpec as;
   as.batch = B;
   as.heads = H;
@@ -85,6 +85,7 @@ void T5Encoder::prepare(int64_t batch, int64_t seq_len) {
   m.att = Tensor::empty({B * L, I});
   m.g0 = Tensor::empty({B * L, F});
   m.g1 = Tensor::empty({B * L, F});
+  m.partial = Tensor::empty({B * L, D});
   m.key_bias = Tensor::empty({B, L});
   m.rel = Tensor::empty({H, 2 * L - 1});
   t5_relative_bias_diagonals(w.rel_bias.f32(), c.num_buckets, c.max_distance, H, L, m.rel.f32());
@@ -95,7 +96,7 @@ void T5Encoder::encode(const int64_t* ids, const int64_t* mask, float* out) {
   DIT_CHECK(m.B > 0, "T5Encoder::encode before prepare");
   const T5Weights& w = *m.w;
   const T5Config& c = w.cfg;
-  const int64_t B = m.B, L = m.L, D = c.d_model, I = c.inner();
+  const int64_t B = m.B, L = m.L, D = c.d_model, I = w.layers[0].q.out(), V0 = w.vocab.begin, V1 = w.vocab.end;
   float* h = m.h.f32();
   float* x = m.x.f32();
   float* qkv = m.qkv.f32();
@@ -110,17 +111,22 @@ void T5Encoder::encode(const int64_t* ids, const int64_t* mask, float* out) {
       // (1 - m)·finfo(float32).min, added into the position bias by transformers.
       m.key_bias.f32()[r] = mask[r] ? 0.f : -std::numeric_limits<float>::max();
     }
-    // Embedding lookup (no scaling); BF16 rows widen to f32 exactly.
+    // Embedding lookup (no scaling); BF16 rows widen to f32 exactly. Vocab-parallel: rows of
+    // ids outside this rank's vocabulary are zero, and the ranks' lookups are summed.
     parallel_for(B * L, B * L * D > 16384, [&](int64_t r) {
       float* dst = h + r * D;
-      if (w.embedding.dtype() == DType::F32) {
-        std::memcpy(dst, w.embedding.f32() + ids[r] * D, sizeof(float) * D);
+      const int64_t id = ids[r] - V0;
+      if (ids[r] < V0 || ids[r] >= V1) {
+        std::memset(dst, 0, sizeof(float) * D);
+      } else if (w.embedding.dtype() == DType::F32) {
+        std::memcpy(dst, w.embedding.f32() + id * D, sizeof(float) * D);
       } else {
-        const uint16_t* src = w.embedding.bf16() + ids[r] * D;
+        const uint16_t* src = w.embedding.bf16() + id * D;
         for (int64_t j = 0; j < D; ++j) dst[j] = bf16_to_f32(src[j]);
       }
     });
   }
+  m.tp->all_reduce(h, B * L * D);
   AttnBias bias;
   bias.key = m.key_bias.f32();
   bias.rel = m.rel.f32();
@@ -141,11 +147,15 @@ void T5Encoder::encode(const int64_t* ids, const int64_t* mask, float* out) {
       profile::Scope prof(profile::Cat::Attention);
       m.attn.run(qkv, qkv + I, qkv + 2 * I, m.att.f32(), nullptr, &bias);
     }
-    m.o.run(m.att.f32(), h);
+    m.o.run(m.att.f32(), m.partial.f32());
+    m.tp->all_reduce(m.partial.f32(), B * L * D);  // row-parallel: the ranks' partial sums
+    add(h, m.partial.f32(), h, B * L * D);         // h += o(a)
     rms_norm(h, lw.ln_ff.f32(), x, B * L, D, c.eps);
     m.wi1.run(x, m.g1.f32());
     m.wi0.run(x, m.g0.f32(), nullptr, m.g1.f32());
-    m.wo.run(m.g0.f32(), h);
+    m.wo.run(m.g0.f32(), m.partial.f32());
+    m.tp->all_reduce(m.partial.f32(), B * L * D);
+    add(h, m.partial.f32(), h, B * L * D);         // h += wo(g0)
   }
   rms_norm(h, w.final_ln.f32(), out, B * L, D, c.eps);
 }

@@ -17,27 +17,20 @@
 // encoder must not run on two threads at once.
 #pragma once
 
-#include <functional>
 #include <memory>
 
 #include "models/t5/t5_weights.h"
 #include "runtime/linear.h"
+#include "runtime/tensor_parallel.h"
 
 namespace dit {
 
-// Which projection a Linear is, so that a tensor-parallel factory can split it (column
-// parallel: Q, K, V, Wi0, Wi1; row parallel: O, Wo). The encoder makes one Linear per
-// projection (with block 0's weights) and points it at each block's weights in turn
-// (Linear::set_weight): one primitive, scratchpad and bf16 input buffer per projection
-// whatever the depth.
-enum class T5Proj { Q, K, V, O, Wi0, Wi1, Wo };
-using T5LinearFactory = std::function<Linear(T5Proj, const LinearSpec&, const LinearWeight&)>;
-// The default factory: Linear(spec, weight) in this process.
-Linear make_local_t5_linear(T5Proj proj, const LinearSpec& spec, const LinearWeight& w);
-
 class T5Encoder {
  public:
-  explicit T5Encoder(std::shared_ptr<const T5Weights> w, T5LinearFactory make_linear = make_local_t5_linear);
+  // `tp`: the tensor parallelism the weights were loaded for (T5Weights::load); null: one rank.
+  // Under TP the encoder runs its heads and d_ff columns; o and wo all-reduce their partial
+  // sums and the vocab-parallel embedding all-reduces the rows each rank looked up.
+  explicit T5Encoder(std::shared_ptr<const T5Weights> w, std::shared_ptr<TensorParallel> tp = nullptr);
   T5Encoder(T5Encoder&&) noexcept;
   T5Encoder& operator=(T5Encoder&&) noexcept;
   ~T5Encoder();

@@ -30,7 +30,22 @@ void check_no_stray_blocks(const WeightStore& store, const T5Config& cfg) {
 
 }  // namespace
 
-T5Weights T5Weights::load(const std::string& dir, DType compute) {
+const TpPlan& t5_tp_plan() {
+  static const TpPlan plan = {
+      {"encoder.block.*.layer.0.SelfAttention.q", Split::Column, TpUnit::Heads},
+      {"encoder.block.*.layer.0.SelfAttention.k", Split::Column, TpUnit::Heads},
+      {"encoder.block.*.layer.0.SelfAttention.v", Split::Column, TpUnit::Heads},
+      {"encoder.block.*.layer.0.SelfAttention.o", Split::Row, TpUnit::Heads},
+      {"encoder.block.*.layer.1.DenseReluDense.wi_0", Split::Column},
+      {"encoder.block.*.layer.1.DenseReluDense.wi_1", Split::Column},
+      {"encoder.block.*.layer.1.DenseReluDense.wo", Split::Row},
+  };
+  return plan;
+}
+
+T5Weights T5Weights::load(const std::string& dir, DType compute, const TensorParallel* tp_in) {
+  const std::unique_ptr<TensorParallel> serial = tp_in ? nullptr : make_serial_tensor_parallel();
+  const TensorParallel& tp = tp_in ? *tp_in : *serial;
   T5Weights w;
   w.cfg = load_t5_config(dir + "/config.json");
   w.compute = compute;
@@ -43,15 +58,22 @@ T5Weights T5Weights::load(const std::string& dir, DType compute) {
   // transformers ties encoder.embed_tokens to shared; a save keeps one or both.
   const char* emb_name = s.has("shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight";
   if (!s.has(emb_name)) DIT_FAIL("missing tensor 'shared.weight' (or 'encoder.embed_tokens.weight') in " << s.describe());
-  w.embedding = s.get(emb_name, {c.vocab_size, D});
+  w.vocab = tp.shard(c.vocab_size, 1);
+  w.heads = tp.shard(c.num_heads, 1);
+  w.embedding = s.get(emb_name, {c.vocab_size, D}).slice0(w.vocab.begin, w.vocab.end);  // a view: our rows
   if (std::string(emb_name) == "shared.weight" && s.has("encoder.embed_tokens.weight"))
     s.get("encoder.embed_tokens.weight", {c.vocab_size, D});  // shape-checked; tied, not used
-  w.rel_bias = to_f32(
+  const Tensor rel = to_f32(
       s.get("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", {c.num_buckets, c.num_heads}));
+  w.rel_bias = Tensor::empty({c.num_buckets, w.heads.size()});
+  for (int64_t b = 0; b < c.num_buckets; ++b)
+    for (int64_t h = 0; h < w.heads.size(); ++h)
+      w.rel_bias.f32()[b * w.heads.size() + h] = rel.f32()[b * c.num_heads + w.heads.begin + h];
   w.final_ln = to_f32(s.get("encoder.final_layer_norm.weight", {D}));
 
   auto linear = [&](const std::string& name, int64_t out, int64_t in) {
-    return LinearWeight::prepare(s.get(name, {out, in}), Tensor(), compute);
+    const std::string prefix = name.substr(0, name.size() - std::string(".weight").size());
+    return load_linear(s, prefix, out, in, compute, t5_tp_plan(), tp, c.d_kv, /*bias=*/false).w;
   };
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const std::string p = "encoder.block." + std::to_string(i) + ".layer.";

@@ -12,6 +12,9 @@
 // Norm weights and the relative-position table are small and kept as f32.
 #pragma once
 
+#include "models/common/tp_plan.h"
+#include "runtime/token_split.h"
+
 #include <string>
 #include <vector>
 
@@ -21,6 +24,10 @@
 #include "runtime/tensor.h"
 
 namespace dit {
+
+// How tensor parallelism splits T5 (Megatron's plan): q, k, v column-parallel by heads, o row-
+// parallel; wi_0, wi_1 column-parallel, wo row-parallel; the embedding vocab-parallel.
+const TpPlan& t5_tp_plan();
 
 struct T5LayerWeights {
   Tensor ln_attn;  // layer.0.layer_norm.weight [d_model] f32
@@ -34,14 +41,20 @@ struct T5LayerWeights {
 struct T5Weights {
   T5Config cfg;
   DType compute = DType::F32;
-  Tensor embedding;      // [vocab_size, d_model] F32 or BF16 (shared.weight or encoder.embed_tokens.weight)
-  Tensor rel_bias;       // [num_buckets, num_heads] f32, block 0's relative_attention_bias
+  // Under tensor parallelism (t5_tp_plan) a rank holds its heads' q/k/v rows and o columns,
+  // its d_ff columns of wi_0/wi_1 and rows of wo, its heads of the relative bias and its
+  // vocabulary rows of the embedding (vocab-parallel); all of them with one rank.
+  TokenRange heads;      // this rank's heads
+  TokenRange vocab;      // this rank's vocabulary rows
+  Tensor embedding;      // [vocab rows, d_model] F32 or BF16 (shared.weight or encoder.embed_tokens.weight)
+  Tensor rel_bias;       // [num_buckets, heads] f32, block 0's relative_attention_bias
   std::vector<T5LayerWeights> layers;
   Tensor final_ln;       // [d_model] f32
   WeightStore store;     // the mapped files
 
-  // dir: the text_encoder directory (config.json and the safetensors files).
-  static T5Weights load(const std::string& dir, DType compute);
+  // dir: the text_encoder directory (config.json and the safetensors files); `tp` says which
+  // shard this rank holds (the default: all of it).
+  static T5Weights load(const std::string& dir, DType compute, const TensorParallel* tp = nullptr);
   // Drops the mapped files' resident pages (WeightStore::drop_pages): RSS falls by what the
   // encoder read in place; private copies (converted weights) are not affected.
   size_t drop_pages() const { return store.drop_pages(); }
