@@ -347,28 +347,4 @@ void report_rank_failure(const std::string& spec, int rank, int world_size,
   }
 }
 
-std::string make_private_rendezvous_dir() {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string base = (tmp && *tmp) ? tmp : "/tmp";
-  std::string templ = base + "/dit-rdzv-XXXXXX";
-  std::vector<char> buf(templ.begin(), templ.end());
-  buf.push_back(0);
-  DIT_CHECK(mkdtemp(buf.data()) != nullptr,
-            "cannot create a rendezvous directory in " << base << ": " << std::strerror(errno));
-  return std::string(buf.data());
-}
-
-void remove_rendezvous_dir(const std::string& dir) noexcept {
-  if (dir.empty()) return;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d)) {
-      std::string n = e->d_name;
-      if (n == "." || n == "..") continue;
-      unlink((dir + "/" + n).c_str());
-    }
-    closedir(d);
-  }
-  rmdir(dir.c_str());
-}
-
 }  // namespace dit

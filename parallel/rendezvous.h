@@ -112,9 +112,16 @@ void note_peer_failure() noexcept;
 void report_rank_failure(const std::string& spec, int rank, int world_size,
                          const std::string& message) noexcept;
 
-// Creates a fresh private directory (mode 0700) for a file: rendezvous on this machine.
+// Creates a fresh private directory $TMPDIR/dit-rdzv-XXXXXX (mode 0700) for a file:
+// rendezvous on this machine, with an "owner" file naming this process (process table id
+// and pid). First removes the dit-rdzv-* directories of this user whose owner ran here
+// and is gone (a launcher that was SIGKILLed cannot remove its own).
 std::string make_private_rendezvous_dir();
-// Removes a directory made by make_private_rendezvous_dir (its files, then itself).
+// Removes a rendezvous directory and everything in it; best effort.
 void remove_rendezvous_dir(const std::string& dir) noexcept;
+// The stale-directory sweep of make_private_rendezvous_dir, on its own: removes the
+// dit-rdzv-* directories in `base` owned by this user whose owner process is gone.
+// Returns how many were removed.
+size_t remove_stale_rendezvous_dirs(const std::string& base) noexcept;
 
 }  // namespace dit
