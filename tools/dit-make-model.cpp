@@ -9,6 +9,7 @@
 #include "models/make_model.h"
 #include "runtime/error.h"
 #include "runtime/tensor.h"
+#include "tools/parse_args.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Writes a complete diffusers-layout DiT checkpoint directory (model_index.json, transformer/, vae/, "
@@ -25,7 +26,7 @@ int main(int argc, char** argv) {
   app.add_option("--shards", opt.shards, "split the transformer into this many safetensors shards")->capture_default_str();
   app.add_option("--layers", opt.layers, "transformer depth (0 = the preset's)")->capture_default_str();
   app.set_version_flag("--version", std::string("dit-make-model ") + DIT_VERSION);
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = dit::parse_args(app, argc, argv, "dit-make-model")) return *rc;
   try {
     opt.dtype = dit::parse_dtype(dtype);
     dit::make_model(opt);
