@@ -222,6 +222,11 @@ int launch_local_workers(int argc, char** argv, int nproc, int first_rank, int w
     parse_rendezvous(rendezvous);
   }
   int threads = threads_per_rank(opts.threads, nproc);
+  // Join the rendezvous for all local ranks (a fresh generation of it, see rendezvous.h)
+  // and wait for the other machines' ranks; the workers use that generation.
+  std::vector<int> local_ranks(nproc);
+  for (int i = 0; i < nproc; i++) local_ranks[i] = first_rank + i;
+  std::shared_ptr<RendezvousStore> store = RendezvousStore::join(rendezvous, world, local_ranks, opts.timeout);
 
   // Everything the children need is built before fork: the child only calls
   // async-signal-safe functions between fork and exec.
@@ -230,7 +235,8 @@ int launch_local_workers(int argc, char** argv, int nproc, int first_rank, int w
   for (auto& a : args) cargv.push_back(a.data());
   cargv.push_back(nullptr);
   static const char* kOurs[] = {"DIT_RANK=", "DIT_WORLD_SIZE=", "DIT_LOCAL_RANK=", "DIT_LOCAL_WORLD_SIZE=",
-                                "DIT_RENDEZVOUS=", "DIT_THREADS=", "OMP_NUM_THREADS="};
+                                "DIT_RENDEZVOUS=", "DIT_RENDEZVOUS_GENERATION=", "DIT_THREADS=",
+                                "OMP_NUM_THREADS="};
   std::vector<std::string> base_env;
   for (char** e = environ; *e; e++) {
     bool ours = false;
@@ -246,6 +252,7 @@ int launch_local_workers(int argc, char** argv, int nproc, int first_rank, int w
     e.push_back("DIT_LOCAL_RANK=" + std::to_string(i));
     e.push_back("DIT_LOCAL_WORLD_SIZE=" + std::to_string(nproc));
     e.push_back("DIT_RENDEZVOUS=" + rendezvous);
+    e.push_back("DIT_RENDEZVOUS_GENERATION=" + std::to_string(store->generation()));
     e.push_back("DIT_THREADS=" + std::to_string(threads));
     e.push_back("OMP_NUM_THREADS=" + std::to_string(threads));
     for (auto& s : e) cenvs[i].push_back(s.data());
@@ -344,7 +351,10 @@ int launch_local_workers(int argc, char** argv, int nproc, int first_rank, int w
   };
   auto signal_all = [&](int sig) {
     for (auto& w : workers)
-      if (w.running) kill(w.pid, sig);
+      if (w.running) {
+        kill(w.pid, sig);
+        if (sig == SIGTERM) kill(w.pid, SIGCONT);  // a stopped worker acts on it now
+      }
   };
   if (spawn_error) {
     write_all(2, me + ": cannot start the worker processes: " + std::strerror(spawn_error) + "\n");
@@ -434,12 +444,8 @@ int launch_local_workers(int argc, char** argv, int nproc, int first_rank, int w
       if (!termed && !killed && WIFSIGNALED(workers[i].status)) {
         char host[256] = {0};
         gethostname(host, sizeof(host) - 1);
-        try {
-          RendezvousStore::open(rendezvous, world, std::chrono::seconds(2))
-              ->post_abort(workers[i].rank, "killed by signal " + std::to_string(WTERMSIG(workers[i].status)) +
-                                                " on " + host + " (seen by its launcher)");
-        } catch (...) {
-        }
+        store->post_abort(workers[i].rank, "killed by signal " + std::to_string(WTERMSIG(workers[i].status)) + " on " +
+                                               host + " (seen by its launcher)");
       }
     }
     if (!failures.empty() && !interrupted && attribute_at == Clock::time_point{}) {
@@ -453,13 +459,9 @@ int launch_local_workers(int argc, char** argv, int nproc, int first_rank, int w
       for (size_t k = 0; k < failures.size() && first_failed < 0; k++)
         if (ended_before_signals[k] && WIFSIGNALED(workers[failures[k]].status)) first_failed = failures[k];
       if (first_failed < 0) {
-        try {
-          auto store = RendezvousStore::open(rendezvous, world, std::chrono::seconds(2));
-          if (auto ab = store->find_abort())
-            for (int i : failures)
-              if (!ab->secondary && workers[i].rank == ab->rank) first_failed = i;
-        } catch (...) {
-        }
+        if (auto ab = store->find_abort())
+          for (int i : failures)
+            if (!ab->secondary && workers[i].rank == ab->rank) first_failed = i;
       }
       if (first_failed < 0) first_failed = failures.front();
       int others = alive();
@@ -490,6 +492,8 @@ int launch_local_workers(int argc, char** argv, int nproc, int first_rank, int w
   close(g_signal_pipe[0]);
   close(g_signal_pipe[1]);
   g_signal_pipe[0] = g_signal_pipe[1] = -1;
+  store->leave(false);
+  store.reset();
   if (!private_dir.empty()) remove_rendezvous_dir(private_dir);
 
   if (interrupted) return 128 + interrupted;
@@ -508,7 +512,6 @@ std::shared_ptr<ProcessGroup> connect_world(const LaunchEnv& env, CommOptions op
     auto store = RendezvousStore::wrap(std::make_shared<MemoryStore>(), 1, opts.timeout);
     return ProcessGroup::create_world(store, 0, 1, opts);
   }
-  auto store = RendezvousStore::open(env.rendezvous, env.world, opts.timeout);
   if (const char* iface = env_str("DIT_IFACE")) {
     opts.iface = iface;
   } else if (const char* addr = env_str("DIT_ADDR")) {
@@ -518,7 +521,20 @@ std::shared_ptr<ProcessGroup> connect_world(const LaunchEnv& env, CommOptions op
     char host[256] = {0};
     if (gethostname(host, sizeof(host) - 1) == 0 && host[0]) opts.hostname = host;
   }
-  return ProcessGroup::create_world(store, env.rank, env.world, opts);
+  // Our launcher joined the rendezvous for its workers (DIT_RENDEZVOUS_GENERATION); a rank
+  // started otherwise joins here, and again if its generation is superseded while forming.
+  for (;;) {
+    std::shared_ptr<RendezvousStore> store;
+    if (const char* g = env_str("DIT_RENDEZVOUS_GENERATION"))
+      store = RendezvousStore::attach(env.rendezvous, env.world, std::atoll(g), opts.timeout);
+    else
+      store = RendezvousStore::join(env.rendezvous, env.world, {env.rank}, opts.timeout);
+    try {
+      return ProcessGroup::create_world(store, env.rank, env.world, opts);
+    } catch (const GenerationSuperseded&) {
+      store->leave(false);
+    }
+  }
 }
 
 void report_rank_failure(const LaunchEnv& env, const std::string& message) noexcept {

@@ -22,6 +22,7 @@
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
+#include "parallel/stall_watchdog.h"
 #include "runtime/error.h"
 
 namespace dit {
@@ -59,6 +60,7 @@ void leak(std::shared_ptr<gloo::Context> ctx) {
 
 struct ProcessGroup::Shared {
   std::shared_ptr<RendezvousStore> store;
+  std::unique_ptr<StallWatchdog> watchdog;  // null for a world of one
   std::shared_ptr<gloo::transport::Device> device;
   std::chrono::milliseconds timeout;
   std::atomic<bool> aborted{false};
@@ -95,6 +97,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create_world(std::shared_ptr<Rendezv
   struct sigaction old;
   if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
   shared->store->register_process(rank);
+  shared->store->start_heartbeat(rank);
+  shared->watchdog = std::make_unique<StallWatchdog>(shared->store, rank, size);
   try {
     gloo::transport::tcp::attr attr;
     if (!opts.iface.empty())
@@ -109,6 +113,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create_world(std::shared_ptr<Rendezv
   }
   gloo::rendezvous::PrefixStore prefixed("world", *shared->store);
   pg->connect(prefixed);
+  shared->store->mark_formed();
   return pg;
 }
 
@@ -147,6 +152,7 @@ void ProcessGroup::connect(gloo::rendezvous::Store& store) {
     store.wait(present, shared_->timeout);
     ctx->connectFullMesh(store, shared_->device);
   });
+  if (shared_->watchdog) shared_->watchdog->add_context(ctx);
   ctx_ = std::move(ctx);
 }
 
@@ -212,7 +218,7 @@ void ProcessGroup::fail(const char* op, int peer, const std::string& what) {
   // crashed) is the cause; else the rank that reported a failure of its own through the
   // store. A killed peer's sockets close a moment before it shows as dead, so look again
   // for up to a second before settling for less.
-  std::string diagnosis;
+  std::string diagnosis = shared_->watchdog ? shared_->watchdog->stall_message() : std::string();
   std::vector<int> others;
   for (int g : members_)
     if (g != global_rank()) others.push_back(g);
@@ -221,7 +227,7 @@ void ProcessGroup::fail(const char* op, int peer, const std::string& what) {
            " no longer running";
   };
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  for (;;) {
+  while (diagnosis.empty()) {
     auto dead = shared_->store->dead_local_ranks(others);
     std::vector<int> silent;
     for (int g : dead)
@@ -233,7 +239,7 @@ void ProcessGroup::fail(const char* op, int peer, const std::string& what) {
       break;
     }
     if (ab && (!ab->secondary || last)) {
-      diagnosis = "rank " + std::to_string(ab->rank) + " failed: " + ab->message;
+      diagnosis = ab->describe();
       break;
     }
     if (last) {
@@ -255,7 +261,10 @@ void ProcessGroup::fail(const char* op, int peer, const std::string& what) {
 template <class F>
 void ProcessGroup::run(const char* op, int peer, F&& f) {
   try {
+    StallWatchdog::Waiting waiting(shared_->watchdog.get());
     f();
+  } catch (const GenerationSuperseded&) {
+    throw;  // connect_world joins the newer generation
   } catch (const dit::Error& e) {
     if (!first_error_.empty()) throw;
     fail(op, peer, e.what());
