@@ -7,43 +7,7 @@
 //       corpus/json_config tests/data/fuzz/json_config/seeds
 #include <cstddef>
 #include <cstdint>
-#include <string>
 
-#include "fuzz_util.h"
-#include "runtime/json_config.h"
+#include "json_config_target.h"
 
-namespace {
-
-void read_every_key(const dit::Config& c, int depth) {
-  if (!c.json().is_object()) return;
-  for (auto it = c.json().begin(); it != c.json().end(); ++it) {
-    const std::string& k = it.key();
-    (void)c.has(k);
-    (void)c.is_null(k);
-    dit_fuzz::accepts([&] { (void)c.get_int(k); });
-    dit_fuzz::accepts([&] { (void)c.get_int(k, 7); });
-    dit_fuzz::accepts([&] { (void)c.get_double(k); });
-    dit_fuzz::accepts([&] { (void)c.get_double(k, 0.5); });
-    dit_fuzz::accepts([&] { (void)c.get_bool(k); });
-    dit_fuzz::accepts([&] { (void)c.get_bool(k, true); });
-    dit_fuzz::accepts([&] { (void)c.get_string(k); });
-    dit_fuzz::accepts([&] { (void)c.get_string(k, "x"); });
-    dit_fuzz::accepts([&] { (void)c.get_int_list(k); });
-    dit_fuzz::accepts([&] { (void)c.get_string_list(k); });
-    dit_fuzz::accepts([&] {
-      const dit::Config sub = c.child(k);
-      if (depth < 2) read_every_key(sub, depth + 1);
-    });
-  }
-  // Keys that are not there: the defaults, and the "missing key" errors.
-  dit_fuzz::accepts([&] { (void)c.get_int("\u0001missing"); });
-  (void)c.get_string("\u0001missing", "d");
-}
-
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string text(reinterpret_cast<const char*>(data), size);
-  dit_fuzz::accepts([&] { read_every_key(dit::Config::parse(text, "fuzz/config.json"), 0); });
-  return 0;
-}
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) { return dit_fuzz::json_config(data, size); }

@@ -5,39 +5,9 @@
 //
 //   build-fuzz/bin/fuzz_safetensors -dict=tests/data/fuzz/safetensors/dict \
 //       corpus/safetensors tests/data/fuzz/safetensors/seeds
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
-#include <string>
 
-#include "fuzz_util.h"
-#include "runtime/safetensors.h"
-#include "runtime/tensor.h"
+#include "safetensors_target.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const int fd = memfd_create("fuzz.safetensors", MFD_CLOEXEC);
-  if (fd < 0) return 0;
-  size_t off = 0;
-  while (off < size) {
-    const ssize_t n = write(fd, data + off, size - off);
-    if (n <= 0) break;
-    off += size_t(n);
-  }
-  const std::string path = "/proc/self/fd/" + std::to_string(fd);
-  dit_fuzz::accepts([&] {
-    auto f = dit::SafeTensorsFile::open(path);
-    for (const std::string& name : f->names()) {
-      dit_fuzz::accepts([&] {
-        dit::Tensor t = f->get(name);
-        const uint8_t* p = static_cast<const uint8_t*>(t.data());
-        volatile unsigned sum = 0;
-        for (size_t i = 0; i < t.nbytes(); ++i) sum = sum + p[i];
-      });
-    }
-    for (const auto& kv : f->metadata()) (void)kv.second.size();
-  });
-  close(fd);
-  return 0;
-}
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) { return dit_fuzz::safetensors(data, size); }
