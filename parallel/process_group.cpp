@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <numeric>
 #include <thread>
 
@@ -50,10 +51,19 @@ std::string join(const std::vector<int>& v) {
   return s;
 }
 
-// Contexts and buffers of a failed group are leaked on purpose: Gloo may still hold
-// pending operations on them, and the process is about to exit anyway.
-void leak(std::shared_ptr<gloo::Context> ctx) {
-  if (ctx) new std::shared_ptr<gloo::Context>(std::move(ctx));
+// A failed or aborted group's Gloo context and buffers are never destroyed: Gloo may still
+// hold pending operations on them (a recv into a buffer, a pair mid-write), and destroying
+// them then can crash or block in Gloo's destructors while the process is on its way out.
+// They are parked here for the rest of the process instead of being dropped, so they stay
+// reachable (LeakSanitizer does not report them, and nothing is lost track of).
+struct Graveyard {
+  std::mutex mu;
+  std::vector<std::shared_ptr<gloo::Context>> contexts;
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> buffers;
+};
+Graveyard& graveyard() {
+  static Graveyard* g = new Graveyard;  // never destroyed: exit must not run Gloo's destructors
+  return *g;
 }
 
 }  // namespace
@@ -158,12 +168,19 @@ void ProcessGroup::connect(gloo::rendezvous::Store& store) {
 
 ProcessGroup::~ProcessGroup() {
   if (failed() || shared_->aborted.load()) {
-    for (auto* m : {&send_slots_, &recv_slots_})
-      for (auto& kv : *m) (void)kv.second->buf.release();
-    leak(std::move(ctx_));
+    park_in_graveyard();
     return;
   }
   shutdown();
+}
+
+void ProcessGroup::park_in_graveyard() noexcept {
+  Graveyard& g = graveyard();
+  std::lock_guard<std::mutex> lock(g.mu);
+  for (auto* m : {&send_slots_, &recv_slots_})
+    for (auto& kv : *m)
+      if (kv.second->buf) g.buffers.push_back(std::move(kv.second->buf));
+  if (ctx_) g.contexts.push_back(std::move(ctx_));
 }
 
 void ProcessGroup::shutdown() noexcept {
@@ -174,9 +191,7 @@ void ProcessGroup::shutdown() noexcept {
   for (auto* m : {&send_slots_, &recv_slots_})
     for (auto& kv : *m) pending = pending || kv.second->busy;
   if (failed() || shared_->aborted.load() || pending) {
-    for (auto* m : {&send_slots_, &recv_slots_})
-      for (auto& kv : *m) (void)kv.second->buf.release();
-    leak(std::move(ctx_));
+    park_in_graveyard();
     return;
   }
   try {
