@@ -48,9 +48,10 @@
 // several machines arriving in any order (they meet in the newest joinable generation;
 // the ones that joined a stale one move); a rank of the previous run killed before its
 // run formed (its claim is stale: same host -> pid check; another host -> the others make
-// g+1 and the waiting rank moves). Not covered: two runs under one name at the same time
-// with the same world size (they may mix; use distinct names), and a stale claim from
-// another machine in a generation that then forms completely (that run times out).
+// g+1 and the waiting rank moves; if the stale claim completed g, the ranks in g see g+1
+// while they connect and move too — this last path has no test). Not covered: two runs
+// under one name started at the same moment with the same world size (they may mix: use
+// distinct names for concurrent runs).
 #pragma once
 
 #include <atomic>
