@@ -119,6 +119,7 @@ void RendezvousStore::wait(const std::vector<std::string>& keys,
   const auto start = std::chrono::steady_clock::now();
   auto sleep = std::chrono::milliseconds(2);
   auto next_generation_check = start + std::chrono::milliseconds(200);
+  auto next_stall_check = start + kStallCheckAfter;
   while (!check(keys)) {
     if (auto ab = find_abort()) {
       note_peer_failure();
@@ -139,7 +140,8 @@ void RendezvousStore::wait(const std::vector<std::string>& keys,
         throw GenerationSuperseded("rendezvous '" + description_ + "': generation " + std::to_string(generation_) +
                                    " was superseded by " + std::to_string(newest));
     }
-    if (hb_rank_ >= 0 && now - start > kStallCheckAfter) {
+    if (hb_rank_ >= 0 && now >= next_stall_check) {
+      next_stall_check = now + std::chrono::milliseconds(500);
       std::vector<int> others;
       for (int r = 0; r < world_size_; r++)
         if (r != hb_rank_) others.push_back(r);

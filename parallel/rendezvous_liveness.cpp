@@ -79,7 +79,8 @@ std::optional<RendezvousStore::Stall> RendezvousStore::find_stalled(const std::v
         std::lock_guard<std::recursive_mutex> lock(mu_);
         v = backend_->read_marker(generation_, "hb." + std::to_string(r));
       }
-      const std::string value = v.value_or("");
+      if (!v || v->empty()) continue;  // no heartbeat yet (still starting): not judged
+      const std::string& value = *v;
       auto it = seen_.find(r);
       if (it == seen_.end() || it->second.first != value) {
         seen_[r] = {value, now};
