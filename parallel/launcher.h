@@ -58,6 +58,7 @@ struct LaunchOptions {
   int nproc_per_node = 0;   // --nproc-per-node; 0 = world_size / nnodes
   std::string rendezvous;   // --rendezvous; empty: a fresh private file: directory (one machine)
   std::chrono::milliseconds grace{3000};  // after a failure, before the other ranks are killed
+  std::chrono::milliseconds timeout = kDefaultCommTimeout;  // --timeout: for the other machines' ranks to join
   bool forward_stdout = false;  // prefix and forward the other ranks' stdout instead of discarding it
   bool announce = true;         // print one line saying what was started
   std::string program = "dit-gen";  // for the launcher's own messages

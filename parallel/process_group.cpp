@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <numeric>
 #include <thread>
 
@@ -22,6 +23,7 @@
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
+#include "parallel/stall_watchdog.h"
 #include "runtime/error.h"
 
 namespace dit {
@@ -49,16 +51,26 @@ std::string join(const std::vector<int>& v) {
   return s;
 }
 
-// Contexts and buffers of a failed group are leaked on purpose: Gloo may still hold
-// pending operations on them, and the process is about to exit anyway.
-void leak(std::shared_ptr<gloo::Context> ctx) {
-  if (ctx) new std::shared_ptr<gloo::Context>(std::move(ctx));
+// A failed or aborted group's Gloo context and buffers are never destroyed: Gloo may still
+// hold pending operations on them (a recv into a buffer, a pair mid-write), and destroying
+// them then can crash or block in Gloo's destructors while the process is on its way out.
+// They are parked here for the rest of the process instead of being dropped, so they stay
+// reachable (LeakSanitizer does not report them, and nothing is lost track of).
+struct Graveyard {
+  std::mutex mu;
+  std::vector<std::shared_ptr<gloo::Context>> contexts;
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> buffers;
+};
+Graveyard& graveyard() {
+  static Graveyard* g = new Graveyard;  // never destroyed: exit must not run Gloo's destructors
+  return *g;
 }
 
 }  // namespace
 
 struct ProcessGroup::Shared {
   std::shared_ptr<RendezvousStore> store;
+  std::unique_ptr<StallWatchdog> watchdog;  // null for a world of one
   std::shared_ptr<gloo::transport::Device> device;
   std::chrono::milliseconds timeout;
   std::atomic<bool> aborted{false};
@@ -95,6 +107,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create_world(std::shared_ptr<Rendezv
   struct sigaction old;
   if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
   shared->store->register_process(rank);
+  shared->store->start_heartbeat(rank);
+  shared->watchdog = std::make_unique<StallWatchdog>(shared->store, rank, size);
   try {
     gloo::transport::tcp::attr attr;
     if (!opts.iface.empty())
@@ -109,6 +123,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create_world(std::shared_ptr<Rendezv
   }
   gloo::rendezvous::PrefixStore prefixed("world", *shared->store);
   pg->connect(prefixed);
+  shared->store->mark_formed();
   return pg;
 }
 
@@ -147,17 +162,25 @@ void ProcessGroup::connect(gloo::rendezvous::Store& store) {
     store.wait(present, shared_->timeout);
     ctx->connectFullMesh(store, shared_->device);
   });
+  if (shared_->watchdog) shared_->watchdog->add_context(ctx);
   ctx_ = std::move(ctx);
 }
 
 ProcessGroup::~ProcessGroup() {
   if (failed() || shared_->aborted.load()) {
-    for (auto* m : {&send_slots_, &recv_slots_})
-      for (auto& kv : *m) (void)kv.second->buf.release();
-    leak(std::move(ctx_));
+    park_in_graveyard();
     return;
   }
   shutdown();
+}
+
+void ProcessGroup::park_in_graveyard() noexcept {
+  Graveyard& g = graveyard();
+  std::lock_guard<std::mutex> lock(g.mu);
+  for (auto* m : {&send_slots_, &recv_slots_})
+    for (auto& kv : *m)
+      if (kv.second->buf) g.buffers.push_back(std::move(kv.second->buf));
+  if (ctx_) g.contexts.push_back(std::move(ctx_));
 }
 
 void ProcessGroup::shutdown() noexcept {
@@ -168,9 +191,7 @@ void ProcessGroup::shutdown() noexcept {
   for (auto* m : {&send_slots_, &recv_slots_})
     for (auto& kv : *m) pending = pending || kv.second->busy;
   if (failed() || shared_->aborted.load() || pending) {
-    for (auto* m : {&send_slots_, &recv_slots_})
-      for (auto& kv : *m) (void)kv.second->buf.release();
-    leak(std::move(ctx_));
+    park_in_graveyard();
     return;
   }
   try {
@@ -212,7 +233,7 @@ void ProcessGroup::fail(const char* op, int peer, const std::string& what) {
   // crashed) is the cause; else the rank that reported a failure of its own through the
   // store. A killed peer's sockets close a moment before it shows as dead, so look again
   // for up to a second before settling for less.
-  std::string diagnosis;
+  std::string diagnosis = shared_->watchdog ? shared_->watchdog->stall_message() : std::string();
   std::vector<int> others;
   for (int g : members_)
     if (g != global_rank()) others.push_back(g);
@@ -221,7 +242,7 @@ void ProcessGroup::fail(const char* op, int peer, const std::string& what) {
            " no longer running";
   };
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  for (;;) {
+  while (diagnosis.empty()) {
     auto dead = shared_->store->dead_local_ranks(others);
     std::vector<int> silent;
     for (int g : dead)
@@ -233,7 +254,7 @@ void ProcessGroup::fail(const char* op, int peer, const std::string& what) {
       break;
     }
     if (ab && (!ab->secondary || last)) {
-      diagnosis = "rank " + std::to_string(ab->rank) + " failed: " + ab->message;
+      diagnosis = ab->describe();
       break;
     }
     if (last) {
@@ -255,7 +276,10 @@ void ProcessGroup::fail(const char* op, int peer, const std::string& what) {
 template <class F>
 void ProcessGroup::run(const char* op, int peer, F&& f) {
   try {
+    StallWatchdog::Waiting waiting(shared_->watchdog.get());
     f();
+  } catch (const GenerationSuperseded&) {
+    throw;  // connect_world joins the newer generation
   } catch (const dit::Error& e) {
     if (!first_error_.empty()) throw;
     fail(op, peer, e.what());

@@ -147,6 +147,8 @@ class ProcessGroup {
   void check_usable(const char* op) const;
   P2PHandle post(bool is_send, void* data, size_t bytes, int peer, uint32_t tag);
   void wait_handle(P2PHandle& h);
+  // After a failure: keeps the Gloo context and buffers alive for the rest of the process.
+  void park_in_graveyard() noexcept;
 
   std::shared_ptr<Shared> shared_;
   std::string name_;

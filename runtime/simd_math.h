@@ -1,5 +1,5 @@
 // Internal helpers for the hand-written kernels: a vectorisable expf (Cephes-style
-// polynomial, ~2 ulp on [-87, 88], exactly 0 below), and the function-multiversioning
+// polynomial, ~2 ulp on [-87, 88], exactly 0 below, NaN for NaN), and the function-multiversioning
 // attribute used on hot loops (the project is built for baseline x86-64, the machines
 // have AVX-512; GCC's target_clones dispatches at load time).
 #pragma once
@@ -20,8 +20,11 @@ namespace simd {
 static inline __attribute__((always_inline)) float exp_f(float x) {
   const float hi = 88.3762626647949f;
   const float lo = -87.3365447504f;
-  float xc = x > hi ? hi : x;
-  xc = xc < lo ? lo : xc;
+  // Written so that NaN takes the `hi` branch: every lane then converts a finite n to int
+  // (no undefined behaviour), and NaN is put back at the end. Finite inputs and ±inf
+  // give exactly the bits they gave before.
+  float xc = x < hi ? x : hi;
+  xc = xc > lo ? xc : lo;
   // n = round(x / ln2) via the 1.5·2^23 trick (exact for |n| < 2^22)
   const float magic = 12582912.f;
   float n = (xc * 1.44269504088896341f + magic) - magic;
@@ -37,7 +40,8 @@ static inline __attribute__((always_inline)) float exp_f(float x) {
   int32_t e = (int32_t(n) + 127) << 23;
   float s = __builtin_bit_cast(float, e);
   float y = p * s;
-  return x < lo ? 0.f : y;
+  y = x < lo ? 0.f : y;
+  return x == x ? y : x;  // NaN in, NaN out
 }
 
 static inline __attribute__((always_inline)) float silu_f(float x) { return x / (1.f + exp_f(-x)); }

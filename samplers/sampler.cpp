@@ -105,7 +105,7 @@ double np_interp_index(double x, const std::vector<double>& fp) {
 
 std::vector<float> betas(const SchedulerConfig& sc) {
   const int64_t T = sc.num_train_timesteps;
-  DIT_CHECK(T >= 1, "num_train_timesteps must be >= 1, got " << T);
+  DIT_CHECK(T >= 1 && T <= kMaxTrainTimesteps, "num_train_timesteps must be in 1.." << kMaxTrainTimesteps << ", got " << T);
   if (!sc.trained_betas.empty()) {
     DIT_CHECK(int64_t(sc.trained_betas.size()) == T,
               "trained_betas has " << sc.trained_betas.size() << " values, num_train_timesteps is " << T);

@@ -194,7 +194,8 @@ SchedulerConfig with_sampler(const SchedulerConfig& base, const std::string& nam
 void validate_scheduler_config(const SchedulerConfig& sc) {
   const ClassInfo& ci = class_or_throw(sc.class_name);
   const std::string& cls = sc.class_name;
-  DIT_CHECK(sc.num_train_timesteps >= 1, cls << ": num_train_timesteps must be >= 1, got " << sc.num_train_timesteps);
+  DIT_CHECK(sc.num_train_timesteps >= 1 && sc.num_train_timesteps <= kMaxTrainTimesteps,
+            cls << ": num_train_timesteps must be in 1.." << kMaxTrainTimesteps << ", got " << sc.num_train_timesteps);
   if (sc.trained_betas.empty())
     check_one_of("beta_schedule", sc.beta_schedule, {"linear", "scaled_linear", "squaredcos_cap_v2"}, cls);
   else

@@ -96,6 +96,10 @@ SchedulerConfig scheduler_config_from(const Config& cfg);
 // `name` is a sampler name ("ddim", "dpm++2m", "euler") or a class name. Same class: base.
 SchedulerConfig with_sampler(const SchedulerConfig& base, const std::string& name);
 
+// The largest num_train_timesteps accepted (diffusers' models use 1000): the schedules are
+// tables of that many values, and a hostile file must not make them gigabytes.
+constexpr int64_t kMaxTrainTimesteps = 100000;
+
 // Throws dit::Error for settings outside what the samplers implement (karras sigmas,
 // thresholding, solver_order 3, other algorithm types, unknown spacings, ...).
 void validate_scheduler_config(const SchedulerConfig& sc);

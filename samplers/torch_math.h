@@ -33,8 +33,12 @@ inline F2 div(F2 n, F2 d) {
 inline F2 mul(F2 x, float y) { float s = x.x * y; return {s, std::fma(x.y, y, std::fma(x.x, y, -s))}; }
 }  // namespace detail
 
-inline float expf(float d) {
+inline float expf(float d_in) {
   using namespace detail;
+  // Sleef converts d·log2(e) to int for any d; here the argument is clamped first, so NaN,
+  // ±inf and huge values never reach the int conversion (undefined behaviour in C++). The
+  // clamp is the identity on [-104, 100], and outside it the result is overwritten below.
+  const float d = std::isnan(d_in) ? 0.0f : std::fmin(std::fmax(d_in, -105.0f), 101.0f);
   int q = int(std::nearbyint(d * 1.442695040888963407359924681001892137426645954152985934135449406931f));
   float s = std::fma(float(q), -0.693145751953125f, d);
   s = std::fma(float(q), -1.428606765330187045e-06f, s);
@@ -46,9 +50,9 @@ inline float expf(float d) {
   u = std::fma(u, s, 0.5f);
   u = 1.0f + std::fma(s * s, u, s);
   u = ldexp2k(u, q);
-  if (d < -104) u = 0;
-  if (100 < d) u = std::numeric_limits<float>::infinity();
-  if (std::isnan(d)) u = d;
+  if (d_in < -104) u = 0;
+  if (100 < d_in) u = std::numeric_limits<float>::infinity();
+  if (std::isnan(d_in)) u = d_in;
   return u;
 }
 

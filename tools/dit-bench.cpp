@@ -47,6 +47,7 @@
 #include "runtime/json_config.h"
 #include "runtime/profile.h"
 #include "runtime/tensor.h"
+#include "tools/parse_args.h"
 
 using namespace dit;
 using json = nlohmann::ordered_json;
@@ -527,7 +528,7 @@ int main(int argc, char** argv) {
   app.add_flag("--worker", o.worker)->group("");
   app.add_option("--layout", o.layout)->group("");
   app.add_option("--result-dir", o.result_dir)->group("");
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = dit::parse_args(app, argc, argv, "dit-bench")) return *rc;
   try {
     DIT_CHECK(o.steps >= 1 && o.warmup >= 0 && o.threads >= 1, "--steps >= 1, --warmup >= 0, --threads >= 1");
     if (o.worker) {

@@ -24,6 +24,7 @@
 #include "parallel/launcher.h"
 #include "parallel/process_group.h"
 #include "runtime/error.h"
+#include "tools/parse_args.h"
 
 namespace {
 
@@ -95,7 +96,7 @@ int main(int argc, char** argv) {
   app.add_option("--iters", iters_flag, "iterations per size (0: 5..50 by size)")->capture_default_str();
   app.add_option("--warmup", warmup, "untimed iterations per size")->capture_default_str();
   app.add_option("--timeout", timeout_s, "communication timeout, seconds")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = dit::parse_args(app, argc, argv, "dit-comm-bench")) return *rc;
 
   std::shared_ptr<dit::ProcessGroup> world;
   dit::LaunchEnv env;

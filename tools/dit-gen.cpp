@@ -22,6 +22,7 @@
 #include "tools/cli/options.h"
 #include "tools/cli/session.h"
 #include "tools/cli/single.h"
+#include "tools/parse_args.h"
 
 using namespace dit::cli;
 
@@ -34,11 +35,7 @@ int main(int argc, char** argv) {
                "on first use: -m pixart-demo, -m dit-demo (the default)."};
   add_generation_options(app, o);
   app.set_version_flag("--version", std::string("dit-gen ") + DIT_VERSION);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (auto rc = dit::parse_args(app, argc, argv, "dit-gen")) return *rc;  // errors: one line
 
   const dit::MeshDegrees degrees = o.degrees();
   const dit::LaunchOptions lo = launch_options(o, degrees.world());

@@ -20,6 +20,7 @@
 #include "runtime/gemm_probe.h"
 #include "runtime/error.h"
 #include "runtime/linear.h"
+#include "tools/parse_args.h"
 
 using namespace dit;
 using json = nlohmann::ordered_json;
@@ -139,7 +140,7 @@ int main(int argc, char** argv) {
   app.add_flag("--sweep", sweep, "also sweep attention block sizes at 1024 tokens");
   app.add_flag("--no-4096", skip_4096, "skip the 4096-token attention");
   app.add_flag("--packed", packed, "also time Linear with weights reordered into the matmul's preferred layout");
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = dit::parse_args(app, argc, argv, "dit-kernel-bench")) return *rc;
   try {
     if (threads > 0) set_num_threads(threads);
     json res;

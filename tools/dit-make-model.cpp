@@ -9,6 +9,7 @@
 #include "models/make_model.h"
 #include "runtime/error.h"
 #include "runtime/tensor.h"
+#include "tools/parse_args.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Writes a complete diffusers-layout pipeline directory with random weights, in the real layout.\n"
@@ -30,7 +31,7 @@ int main(int argc, char** argv) {
   app.add_option("--text-shards", opt.text_shards, "split the text encoder into this many safetensors shards")
       ->capture_default_str();
   app.set_version_flag("--version", std::string("dit-make-model ") + DIT_VERSION);
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = dit::parse_args(app, argc, argv, "dit-make-model")) return *rc;
   try {
     opt.dtype = dit::parse_dtype(dtype);
     dit::make_model(opt);

@@ -10,7 +10,9 @@ PKGS=(cmake g++ make pkg-config
       nlohmann-json3-dev               # JSON
       libcli11-dev                     # command line
       libsentencepiece-dev             # T5 tokenizer (SentencePiece)
-      redis-server)                    # multi-machine rendezvous (and its test)
+      redis-server                     # multi-machine rendezvous (and its test)
+      clang-14 libclang-rt-14-dev      # sanitizer build and libFuzzer harnesses (CI)
+      libomp-14-dev llvm-14)           # clang's OpenMP; llvm-symbolizer for sanitizer stacks
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

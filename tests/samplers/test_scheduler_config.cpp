@@ -195,3 +195,16 @@ TEST_CASE("numpy helpers", "[samplers]") {
   CHECK(np_interp_index(7, fp) == 20.0);
   CHECK(np_interp_index(2, fp) == 20.0);
 }
+
+TEST_CASE("num_train_timesteps is bounded, with the file and key in the error", "[samplers][config]") {
+  // Found by fuzzing: 1.2e13 train timesteps made the beta table 48 TB (std::bad_alloc, no file, no key).
+  for (const char* t : {"2000000000", "12000000000000", "100001"}) {
+    INFO(t);
+    const std::string text = std::string("{\"_class_name\": \"EulerDiscreteScheduler\", \"num_train_timesteps\": ") + t + "}";
+    REQUIRE_THROWS_WITH(dit::scheduler_config_from(dit::Config::parse(text, "m/scheduler/scheduler_config.json")),
+                        Catch::Contains("m/scheduler/scheduler_config.json") &&
+                            Catch::Contains("num_train_timesteps must be in 1..100000, got"));
+  }
+  const std::string ok = "{\"num_train_timesteps\": 100000}";
+  CHECK(dit::scheduler_config_from(dit::Config::parse(ok, "s.json")).num_train_timesteps == 100000);
+}
