@@ -42,21 +42,26 @@ long rss_kb() {
 
 }  // namespace
 
-TEST_CASE("get_int64 reads I64 and I32 tensors", "[io][safetensors]") {
+TEST_CASE("get_int64 reads I64, I32 and U8 tensors", "[io][safetensors]") {
   dit_test::TempDir dir;
   const std::string p = dir.file("ints.safetensors");
   const std::vector<int64_t> a = {1, -2, int64_t(1) << 40, 0, 7, 9};
   const std::vector<int32_t> b = {-5, 6, 2147483647};
   const std::vector<float> c = {1.5f};
-  write_raw(p, {{"a", "I64", {2, 3}, bytes_of(a)}, {"b", "I32", {3}, bytes_of(b)}, {"c", "F32", {1}, bytes_of(c)}});
+  const std::vector<uint8_t> d = {0, 255, 128, 7};
+  write_raw(p, {{"a", "I64", {2, 3}, bytes_of(a)},
+                {"b", "I32", {3}, bytes_of(b)},
+                {"c", "F32", {1}, bytes_of(c)},
+                {"d", "U8", {2, 2}, bytes_of(d)}});
   auto f = SafeTensorsFile::open(p);
   CHECK(f->get_int64("a") == a);
   CHECK(f->get_int64("b") == std::vector<int64_t>{-5, 6, 2147483647});
+  CHECK(f->get_int64("d") == std::vector<int64_t>{0, 255, 128, 7});
   try {
     f->get_int64("c");
     FAIL("no error");
   } catch (const Error& e) {
-    CHECK(std::string(e.what()) == p + ": tensor 'c': not an integer tensor (expected I64 or I32, found F32)");
+    CHECK(std::string(e.what()) == p + ": tensor 'c': not an integer tensor (expected I64, I32 or U8, found F32)");
   }
   CHECK_THROWS_AS(f->get("a"), Error);  // get() stays float-only
 }

@@ -194,9 +194,13 @@ TEST_CASE("batch: a killed batch finishes the rest when run again", "[cli][batch
   std::istringstream lines2(slurp(out + "/results.jsonl"));
   for (std::string l; std::getline(lines2, l);) again += nlohmann::json::accept(l);
   CHECK(again == size_t(n));
-  int pngs = 0;  // (the killed run may have left a temporary file of its atomic PNG write)
-  for (auto& e : fs::directory_iterator(out)) pngs += e.path().extension() == ".png";
+  int pngs = 0, temps = 0;  // the killed run's half-written temporary files are gone after the resume
+  for (auto& e : fs::directory_iterator(out)) {
+    pngs += e.path().extension() == ".png";
+    temps += e.path().filename().string().find(".dit-tmp.") != std::string::npos;
+  }
   CHECK(pngs == n);
+  CHECK(temps == 0);
 }
 
 TEST_CASE("batch: bad items are recorded as failed and the batch goes on", "[cli][batch]") {

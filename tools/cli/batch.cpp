@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "runtime/atomic_file.h"
 #include "runtime/error.h"
 #include "runtime/npy.h"
 #include "runtime/progress.h"
@@ -132,6 +133,12 @@ int run_batch(const GenOptions& o, Session& s) {
   if (out_rank) {
     fs::create_directories(dir);
     log = std::make_unique<ResultsLog>(results_path);
+  }
+  // Temporary files of PNG writes a killed run left behind (its writer is gone).
+  if (rank == 0) {
+    for (const auto& e : fs::recursive_directory_iterator(dir, fs::directory_options::skip_permission_denied))
+      if (e.is_directory()) remove_stale_temp_files(e.path().string());
+    remove_stale_temp_files(dir.string());
   }
   // Rank 0 decides what is left to do (resume) and tells everyone.
   enum : uint8_t { kGenerate = 0, kSkip = 1, kFailed = 2 };

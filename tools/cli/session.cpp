@@ -18,6 +18,7 @@ LaunchOptions launch_options(const GenOptions& o, int world_size) {
   lo.node_rank = o.node_rank;
   lo.nproc_per_node = o.nproc_per_node;
   lo.rendezvous = o.rendezvous;
+  lo.timeout = std::chrono::milliseconds(int64_t(o.timeout * 1000));
   return lo;
 }
 
