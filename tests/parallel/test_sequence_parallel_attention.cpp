@@ -8,6 +8,8 @@
 // own OpenMP team.
 #include <catch2/catch.hpp>
 
+#include "thread_ranks.h"
+
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -65,23 +67,7 @@ std::shared_ptr<ProcessGroup> ref_of(ProcessGroup& g) {  // non-owning: the mesh
 // first failure as "rank r: what" (empty when every rank succeeded).
 std::string run_ranks(int world, std::chrono::milliseconds timeout,
                       const std::function<void(std::shared_ptr<ProcessGroup>, int)>& fn) {
-  auto hash = std::make_shared<MemoryStore>();
-  std::mutex mu;
-  std::string first_error;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        auto pg = ProcessGroup::create_world(RendezvousStore::wrap(hash, world, timeout), r, world, {timeout});
-        fn(pg, r);
-        pg->shutdown();
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (first_error.empty()) first_error = "rank " + std::to_string(r) + ": " + e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  return first_error;
+  return dit_test::run_rank_threads(world, timeout, fn);
 }
 
 // All problems on one mesh (ulysses x ring), the groups built as mesh_layout gives them

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "collective_checks.h"
+#include "thread_ranks.h"
 #include "parallel/mesh.h"
 #include "parallel/process_group.h"
 #include "runtime/error.h"
@@ -15,28 +16,12 @@ using namespace dit;
 
 namespace {
 
-// Runs fn(world group) on `world` threads; rethrows the first failure (with its rank).
+// Runs fn(world group) on `world` threads; fails with the first rank's error.
 void run_ranks(int world, const std::function<void(std::shared_ptr<ProcessGroup>)>& fn,
                std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
-  auto hash = std::make_shared<MemoryStore>();
-  std::mutex mu;
-  std::string first_error;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; r++) {
-    threads.emplace_back([&, r] {
-      try {
-        auto store = RendezvousStore::wrap(hash, world, timeout);
-        auto pg = ProcessGroup::create_world(store, r, world, {timeout});
-        fn(pg);
-        pg->shutdown();
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (first_error.empty()) first_error = "rank " + std::to_string(r) + ": " + e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (!first_error.empty()) FAIL(first_error);
+  const std::string err =
+      dit_test::run_rank_threads(world, timeout, [&](std::shared_ptr<ProcessGroup> pg, int) { fn(pg); });
+  if (!err.empty()) FAIL(err);
 }
 
 }  // namespace

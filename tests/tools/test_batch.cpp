@@ -278,6 +278,7 @@ TEST_CASE("batch: --dp 2 and --micro-batch give the same files as one replica on
   go("mb3dp2", "--micro-batch 3 --dp 2 --cfg-parallel");
   go("dp2u2", "--dp 2 --ulysses 2 --micro-batch 2");
   go("dp2r2", "--dp 2 --ring 2");
+  go("dp2tp2", "--dp 2 --tp 2 --micro-batch 2");
   for (int i = 0; i < 7; ++i) {
     const std::string name = "0000" + std::to_string(i) + "-" + std::to_string(i % 10);
     const std::string png = slurp(s.file("ref/" + name + ".png")), npy = slurp(s.file("ref/" + name + ".npy"));
@@ -288,9 +289,10 @@ TEST_CASE("batch: --dp 2 and --micro-batch give the same files as one replica on
       CHECK(slurp(s.file(std::string(d) + "/" + name + ".png")) == png);
       CHECK(slurp(s.file(std::string(d) + "/" + name + ".npy")) == npy);  // the latents, bit for bit
     }
-    // Sequence parallel inside the replicas: the parallel-equivalence tolerance (ring
-    // attention merges by log-sum-exp, so its latents may differ in the last bits).
-    for (const char* d : {"dp2u2", "dp2r2"}) {
+    // Sequence or tensor parallel inside the replicas: the parallel-equivalence tolerance
+    // (ring attention merges by log-sum-exp, row-parallel layers sum partial products, so the
+    // latents may differ in the last bits).
+    for (const char* d : {"dp2u2", "dp2r2", "dp2tp2"}) {
       INFO(d << " " << name);
       const dit::Tensor a = dit::read_npy(s.file(std::string(d) + "/" + name + ".npy"));
       const dit::Tensor b = dit::read_npy(s.file("ref/" + name + ".npy"));

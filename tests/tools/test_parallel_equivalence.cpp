@@ -174,6 +174,43 @@ TEST_CASE("parallel layouts equal serial: PixArt-α (micro-conditions, binned 10
   check_layouts("pixart-alpha-tiny", "-W 150 -H 100", {"--cfg-parallel", "--ulysses 2", "--ring 3", "--cfg-parallel --ulysses 2 --ring 2"});
 }
 
+TEST_CASE("tensor parallel layouts equal serial: DiT (6 heads: tp4 splits them 2, 2, 1, 1)", "[parallel][equivalence][tp]") {
+  check_layouts("dit-small", "", {"--tp 2", "--tp 3", "--tp 4", "--cfg-parallel --tp 2", "--ulysses 2 --tp 2",
+                                  "--ring 2 --tp 2", "--tp 2 --sp-min-tokens 1",
+                                  "--cfg-parallel --ulysses 2 --tp 2 --sp-min-tokens 1"});
+}
+
+TEST_CASE("tensor parallel layouts equal serial: PixArt-Σ (transformer and T5 split)", "[parallel][equivalence][tp][pixart]") {
+  check_layouts("pixart-tiny", "", {"--tp 2", "--tp 4 --sp-min-tokens 1", "--cfg-parallel --tp 2",
+                                    "--ring 2 --tp 2 --sp-min-tokens 1"});
+}
+
+TEST_CASE("tensor parallel: Megatron sequence parallelism on and off agree", "[parallel][equivalence][tp]") {
+  Scratch s;
+  for (const char* model : {"dit-small", "pixart-tiny"}) {
+    const Output off = generate(model, "--tp 2 --sp-min-tokens 1000000", "", s, std::string(model) + "-off");
+    const Output on = generate(model, "--tp 2 --sp-min-tokens 1", "", s, std::string(model) + "-on");
+    const Diffs d = compare(on, off);
+    INFO(model << ": eps0 rel " << d.eps0_rel << ", latents rel " << d.latents_rel);
+    CHECK(d.eps0_rel <= 1e-5);
+    CHECK(d.latents_rel <= 1e-4);
+  }
+}
+
+TEST_CASE("tensor parallel: degrees the heads cannot take are refused before any rank starts", "[parallel][cli][tp]") {
+  Scratch s;
+  RunResult r = run(bin("dit-gen") + " --progress none -m " + data_path("dit-tiny") + " -p 1 --steps 1 --tp 8 -t 1 -o " +
+                    s.file("x.png"));
+  INFO(r.err);
+  CHECK(r.code != 0);
+  CHECK(r.err.find("--tensor-parallel 8: the model has 4 attention heads") != std::string::npos);
+  CHECK(r.err.find("starting ranks") == std::string::npos);
+  RunResult u = run(bin("dit-gen") + " --progress none -m " + data_path("dit-tiny") +
+                    " -p 1 --steps 1 --tp 2 --ulysses 4 -t 1 -o " + s.file("x.png"));
+  CHECK(u.code != 0);
+  CHECK(u.err.find("at least 2 per tensor-parallel rank") != std::string::npos);
+}
+
 TEST_CASE("parallel: a Ulysses degree above the head count is a clear error", "[parallel][cli]") {
   Scratch s;
   RunResult r = run(bin("dit-gen") + " --progress none -m " + data_path("dit-tiny") + " -p 1 --steps 1 --ulysses 5 -t 1 -o " +
