@@ -297,4 +297,15 @@ size_t SafeTensorsFile::drop_pages() const {
   return map_size_;
 }
 
+size_t SafeTensorsFile::drop_range(const void* p, size_t bytes) const {
+  const uint8_t* b = static_cast<const uint8_t*>(p);
+  if (!map_ || b < map_ || b + bytes > map_ + map_size_) return 0;  // not ours (e.g. a converted copy)
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = (uintptr_t(b) + page - 1) / page * page, hi = (uintptr_t(b) + bytes) / page * page;
+  if (hi <= lo) return 0;  // only whole pages inside the range: neighbours may still be in use
+  if (::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) != 0)
+    throw Error(path_ + ": madvise(MADV_DONTNEED) failed: " + std::strerror(errno));
+  return hi - lo;
+}
+
 }  // namespace dit

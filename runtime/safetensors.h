@@ -61,6 +61,10 @@ class SafeTensorsFile : public std::enable_shared_from_this<SafeTensorsFile> {
   // drops by the tensors it touched, the page cache keeps them, and a later read simply
   // faults them in again. Views from get() stay valid. Returns the bytes advised.
   size_t drop_pages() const;
+  // The same for the whole pages inside [p, p + bytes) when they lie in this file's mapping
+  // (a tensor copied or converted at load, whose mapped pages are no longer needed); returns
+  // the bytes advised (0 for memory that is not this file's).
+  size_t drop_range(const void* p, size_t bytes) const;
 
  private:
   explicit SafeTensorsFile(std::string path) : path_(std::move(path)) {}
@@ -95,6 +99,9 @@ class WeightStore {
   const SafeTensorsFile& file_of(const std::string& name) const;
   // SafeTensorsFile::drop_pages() on every file: returns the bytes advised.
   size_t drop_pages() const;
+  // Gives back the mapped pages of `t` (a tensor of this store) after it was copied; no-op
+  // for memory outside the store's mappings.
+  size_t drop(const Tensor& t) const;
 
  private:
   static WeightStore open_index(const std::string& dir, const std::string& index_path);

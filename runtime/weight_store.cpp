@@ -102,6 +102,12 @@ const SafeTensorsFile& WeightStore::file_of(const std::string& name) const {
   return *files_[it->second];
 }
 
+size_t WeightStore::drop(const Tensor& t) const {
+  size_t n = 0;
+  for (const auto& f : files_) n += f->drop_range(t.data(), t.nbytes());
+  return n;
+}
+
 size_t WeightStore::drop_pages() const {
   size_t n = 0;
   for (const auto& f : files_) n += f->drop_pages();

@@ -57,6 +57,7 @@ namespace {
 
 struct Opts {
   std::string model, preset, cache_dir, layouts = "serial", sizes, dtypes = "f32", output;
+  int64_t sp_min_tokens = 0;
   int layers = 0, text_layers = 0, steps = 5, warmup = 1, threads = 1, gemm_runs = 5;
   double guidance = 4.0;
   std::string gemm = "1024,1152,4608";
@@ -81,18 +82,20 @@ Layout parse_layout(const std::string& s) {
     l.all_cores = true;
     return l;
   }
-  std::regex part("(cfg|u|r)([0-9]+)");
+  std::regex part("(cfg|tp|u|r)([0-9]+)");
   std::string rest = s;
   std::smatch m;
   bool any = false;
   while (!rest.empty()) {
     DIT_CHECK(std::regex_search(rest, m, part) && m.position(0) == 0,
-              "layout '" << s << "': expected serial, serial-all or a combination of cfgN, uN, rN (e.g. cfg2u2, u2r2)");
+              "layout '" << s << "': expected serial, serial-all or a combination of cfgN, uN, rN, tpN (e.g. cfg2u2, u2r2, tp2)");
     const int n = std::stoi(m[2].str());
     DIT_CHECK(n >= 1, "layout '" << s << "': degree must be >= 1");
     if (m[1] == "cfg") {
       DIT_CHECK(n <= 2, "layout '" << s << "': the CFG degree is 1 or 2");
       l.deg[Axis::Cfg] = n;
+    } else if (m[1] == "tp") {
+      l.deg[Axis::Tp] = n;
     } else if (m[1] == "u") {
       l.deg[Axis::Ulysses] = n;
     } else {
@@ -174,7 +177,9 @@ int run_worker(const Opts& o) {
     if (lay.deg.world() > 1) {
       world = connect_world(env);
       mesh = std::make_shared<DeviceMesh>(world, lay.deg);
-      po.parallel = make_distributed_context(mesh);
+      DistributedOptions dopt;
+      if (o.sp_min_tokens > 0) dopt.sp_min_tokens = o.sp_min_tokens;
+      po.parallel = make_distributed_context(mesh, dopt);
     }
     auto pipe = Pipeline::load(po);
 
@@ -380,7 +385,8 @@ int run_driver(const Opts& o, const char* argv0) {
                                          "--threads",    std::to_string(o.threads),  "--guidance",
                                          std::to_string(o.guidance),  "--gemm",      o.gemm,
                                          "--gemm-runs",  std::to_string(o.gemm_runs), "--result-dir",
-                                         rdir.string(),  "--qkv",     o.qkv};
+                                         rdir.string(),  "--qkv",     o.qkv,
+                                         "--sp-min-tokens", std::to_string(o.sp_min_tokens)};
         std::vector<char*> av;
         for (auto& a : args) av.push_back(a.data());
         av.push_back(nullptr);
@@ -511,7 +517,7 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", o.dtypes, "compute types, comma-separated: f32, bf16")->capture_default_str();
   app.add_option("--layouts", o.layouts,
                  "comma-separated: serial (1 rank, pinned), serial-all (1 rank, all cores), or degrees like cfg2, u2, r2, "
-                 "u2r2, cfg2u2")
+                 "tp2, u2r2, cfg2u2, cfg2tp2")
       ->capture_default_str();
   app.add_option("--steps", o.steps, "timed denoising steps (median reported)")->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str();
@@ -525,6 +531,8 @@ int main(int argc, char** argv) {
                  "three matmuls over the shared memory-mapped weights; auto: split when the weights are used in place")
       ->check(CLI::IsMember({"auto", "fused", "split"}))
       ->capture_default_str();
+  app.add_option("--sp-min-tokens", o.sp_min_tokens,
+                 "tensor parallel: Megatron sequence parallelism from this many tokens x batch (default: dit-gen's)");
   app.add_flag("--worker", o.worker)->group("");
   app.add_option("--layout", o.layout)->group("");
   app.add_option("--result-dir", o.result_dir)->group("");

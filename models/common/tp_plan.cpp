@@ -49,6 +49,12 @@ ShardedLinear load_linear(const WeightStore& s, const std::string& name, int64_t
     sl.w = shard_cols(w, b, compute, tp.shard(in, unit));
   else
     sl.w = shard_rows(w, b, compute, tp.shard(out, unit));
+  // A copied shard (columns, or converted to the compute type) no longer needs the
+  // checkpoint's pages it was read from: give them back, so a rank's resident memory is its
+  // shard (RSS as if the ranks ran on separate machines).
+  const char* src = static_cast<const char*>(w.data());
+  const char* got = static_cast<const char*>(sl.w.weight.data());
+  if (got < src || got >= src + w.nbytes()) s.drop(w);
   return sl;
 }
 
