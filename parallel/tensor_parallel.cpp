@@ -11,6 +11,10 @@ namespace dit {
 
 namespace {
 
+void grow(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
 // The Row epilogue after the reduction: v = sum + bias, then y = v / y += v / y += gate ⊙ v.
 void row_epilogue(const LinearSpec& s, const float* sum, const float* bias, const float* gate, int64_t batch,
                   int64_t rows, float* y) {
@@ -91,7 +95,6 @@ class RowLinear final : public ParallelLinear {
   LinearSpec spec_;
   Linear lin_;              // partial products over this rank's input features, no bias
   std::vector<float> bias_;
-  std::vector<float> partial_, mine_;
 };
 
 class DistributedTensorParallel final : public TensorParallel {
@@ -193,8 +196,11 @@ class DistributedTensorParallel final : public TensorParallel {
     }
     const int P = g_.size(), me = g_.rank();
     const TokenRange my = shards_[size_t(me)];
-    rs_send_.assign(size_t(batch_ * T * out) + 1, 0.f);
-    std::vector<size_t> send_counts, recv_counts;
+    grow(rs_send_, size_t(batch_ * T * out) + 1);  // first use only: no allocation in later steps
+    std::vector<size_t>& send_counts = send_counts_;
+    std::vector<size_t>& recv_counts = recv_counts_;
+    send_counts.clear();
+    recv_counts.clear();
     float* p = rs_send_.data();
     for (const TokenRange& s : shards_) {  // [rank][batch][rows of rank][out]
       for (int64_t b = 0; b < batch_; ++b) {
@@ -205,11 +211,11 @@ class DistributedTensorParallel final : public TensorParallel {
       send_counts.push_back(size_t(batch_ * s.size() * out));
       recv_counts.push_back(size_t(batch_ * my.size() * out));
     }
-    rs_recv_.assign(size_t(P) * size_t(batch_ * my.size() * out) + 1, 0.f);
+    grow(rs_recv_, size_t(P) * size_t(batch_ * my.size() * out) + 1);
     profile::add_bytes(uint64_t(batch_ * (T - my.size()) * out) * 4);
     g_.all_to_all_v(rs_send_.data(), send_counts, rs_recv_.data(), recv_counts);
     const size_t n = size_t(batch_ * my.size() * out);
-    mine.assign(n + 1, 0.f);
+    grow(mine, n + 1);
     std::memcpy(mine.data(), rs_recv_.data(), n * 4);
     for (int r = 1; r < P; ++r)
       for (size_t i = 0; i < n; ++i) mine[i] += rs_recv_[size_t(r) * n + i];
@@ -217,6 +223,13 @@ class DistributedTensorParallel final : public TensorParallel {
     rows = my.size();
   }
   int64_t batch() const { return batch_; }
+  // Buffers every row-parallel layer of this object shares (the layers run one at a time):
+  // the partial products [batch, tokens, out] and this rank's reduced rows.
+  float* partial(size_t n) {
+    grow(partial_, n);
+    return partial_.data();
+  }
+  std::vector<float>& mine() { return mine_; }
 
  private:
   ProcessGroup& g_;
@@ -227,7 +240,8 @@ class DistributedTensorParallel final : public TensorParallel {
   TokenRange tokens_;
   std::vector<TokenRange> shards_;
   std::vector<size_t> counts_;
-  std::vector<float> staging_, full_, rs_send_, rs_recv_;
+  std::vector<float> staging_, full_, rs_send_, rs_recv_, partial_, mine_;
+  std::vector<size_t> send_counts_, recv_counts_;
 };
 
 RowLinear::RowLinear(DistributedTensorParallel& tp, const LinearSpec& spec, const LinearWeight& w)
@@ -242,15 +256,16 @@ RowLinear::RowLinear(DistributedTensorParallel& tp, const LinearSpec& spec, cons
   nobias.bias = Tensor();
   lin_ = Linear(local, nobias);
   if (w.bias.defined()) bias_.assign(w.bias.f32(), w.bias.f32() + w.bias.numel());
-  partial_.assign(size_t(spec.batch * spec.rows * spec.out) + 1, 0.f);
+  tp_.partial(size_t(spec.batch * spec.rows * spec.out) + 1);  // sized once, before the loop
 }
 
 void RowLinear::run(const float* x, float* y, const float* gate) {
   DIT_CHECK(!spec_.gated_residual || gate, "tensor parallel: a gated row-parallel linear needs its gate");
-  lin_.run(x, partial_.data());
+  float* partial = tp_.partial(size_t(spec_.batch * spec_.rows * spec_.out) + 1);
+  lin_.run(x, partial);
   const float* sum = nullptr;
   int64_t rows = 0;
-  tp_.reduce(partial_.data(), mine_, spec_.out, sum, rows);
+  tp_.reduce(partial, tp_.mine(), spec_.out, sum, rows);
   // [batch, rows, out] whatever batch × rows the spec was written with
   row_epilogue(spec_, sum, bias_.empty() ? nullptr : bias_.data(), gate, tp_.batch(), rows, y);
 }

@@ -134,6 +134,16 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// Resident now (VmRSS): every page this process maps counts, shared or not — the memory
+// a rank would need on a machine of its own (peak_rss also counts load-time transients).
+double rss_mb() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // kB
+  return -1;
+}
+
 double pss_mb() {
   std::ifstream f("/proc/self/smaps_rollup");
   std::string line;
@@ -243,6 +253,7 @@ int run_worker(const Opts& o) {
     r["bytes_sent_per_step"] = double(tot.bytes_sent) / n;
     r["peak_rss_mb"] = maxrss_mb();
     r["pss_mb"] = pss_mb();
+    r["rss_mb"] = rss_mb();
     const ModelInfo& info = pipe->info();
     const int64_t m = info.size_multiple, tokens = int64_t(res.request.gen_height / m) * (res.request.gen_width / m);
     r["tokens"] = tokens;
@@ -447,12 +458,13 @@ int run_driver(const Opts& o, const char* argv0) {
           run["linear_utilisation"] = flin / world / tl / 1e9 / gemm;
         }
         double bytes = 0, pss_sum = 0;
-        json rss = json::array(), pss = json::array();
+        json rss = json::array(), pss = json::array(), cur_rss = json::array();
         for (const json& r : ranks) {
           bytes += r["bytes_sent_per_step"].get<double>();
           pss_sum += r["pss_mb"].get<double>();
           rss.push_back(r["peak_rss_mb"]);
           pss.push_back(r["pss_mb"]);
+          cur_rss.push_back(r["rss_mb"]);
         }
         run["bytes_sent_per_step_all_ranks"] = bytes;
         if (world > 1) {  // each rank's own view: who waits for whom
@@ -464,6 +476,7 @@ int run_driver(const Opts& o, const char* argv0) {
           run["per_rank"] = per;
         }
         run["peak_rss_mb_per_rank"] = rss;
+        run["rss_mb_per_rank"] = cur_rss;
         run["pss_mb_per_rank"] = pss;
         run["pss_mb_sum"] = pss_sum;
         const std::vector<float> lat = read_latents((rdir / "latents.f32").string());

@@ -45,11 +45,19 @@ ShardedLinear load_linear(const WeightStore& s, const std::string& name, int64_t
   }
   sl.split = rule->split;
   const int64_t unit = rule->unit == TpUnit::Heads ? head_dim : 1;
-  if (rule->split == Split::Row)
+  if (rule->split == Split::Row) {
     sl.w = shard_cols(w, b, compute, tp.shard(in, unit));
-  else
-    sl.w = shard_rows(w, b, compute, tp.shard(out, unit));
-  // A copied shard (columns, or converted to the compute type) no longer needs the
+  } else {
+    const TokenRange rows = tp.shard(out, unit);
+    sl.w = shard_rows(w, b, compute, rows);
+    // A part of the rows: copied, like the column shards. The ranks' shards are disjoint, so
+    // nothing that could be shared is copied, and a rank's memory is exactly its shard (reading
+    // a view in place also maps the file pages around it).
+    if (rows.size() < out && sl.w.weight.data() >= w.data() &&
+        static_cast<const char*>(sl.w.weight.data()) < static_cast<const char*>(w.data()) + w.nbytes())
+      sl.w.weight = sl.w.weight.clone();
+  }
+  // A copied shard (columns, rows, or converted to the compute type) no longer needs the
   // checkpoint's pages it was read from: give them back, so a rank's resident memory is its
   // shard (RSS as if the ranks ran on separate machines).
   const char* src = static_cast<const char*>(w.data());

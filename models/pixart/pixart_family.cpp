@@ -47,7 +47,7 @@ class T5Conditioner final : public Conditioner {
         en.hidden.assign(e.hidden.f32() + int64_t(i) * L * C, e.hidden.f32() + int64_t(i + 1) * L * C);
         for (int64_t m : e.tokens[i].mask) en.mask.push_back(float(m));
       }
-      if (release_ && pe_.encoder()) pe_.encoder()->drop_resident_pages();
+      if (release_) pe_.release();  // not resident during the denoising loop
     }
     cond.batch = B;
     cond.class_ids.clear();

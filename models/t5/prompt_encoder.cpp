@@ -66,4 +66,10 @@ EncodedPrompts PromptEncoder::encode(const std::vector<std::string>& prompts, in
   return e;
 }
 
+void PromptEncoder::release() {
+  if (!enc_) return;
+  enc_->drop_resident_pages();
+  enc_.reset();
+}
+
 }  // namespace dit

@@ -50,6 +50,9 @@ class PromptEncoder {
   EncodedPrompts encode(const std::vector<std::string>& prompts, int64_t max_length, bool raw = false);
   // The encoder, once encode() has loaded it (else null).
   T5Encoder* encoder() { return enc_.get(); }
+  // Frees the encoder and its weights (private copies included) and gives back its mapped
+  // pages; the next encode() loads them again.
+  void release();
 
  private:
   PromptEncoder() = default;

@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <string>
 
 #include "parallel/distributed_context.h"
 #include "runtime/engine.h"
@@ -45,10 +47,20 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
   }
   s.pipe = Pipeline::load(po);
   const ModelInfo& info = s.pipe->info();
-  if (o.verbose && s.env.rank == 0)
-    std::fprintf(stderr, "dit-gen: model %s: %s, %d layers, hidden %d, %d heads, VAE scale %d, %d threads/rank\n",
-                 info.dir.c_str(), info.family.c_str(), info.layers, info.hidden, info.heads, info.vae_scale,
-                 num_threads());
+  if (o.verbose) {
+    if (s.env.rank == 0)
+      std::fprintf(stderr, "dit-gen: model %s: %s, %d layers, hidden %d, %d heads, VAE scale %d, %d threads/rank\n",
+                   info.dir.c_str(), info.family.c_str(), info.layers, info.hidden, info.heads, info.vae_scale,
+                   num_threads());
+    std::fprintf(stderr, "dit-gen: rank %d: %.0f MB resident after loading\n", s.env.rank, resident_mb());
+  }
+}
+
+double resident_mb() {
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // kB
+  return 0;
 }
 
 void print_layout(Session& s, const MeshDegrees& degrees, int64_t tokens) {

@@ -25,6 +25,9 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s);
 // Prints the mesh: one line per rank, in rank order (rank 0's terminal gets them all).
 void print_layout(Session& s, const MeshDegrees& degrees, int64_t tokens);
 
+// This process's resident memory now (VmRSS), in MB.
+double resident_mb();
+
 // Launch options from the flags.
 LaunchOptions launch_options(const GenOptions& o, int world_size);
 
