@@ -12,7 +12,9 @@
 //  - USP: both — Ulysses inside, Ring across (xDiT's layout: Ulysses ranks contiguous).
 //
 //   auto attn = make_sequence_parallel_attention(ulysses_group, ring_group);
-//   attn->prepare({.batch = 2, .local_tokens = T_r, .total_tokens = N, .heads = H, .head_dim = d});
+//   SelfAttentionShape s;
+//   s.batch = 2;  s.local_tokens = T_r;  s.total_tokens = N;  s.heads = H;  s.head_dim = d;
+//   attn->prepare(s);
 //   attn->forward(qkv, out);   // every rank of both groups, same order
 //
 // Sequence-parallel rank s = ring_rank · U + ulysses_rank owns split_tokens(N, R·U, s).

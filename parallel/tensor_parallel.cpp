@@ -4,6 +4,7 @@
 #include <sstream>
 #include <vector>
 
+#include "runtime/elementwise.h"
 #include "runtime/error.h"
 #include "runtime/profile.h"
 
@@ -15,20 +16,19 @@ void grow(std::vector<float>& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
 
-// The Row epilogue after the reduction: v = sum + bias, then y = v / y += v / y += gate ⊙ v.
-void row_epilogue(const LinearSpec& s, const float* sum, const float* bias, const float* gate, int64_t batch,
-                  int64_t rows, float* y) {
-  const int64_t N = s.out;
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* v = sum + (b * rows + r) * N;
-      float* o = y + (b * rows + r) * N;
-      const float* g = s.gated_residual ? gate + b * N : nullptr;
-      for (int64_t n = 0; n < N; ++n) {
-        const float x = bias ? v[n] + bias[n] : v[n];
-        o[n] = g ? o[n] + g[n] * x : s.accumulate ? o[n] + x : x;
-      }
-    }
+// The Row epilogue after the reduction: v = sum + bias (in place), then y = v, y += v or
+// y += gate ⊙ v.
+void row_epilogue(const LinearSpec& s, float* sum, const float* bias, const float* gate, int64_t batch, int64_t rows,
+                  float* y) {
+  const int64_t N = s.out, n = batch * rows * N;
+  if (bias)
+    for (int64_t r = 0; r < batch * rows; ++r) add(sum + r * N, bias, sum + r * N, N);
+  if (s.gated_residual)
+    gated_residual_add(sum, gate, y, batch, rows, N);
+  else if (s.accumulate)
+    add(y, sum, y, n);
+  else
+    std::memcpy(y, sum, size_t(n) * 4);
 }
 
 class DistributedTensorParallel;
@@ -184,7 +184,7 @@ class DistributedTensorParallel final : public TensorParallel {
   // Row: the sum of every rank's partial [batch, tokens, out] into `mine` — all of it
   // (all-reduce), or this rank's residual rows (a reduce-scatter: an all-to-all of the row
   // blocks, then a sum in rank order).
-  void reduce(float* partial, std::vector<float>& mine, int64_t out, const float*& result, int64_t& rows) {
+  void reduce(float* partial, std::vector<float>& mine, int64_t out, float*& result, int64_t& rows) {
     profile::Scope pc(profile::Cat::Communication);
     const int64_t T = tokens_.size();
     if (!sp_) {
@@ -263,7 +263,7 @@ void RowLinear::run(const float* x, float* y, const float* gate) {
   DIT_CHECK(!spec_.gated_residual || gate, "tensor parallel: a gated row-parallel linear needs its gate");
   float* partial = tp_.partial(size_t(spec_.batch * spec_.rows * spec_.out) + 1);
   lin_.run(x, partial);
-  const float* sum = nullptr;
+  float* sum = nullptr;
   int64_t rows = 0;
   tp_.reduce(partial, tp_.mine(), spec_.out, sum, rows);
   // [batch, rows, out] whatever batch × rows the spec was written with

@@ -3,7 +3,9 @@
 // returns the output and the per-row log-sum-exp of the scaled logits, so that results
 // over different K/V blocks can be merged exactly (ring attention):
 //
-//   Attention attn({.batch = 2, .heads = 16, .q_len = 256, .kv_len = 256, .head_dim = 72});
+//   AttentionSpec spec;
+//   spec.batch = 2;  spec.heads = 16;  spec.q_len = spec.kv_len = 256;  spec.head_dim = 72;
+//   Attention attn(spec);
 //   attn.run(q, k, v, out, lse);            // layouts below
 //   attention_merge(out, lse, out2, lse2, rows, 72);   // out/lse now cover both K/V sets
 //

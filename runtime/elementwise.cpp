@@ -62,19 +62,6 @@ void gated_residual_add(const float* f, const float* gate, float* x, int64_t bat
   });
 }
 
-void modulate(const float* x, const float* shift, const float* scale, float* y, int64_t batch, int64_t rows,
-              int64_t dim) {
-  parallel_for(batch * rows, batch * rows * dim > kChunk, [&](int64_t br) {
-    const int64_t b = br / rows;
-    const float* sc = scale + b * dim;
-    const float* sh = shift + b * dim;
-    const float* px = x + br * dim;
-    float* py = y + br * dim;
-#pragma omp simd
-    for (int64_t i = 0; i < dim; ++i) py[i] = px[i] * (1.f + sc[i]) + sh[i];
-  });
-}
-
 void upsample_nearest2x(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w) {
   const int64_t rows = n * c * h;
 #pragma omp parallel for schedule(static) if (rows * w > kChunk)
@@ -88,27 +75,6 @@ void upsample_nearest2x(const float* x, float* y, int64_t n, int64_t c, int64_t 
     }
     std::copy(py0, py0 + 2 * w, py1);
   }
-}
-
-DIT_MULTIVERSION static void softmax_row(float* p, int64_t cols) {
-  float mx = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : mx)
-  for (int64_t i = 0; i < cols; ++i) mx = p[i] > mx ? p[i] : mx;
-  if (mx == -std::numeric_limits<float>::infinity()) mx = 0.f;  // all -inf: avoid NaN from -inf - -inf
-  float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < cols; ++i) {
-    float e = simd::exp_f(p[i] - mx);
-    p[i] = e;
-    sum += e;
-  }
-  const float inv = 1.f / sum;
-#pragma omp simd
-  for (int64_t i = 0; i < cols; ++i) p[i] *= inv;
-}
-
-void softmax_rows(float* x, int64_t rows, int64_t cols) {
-  parallel_for(rows, rows * cols > kChunk, [&](int64_t r) { softmax_row(x + r * cols, cols); });
 }
 
 }  // namespace dit

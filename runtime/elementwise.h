@@ -12,12 +12,7 @@ void gelu_tanh(const float* x, float* y, int64_t n);
 void add(const float* a, const float* b, float* y, int64_t n);  // y = a + b
 // y[b, r, :] = x[b, r, :] + gate[b, :] ⊙ f[b, r, :]
 void gated_residual_add(const float* f, const float* gate, float* x, int64_t batch, int64_t rows, int64_t dim);
-// y[b, r, :] = x[b, r, :]·(1 + scale[b, :]) + shift[b, :]
-void modulate(const float* x, const float* shift, const float* scale, float* y, int64_t batch, int64_t rows,
-              int64_t dim);
 // Nearest-neighbour 2x upsampling, NCHW: y [n, c, 2h, 2w].
 void upsample_nearest2x(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w);
-// Row-wise softmax over the last dimension, in place.
-void softmax_rows(float* x, int64_t rows, int64_t cols);
 
 }  // namespace dit

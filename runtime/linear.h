@@ -6,7 +6,9 @@
 //                                                   e.g. T5's gelu(x·Wi0ᵀ) ⊙ (x·Wi1ᵀ))
 //
 //   LinearWeight w = LinearWeight::prepare(store.get("ff.net.0.proj.weight"), bias, DType::F32);
-//   Linear fc1({.batch = 2, .rows = 256, .in = 1152, .out = 4608, .act = Act::GeluTanh}, w);
+//   LinearSpec spec;
+//   spec.batch = 2;  spec.rows = 256;  spec.in = 1152;  spec.out = 4608;  spec.act = Act::GeluTanh;
+//   Linear fc1(spec, w);
 //   fc1.run(x, h);                       // x [2,256,1152] -> h [2,256,4608]
 //
 // The primitive is created in the constructor; run() creates nothing and allocates nothing.

@@ -20,8 +20,10 @@
 //   auto tp = ctx.layers().tensor_parallel(TpScope::Transformer);
 //   TokenRange heads = tp->shard(H, 1);                        // this rank's attention heads
 //   tp->prepare(B, tokens, D);                                 // per shape: Megatron SP or not
-//   auto fc1 = tp->linear(Split::Column, {.rows = B·T, .in = D, .out = 4D, .act = GeluTanh}, w1_shard);
-//   auto fc2 = tp->linear(Split::Row, {.batch = B, .rows = T, .in = 4D, .out = D, .gated_residual = true}, w2_shard);
+//   LinearSpec s1;  s1.rows = B * T;  s1.in = D;  s1.out = 4 * D;  s1.act = Act::GeluTanh;
+//   LinearSpec s2;  s2.batch = B;  s2.rows = T;  s2.in = 4 * D;  s2.out = D;  s2.gated_residual = true;
+//   auto fc1 = tp->linear(Split::Column, s1, w1_shard);    // w1_shard = shard_rows(w1, b1, f32, tp->shard(4 * D, 1))
+//   auto fc2 = tp->linear(Split::Row, s2, w2_shard);       // w2_shard = shard_cols(w2, b2, f32, tp->shard(4 * D, 1))
 //   h = tp->gather(h_residual);  fc1->run(h, m);  fc2->run(m, x_residual, gate);
 #pragma once
 

@@ -8,10 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
-#include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
-#include <thread>
 
 #include "runtime/atomic_file.h"
 #include "runtime/error.h"
@@ -19,6 +16,7 @@
 #include "runtime/progress.h"
 #include "tools/cli/batch_items.h"
 #include "tools/cli/batch_progress.h"
+#include "tools/cli/batch_relay.h"
 #include "tools/cli/batch_results.h"
 #include "tools/cli/batch_resume.h"
 
@@ -28,11 +26,6 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-// A failure that ends the whole batch (another rank failed), never recorded as an item's.
-struct BatchAbort : Error {
-  using Error::Error;
-};
 
 std::string read_batch_text(const std::string& file) {
   std::string text;
@@ -55,120 +48,199 @@ void broadcast_string(ProcessGroup& g, std::string& s) {
   if (n) g.broadcast_bytes(s.data(), n, 0);
 }
 
-bool comm_broken(Session& s) { return s.mesh && s.mesh->any_failed(); }
+enum ItemState : uint8_t { kGenerate = 0, kSkip = 1, kFailed = 2 };
 
-// Stops a wait on the store when another rank has failed.
-void check_peers(RendezvousStore& store, int world, Clock::time_point& next_dead_check) {
-  if (auto ab = store.find_abort()) {
-    note_peer_failure();
-    throw BatchAbort("rank " + std::to_string(ab->rank) + " failed: " + ab->message);
+// One batch run on one rank, in the order of its steps (run()).
+class BatchRun {
+ public:
+  BatchRun(const GenOptions& o, Session& s)
+      : o_(o), s_(s), pipe_(*s.pipe), rank_(s.env.rank), dir_(o.output_dir),
+        results_path_((dir_ / "results.jsonl").string()),
+        replicas_(s.mesh ? s.mesh->degrees()[Axis::Dp] : 1), replica_(s.mesh ? s.mesh->coord(Axis::Dp) : 0),
+        out_rank_(pipe_.parallel().is_output_rank()) {}
+
+  int run() {
+    load_items();
+    open_output();
+    decide_resume();
+    share_out();
+    record_settled();
+    for (auto group = next_group(); group; group = next_group()) generate(*group);
+    return finish();
   }
-  if (Clock::now() >= next_dead_check) {
-    next_dead_check = Clock::now() + std::chrono::seconds(2);
-    std::vector<int> all(world);
-    for (int r = 0; r < world; ++r) all[r] = r;
-    const std::vector<int> dead = store.dead_local_ranks(all);
-    if (!dead.empty()) {
-      note_peer_failure();
-      throw BatchAbort("rank " + std::to_string(dead[0]) + " is no longer running");
+
+ private:
+  // Every rank parses the same text (rank 0 reads it: standard input is rank 0's) and checks
+  // every item with the pipeline's own validator.
+  void load_items() {
+    std::string text;
+    if (rank_ == 0) text = read_batch_text(o_.batch);
+    if (s_.world) broadcast_string(*s_.world, text);
+    items_ = parse_batch(text, o_, o_.output_dir);
+    validate_items(items_, pipe_);
+    if (rank_ == 0)
+      for (const BatchItem& it : items_)
+        if (it.error.empty() && it.resolved.prompt.truncated)
+          std::fprintf(stderr, "dit-gen: item %d: the prompt is longer than %d tokens: it was cut (max_sequence_length)\n",
+                       it.index, it.resolved.max_sequence_length);
+  }
+
+  // The output directory, results.jsonl, and no temporary files of a killed run's writers.
+  void open_output() {
+    if (out_rank_) {
+      fs::create_directories(dir_);
+      log_ = std::make_unique<ResultsLog>(results_path_);
+    }
+    if (rank_ != 0) return;
+    for (const auto& e : fs::recursive_directory_iterator(dir_, fs::directory_options::skip_permission_denied))
+      if (e.is_directory()) remove_stale_temp_files(e.path().string());
+    remove_stale_temp_files(dir_.string());
+  }
+
+  // Rank 0 decides what is left to do (resume: an output with this item's parameters is
+  // there) and tells everyone.
+  void decide_resume() {
+    state_.assign(items_.size(), kGenerate);
+    if (rank_ == 0)
+      for (size_t i = 0; i < items_.size(); ++i)
+        state_[i] = !items_[i].error.empty()                                                      ? kFailed
+                    : !o_.overwrite && output_is_done(items_[i].path, pipe_.parameters(items_[i].resolved)) ? kSkip
+                                                                                                     : kGenerate;
+    if (s_.world && !state_.empty()) s_.world->broadcast_bytes(state_.data(), state_.size(), 0);
+  }
+
+  // The items left go round-robin to the replicas; this replica's, same-shape ones together
+  // (groups in the order of their first item), up to --micro-batch each.
+  void share_out() {
+    std::vector<int> expected(size_t(replicas_), 0);
+    int j = 0;
+    for (size_t i = 0; i < items_.size(); ++i) {
+      if (state_[i] != kGenerate) continue;
+      ++to_generate_;
+      expected[size_t(j % replicas_)]++;
+      if (j++ % replicas_ != replica_) continue;
+      const std::string key = batch_key(items_[i].resolved);
+      auto open = std::find_if(queue_.begin(), queue_.end(), [&](const std::vector<int>& g) {
+        return int(g.size()) < o_.micro_batch && batch_key(items_[size_t(g.front())].resolved) == key;
+      });
+      if (open != queue_.end())
+        open->push_back(int(i));
+      else
+        queue_.push_back({int(i)});
+    }
+    relay_.emplace(s_.world ? s_.world->store() : nullptr, s_.env.world, replica_, expected,
+                   replicas_ > 1 && o_.progress == "json");
+    const ModelInfo& info = pipe_.info();
+    const int m = info.size_multiple;
+    const int W = o_.width ? o_.width : info.default_width, H = o_.height ? o_.height : info.default_height;
+    print_layout(s_, o_.degrees(), int64_t(std::max(1, H / m)) * std::max(1, W / m));
+  }
+
+  // Rank 0 records the items settled before generating (skipped, failed): in one write, and
+  // not again for items results.jsonl already has as done or skipped (a batch resumed many
+  // times must not grow its results without end).
+  void record_settled() {
+    if (rank_ != 0) return;
+    progress_.emplace(parse_progress_mode(o_.progress), int(items_.size()), to_generate_, replicas_);
+    const auto recorded = recorded_items(results_path_);
+    std::vector<ItemRecord> records;
+    for (size_t i = 0; i < items_.size(); ++i) {
+      if (state_[i] == kGenerate) continue;
+      ItemRecord r = record_of(items_[i]);
+      r.status = state_[i] == kSkip ? "skipped" : "failed";
+      r.error = items_[i].error;
+      if (r.status == "failed" || !recorded.count({r.index, r.output})) records.push_back(r);
+      progress_->item(r);
+    }
+    log_->append(records);
+  }
+
+  std::optional<std::vector<int>> next_group() {
+    if (queue_.empty()) return std::nullopt;
+    std::vector<int> g = queue_.front();
+    queue_.pop_front();
+    return g;
+  }
+
+  // One micro-batch. A request error is raised identically on every rank of the replica
+  // before any collective (a check in generate_batch), so the replica can go on: a group is
+  // retried one by one to find the bad item. A broken connection cannot go on.
+  void generate(const std::vector<int>& group) {
+    std::vector<Request> reqs;
+    for (int i : group) reqs.push_back(items_[size_t(i)].req);
+    std::vector<Result> res;
+    try {
+      res = pipe_.generate_batch(reqs, [&](const StepInfo& st) { on_step(group, st); });
+    } catch (const BatchAbort&) {
+      throw;
+    } catch (const Error& e) {
+      if (s_.mesh && s_.mesh->any_failed()) throw;
+      if (group.size() > 1) {
+        for (auto it = group.rbegin(); it != group.rend(); ++it) queue_.push_front({*it});
+        return;
+      }
+      finish_item(items_[size_t(group[0])], nullptr, e.what());
+      return;
+    }
+    for (size_t j = 0; j < group.size(); ++j) finish_item(items_[size_t(group[j])], &res[j], "");
+  }
+
+  void on_step(const std::vector<int>& group, const StepInfo& st) {
+    if (!progress_) {  // another replica's output rank relays its steps
+      if (out_rank_) relay_->post_step(group, st);
+      return;
+    }
+    progress_->step(group, st.step, st.total, st.step_seconds, st.elapsed_seconds);
+    if (replicas_ > 1 && Clock::now() >= next_poll_) {
+      next_poll_ = Clock::now() + std::chrono::milliseconds(500);
+      relay_->poll(*progress_);
     }
   }
-}
 
-// Finished items of replicas 1..D-1 travel to rank 0 through the rendezvous store: the
-// replica's output rank sets "dit-batch-item-<replica>-<k>" to its k-th record (JSON), and
-// with --progress json "dit-batch-step-<replica>-<k>" to its k-th step.
-std::string relay_key(int replica, int k) { return "dit-batch-item-" + std::to_string(replica) + "-" + std::to_string(k); }
-std::string step_key(int replica, int k) { return "dit-batch-step-" + std::to_string(replica) + "-" + std::to_string(k); }
-
-struct RelayedStep {
-  std::vector<int> indices;  // the micro-batch
-  int step = 0, total = 0;
-  double seconds = 0, elapsed = 0;
-};
-
-std::vector<char> encode_step(const std::vector<int>& indices, const StepInfo& st) {
-  const std::string j = nlohmann::json{{"indices", indices},
-                                       {"step", st.step},
-                                       {"total", st.total},
-                                       {"seconds", st.step_seconds},
-                                       {"elapsed", st.elapsed_seconds}}
-                            .dump();
-  return std::vector<char>(j.begin(), j.end());
-}
-
-RelayedStep decode_step(const std::vector<char>& v) {
-  const auto j = nlohmann::json::parse(v.begin(), v.end());
-  return {j.at("indices").get<std::vector<int>>(), j.at("step").get<int>(), j.at("total").get<int>(),
-          j.at("seconds").get<double>(), j.at("elapsed").get<double>()};
-}
-
-}  // namespace
-
-int run_batch(const GenOptions& o, Session& s) {
-  const int rank = s.env.rank;
-  Pipeline& pipe = *s.pipe;
-  const ModelInfo& info = pipe.info();
-  const int D = s.mesh ? s.mesh->degrees()[Axis::Dp] : 1;
-  const int replica = s.mesh ? s.mesh->coord(Axis::Dp) : 0;
-  const bool out_rank = pipe.parallel().is_output_rank();
-  const fs::path dir(o.output_dir);
-  const std::string results_path = (dir / "results.jsonl").string();
-  std::shared_ptr<RendezvousStore> store = s.world ? s.world->store() : nullptr;
-
-  // Every rank parses the same text (rank 0 reads it: standard input is rank 0's).
-  std::string text;
-  if (rank == 0) text = read_batch_text(o.batch);
-  if (s.world) broadcast_string(*s.world, text);
-  std::vector<BatchItem> items = parse_batch(text, o, o.output_dir);
-  validate_items(items, pipe);
-  const int n = int(items.size());
-  if (rank == 0)
-    for (const BatchItem& it : items)
-      if (it.error.empty() && it.resolved.prompt.truncated)
-        std::fprintf(stderr, "dit-gen: item %d: the prompt is longer than %d tokens: it was cut (max_sequence_length)\n",
-                     it.index, it.resolved.max_sequence_length);
-
-  std::unique_ptr<ResultsLog> log;
-  if (out_rank) {
-    fs::create_directories(dir);
-    log = std::make_unique<ResultsLog>(results_path);
-  }
-  // Temporary files of PNG writes a killed run left behind (its writer is gone).
-  if (rank == 0) {
-    for (const auto& e : fs::recursive_directory_iterator(dir, fs::directory_options::skip_permission_denied))
-      if (e.is_directory()) remove_stale_temp_files(e.path().string());
-    remove_stale_temp_files(dir.string());
-  }
-  // Rank 0 decides what is left to do (resume) and tells everyone.
-  enum : uint8_t { kGenerate = 0, kSkip = 1, kFailed = 2 };
-  std::vector<uint8_t> state(size_t(n), kGenerate);
-  if (rank == 0)
-    for (int i = 0; i < n; ++i)
-      state[i] = !items[i].error.empty()                                         ? kFailed
-                 : !o.overwrite && output_is_done(items[i].path, pipe.parameters(items[i].resolved)) ? kSkip
-                                                                                             : kGenerate;
-  if (s.world && n > 0) s.world->broadcast_bytes(state.data(), size_t(n), 0);
-
-  std::vector<int> todo;
-  for (int i = 0; i < n; ++i)
-    if (state[i] == kGenerate) todo.push_back(i);
-  std::vector<int> mine, expected(size_t(D), 0);
-  for (size_t j = 0; j < todo.size(); ++j) {
-    expected[j % D]++;
-    if (int(j % D) == replica) mine.push_back(todo[j]);
-  }
-  {
-    const int m = info.size_multiple;
-    const int W = o.width ? o.width : info.default_width, H = o.height ? o.height : info.default_height;
-    print_layout(s, o.degrees(), int64_t(std::max(1, H / m)) * std::max(1, W / m));
+  // The replica's output rank writes the PNG (and latents), records the item and reports it.
+  void finish_item(const BatchItem& it, const Result* res, const std::string& error) {
+    if (!out_rank_) return;
+    ItemRecord r = record_of(it);
+    r.status = "failed";
+    r.error = error;
+    if (res) {
+      r.seconds = res->seconds;
+      try {
+        const fs::path parent = fs::path(it.path).parent_path();
+        fs::create_directories(parent);
+        check_inside_output_dir(dir_, parent);  // a symbolic link inside the directory may lead out
+        save_png(*res, it.path);
+        if (o_.item_latents) write_npy(fs::path(it.path).replace_extension(".npy").string(), res->latents);
+        r.status = "done";
+      } catch (const std::exception& e) {
+        r.error = e.what();
+      }
+    }
+    log_->append(r);
+    if (rank_ == 0)
+      progress_->item(r);
+    else
+      relay_->post_item(r);
   }
 
-  auto record_of = [&](const BatchItem& it) {
+  // Rank 0 waits for every replica's records, prints the summary and tells the others.
+  int finish() {
+    bool failed = false;
+    if (rank_ == 0) {
+      relay_->wait_all(*progress_);
+      failed = progress_->finish(results_path_) > 0;
+      relay_->post_end(failed);
+    } else {
+      failed = relay_->wait_end();
+    }
+    return failed ? 1 : 0;
+  }
+
+  ItemRecord record_of(const BatchItem& it) const {
     ItemRecord r;
     r.index = it.index;
     r.prompt = it.req.prompt;
-    if (info.text_to_image) r.negative_prompt = it.req.negative_prompt;
+    if (pipe_.info().text_to_image) r.negative_prompt = it.req.negative_prompt;
     r.seed = it.req.seed;
     if (it.error.empty() && it.resolved.prompt.class_conditional) {
       r.class_id = it.resolved.prompt.class_id;
@@ -176,148 +248,28 @@ int run_batch(const GenOptions& o, Session& s) {
     }
     r.output = it.path;
     return r;
-  };
-
-  std::optional<BatchProgress> progress;
-  if (rank == 0) {
-    progress.emplace(parse_progress_mode(o.progress), n, int(todo.size()), D);
-    // Items already recorded as done or skipped are not recorded again (a batch resumed many
-    // times must not grow its results without end); the rest go in with one write.
-    const auto recorded = recorded_items(results_path);
-    std::vector<ItemRecord> records;
-    for (int i = 0; i < n; ++i) {
-      if (state[i] == kGenerate) continue;
-      ItemRecord r = record_of(items[i]);
-      r.status = state[i] == kSkip ? "skipped" : "failed";
-      r.error = items[i].error;
-      if (r.status == "failed" || !recorded.count({r.index, r.output})) records.push_back(r);
-      progress->item(r);
-    }
-    log->append(records);
   }
 
-  // With --progress json the other replicas' output ranks relay their step events too.
-  const bool relay_steps = D > 1 && o.progress == "json";
-  int steps_posted = 0;
-  // Rank 0: draws in the records the other replicas posted so far (a replica posts an
-  // item's steps before its record, so they are drawn first).
-  std::vector<int> received(size_t(D), 0), steps_received(size_t(D), 0);
-  auto poll_relay = [&]() {
-    for (int r = 1; r < D; ++r) {
-      while (relay_steps && store->check({step_key(r, steps_received[r])})) {
-        const RelayedStep st = decode_step(store->get(step_key(r, steps_received[r]++)));
-        progress->step(st.indices, st.step, st.total, st.seconds, st.elapsed, r);
-      }
-      while (received[r] < expected[r] && store->check({relay_key(r, received[r])})) {
-        const std::vector<char> v = store->get(relay_key(r, received[r]));
-        progress->item(record_from_json(std::string(v.begin(), v.end())));
-        received[r]++;
-      }
-    }
-  };
-  int posted = 0;
-  auto finish_item = [&](const BatchItem& it, const Result* res, const std::string& error) {
-    if (!out_rank) return;
-    ItemRecord r = record_of(it);
-    if (res) {
-      r.seconds = res->seconds;
-      try {
-        const fs::path parent = fs::path(it.path).parent_path();
-        fs::create_directories(parent);
-        check_inside_output_dir(dir, parent);  // a symbolic link inside the directory may lead out
-        save_png(*res, it.path);
-        if (o.item_latents) write_npy(fs::path(it.path).replace_extension(".npy").string(), res->latents);
-        r.status = "done";
-      } catch (const std::exception& e) {
-        r.status = "failed";
-        r.error = e.what();
-      }
-    } else {
-      r.status = "failed";
-      r.error = error;
-    }
-    log->append(r);
-    if (rank == 0)
-      progress->item(r);
-    else
-      store->set(relay_key(replica, posted++), [&] {
-        const std::string j = record_json(r);
-        return std::vector<char>(j.begin(), j.end());
-      }());
-  };
+  const GenOptions& o_;
+  Session& s_;
+  Pipeline& pipe_;
+  const int rank_;
+  const fs::path dir_;
+  const std::string results_path_;
+  const int replicas_, replica_;
+  const bool out_rank_;
+  std::vector<BatchItem> items_;
+  std::vector<uint8_t> state_;
+  int to_generate_ = 0;
+  std::deque<std::vector<int>> queue_;
+  std::unique_ptr<ResultsLog> log_;
+  std::optional<BatchProgress> progress_;  // rank 0
+  std::optional<ProgressRelay> relay_;
+  Clock::time_point next_poll_ = Clock::now();
+};
 
-  // This replica's items: same-shape ones together (groups in the order of their first
-  // item), up to --micro-batch each.
-  std::deque<std::vector<int>> queue;
-  for (int i : mine) {
-    const std::string key = batch_key(items[i].resolved);
-    auto open = std::find_if(queue.begin(), queue.end(), [&](const std::vector<int>& g) {
-      return int(g.size()) < o.micro_batch && batch_key(items[g.front()].resolved) == key;
-    });
-    if (open != queue.end())
-      open->push_back(i);
-    else
-      queue.push_back({i});
-  }
-  Clock::time_point next_poll = Clock::now();
-  while (!queue.empty()) {
-    const std::vector<int> group = queue.front();
-    queue.pop_front();
-    std::vector<Request> reqs;
-    for (int i : group) reqs.push_back(items[i].req);
-    std::vector<Result> res;
-    try {
-      res = pipe.generate_batch(reqs, [&](const StepInfo& st) {
-        if (!progress) {
-          if (relay_steps && out_rank) store->set(step_key(replica, steps_posted++), encode_step(group, st));
-          return;
-        }
-        progress->step(group, st.step, st.total, st.step_seconds, st.elapsed_seconds);
-        if (D > 1 && Clock::now() >= next_poll) {
-          next_poll = Clock::now() + std::chrono::milliseconds(500);
-          poll_relay();
-        }
-      });
-    } catch (const BatchAbort&) {
-      throw;
-    } catch (const Error& e) {
-      // Raised identically on every rank of the replica before any collective (a check in
-      // generate_batch), so the replica can go on; a broken connection cannot.
-      if (comm_broken(s)) throw;
-      if (group.size() > 1) {  // find the bad one: retry one by one
-        for (auto it = group.rbegin(); it != group.rend(); ++it) queue.push_front({*it});
-        continue;
-      }
-      finish_item(items[group[0]], nullptr, e.what());
-      continue;
-    }
-    for (size_t j = 0; j < group.size(); ++j) finish_item(items[group[j]], &res[j], "");
-  }
+}  // namespace
 
-  // The end: rank 0 waits for every replica's records, prints the summary and tells the
-  // others the outcome (through the store: replicas may finish far apart, beyond --timeout).
-  int failed = 0;
-  if (rank == 0) {
-    Clock::time_point dead_check = Clock::now();
-    for (;;) {
-      if (D > 1) poll_relay();
-      bool all = true;
-      for (int r = 1; r < D; ++r) all = all && received[r] == expected[r];
-      if (all) break;
-      check_peers(*store, s.env.world, dead_check);
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    failed = progress->finish(results_path);
-    if (store) store->set("dit-batch-end", std::vector<char>{char(failed ? 1 : 0)});
-  } else {
-    Clock::time_point dead_check = Clock::now();
-    while (!store->check({"dit-batch-end"})) {
-      check_peers(*store, s.env.world, dead_check);
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    failed = store->get("dit-batch-end").at(0);
-  }
-  return failed ? 1 : 0;
-}
+int run_batch(const GenOptions& o, Session& s) { return BatchRun(o, s).run(); }
 
 }  // namespace dit::cli
