@@ -216,6 +216,7 @@ int run_worker(const Opts& o) {
     req.decode = false;
     const int size = o.size > 0 ? o.size : pipe->info().default_width;
     req.width = req.height = size;
+    req.resolution_binning = !pipe->info().resolution_binning;  // the size asked for, not its aspect-ratio bin
     std::vector<double> step_s;
     profile::enable(true);
     profile::reset();
