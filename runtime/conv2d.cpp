@@ -19,19 +19,42 @@ struct Conv2d::Impl {
   Tensor weight, bias;  // weight in the primitive's layout (owned), bias f32
   memory user_src, user_dst, src, dst, scratch;
   bool reorder_src = false, reorder_dst = false;
-  Tensor src_buf, dst_buf, scratch_buf;
+  std::shared_ptr<Conv2dWorkspace> ws;
   dnnl::reorder src_in, dst_in, dst_out;
   std::unordered_map<int, memory> args, src_in_args, dst_in_args, dst_out_args;
 };
+
+namespace {
+Tensor grown(const Tensor& t, size_t bytes) {
+  const int64_t n = int64_t((bytes + 3) / 4);
+  return bytes == 0 || (t.defined() && t.numel() >= n) ? t : Tensor::empty({n});
+}
+}  // namespace
+
+void Conv2dWorkspace::reserve(size_t src_bytes, size_t dst_bytes, size_t scratch_bytes) {
+  src_ = grown(src_, src_bytes);
+  dst_ = grown(dst_, dst_bytes);
+  scratch_ = grown(scratch_, scratch_bytes);
+}
+
+size_t Conv2dWorkspace::bytes() const {
+  size_t n = 0;
+  for (const Tensor* t : {&src_, &dst_, &scratch_})
+    if (t->defined()) n += size_t(t->numel()) * 4;
+  return n;
+}
 
 Conv2d::Conv2d() = default;
 Conv2d::Conv2d(Conv2d&&) noexcept = default;
 Conv2d& Conv2d::operator=(Conv2d&&) noexcept = default;
 Conv2d::~Conv2d() = default;
 
-Conv2d::Conv2d(const Conv2dSpec& spec, const Tensor& weight, const Tensor& bias) : impl_(std::make_unique<Impl>()) {
+Conv2d::Conv2d(const Conv2dSpec& spec, const Tensor& weight, const Tensor& bias,
+               std::shared_ptr<Conv2dWorkspace> workspace)
+    : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.spec = spec;
+  m.ws = workspace ? std::move(workspace) : std::make_shared<Conv2dWorkspace>();
   const auto& s = spec;
   std::ostringstream os;
   os << "Conv2d x[" << s.batch << ", " << s.in_channels << ", " << s.height << ", " << s.width << "] w["
@@ -89,17 +112,18 @@ Conv2d::Conv2d(const Conv2dSpec& spec, const Tensor& weight, const Tensor& bias)
     m.user_dst = memory(dst_user, eng, nullptr);
     m.reorder_src = pd.src_desc() != src_user;
     m.reorder_dst = pd.dst_desc() != dst_user;
+    const size_t sp = pd.scratchpad_desc().get_size();
+    m.ws->reserve(m.reorder_src ? pd.src_desc().get_size() : 0, m.reorder_dst ? pd.dst_desc().get_size() : 0, sp);
+    // Buffers are bound in run(): a later convolution may grow the shared workspace.
     if (m.reorder_src) {
-      m.src_buf = Tensor::empty({int64_t((pd.src_desc().get_size() + 3) / 4)});
-      m.src = memory(pd.src_desc(), eng, m.src_buf.data());
+      m.src = memory(pd.src_desc(), eng, nullptr);
       m.src_in = dnnl::reorder(m.user_src, m.src);
       m.src_in_args = {{DNNL_ARG_FROM, m.user_src}, {DNNL_ARG_TO, m.src}};
     } else {
       m.src = m.user_src;
     }
     if (m.reorder_dst) {
-      m.dst_buf = Tensor::empty({int64_t((pd.dst_desc().get_size() + 3) / 4)});
-      m.dst = memory(pd.dst_desc(), eng, m.dst_buf.data());
+      m.dst = memory(pd.dst_desc(), eng, nullptr);
       m.dst_out = dnnl::reorder(m.dst, m.user_dst);
       m.dst_out_args = {{DNNL_ARG_FROM, m.dst}, {DNNL_ARG_TO, m.user_dst}};
       if (s.accumulate) {
@@ -111,10 +135,8 @@ Conv2d::Conv2d(const Conv2dSpec& spec, const Tensor& weight, const Tensor& bias)
     }
     m.args = {{DNNL_ARG_SRC, m.src}, {DNNL_ARG_WEIGHTS, w_mem}, {DNNL_ARG_DST, m.dst}};
     if (has_bias) m.args[DNNL_ARG_BIAS] = memory(b_md, eng, const_cast<float*>(m.bias.f32()));
-    size_t sp = pd.scratchpad_desc().get_size();
     if (sp) {
-      m.scratch_buf = Tensor::empty({int64_t((sp + 3) / 4)});
-      m.scratch = memory(pd.scratchpad_desc(), eng, m.scratch_buf.data());
+      m.scratch = memory(pd.scratchpad_desc(), eng, nullptr);
       m.args[DNNL_ARG_SCRATCHPAD] = m.scratch;
     }
   });
@@ -127,6 +149,9 @@ void Conv2d::run(const float* x, float* y) const {
     auto& st = Engine::get().stream;
     m.user_src.set_data_handle(const_cast<float*>(x));
     m.user_dst.set_data_handle(y);
+    if (m.reorder_src) m.src.set_data_handle(m.ws->src());
+    if (m.reorder_dst) m.dst.set_data_handle(m.ws->dst());
+    if (m.scratch) m.scratch.set_data_handle(m.ws->scratch());
     if (m.reorder_src) execute(m.src_in, st, m.src_in_args);
     if (m.reorder_dst && m.spec.accumulate) execute(m.dst_in, st, m.dst_in_args);
     execute(m.prim, st, m.args);

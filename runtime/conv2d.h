@@ -20,11 +20,30 @@ struct Conv2dSpec {
   int64_t out_width() const { return (width + 2 * padding - kernel) / stride + 1; }
 };
 
+// Buffers for the blocked-layout copies of x and y and oneDNN's scratchpad, shared by
+// convolutions that run one after another (a decoder's thirty convolutions need one set,
+// sized for the largest, instead of one each). Sized while the convolutions are built;
+// nothing is allocated when they run.
+class Conv2dWorkspace {
+ public:
+  void reserve(size_t src_bytes, size_t dst_bytes, size_t scratch_bytes);
+  void* src() { return src_.data(); }
+  void* dst() { return dst_.data(); }
+  void* scratch() { return scratch_.data(); }
+  size_t bytes() const;
+
+ private:
+  Tensor src_, dst_, scratch_;
+};
+
 class Conv2d {
  public:
   Conv2d();
-  // weight [out, in, k, k] f32 (or bf16, converted), bias [out] or undefined.
-  Conv2d(const Conv2dSpec& spec, const Tensor& weight, const Tensor& bias);
+  // weight [out, in, k, k] f32 (or bf16, converted), bias [out] or undefined. With a
+  // workspace the convolution borrows its buffers (it must outlive the convolution and
+  // not be used by two convolutions at once); without one it owns its buffers.
+  Conv2d(const Conv2dSpec& spec, const Tensor& weight, const Tensor& bias,
+         std::shared_ptr<Conv2dWorkspace> workspace = nullptr);
   Conv2d(Conv2d&&) noexcept;
   Conv2d& operator=(Conv2d&&) noexcept;
   ~Conv2d();

@@ -160,6 +160,7 @@ struct VaeDecoder::Impl {
   Conv2d post_quant_op, conv_in_op, conv_out_op;
   GroupNormSpec norm_out_spec;
   Tensor tokens, qkv_buf, attn_buf;  // mid attention scratch
+  std::shared_ptr<Conv2dWorkspace> conv_ws;  // one set of layout/scratch buffers for all convolutions
 
   Conv2d conv(const ConvW& cw, int64_t c_in, int64_t h, int64_t w, bool accumulate) {
     Conv2dSpec s;
@@ -172,7 +173,7 @@ struct VaeDecoder::Impl {
     s.stride = 1;
     s.padding = cw.k / 2;
     s.accumulate = accumulate;
-    return Conv2d(s, cw.w, cw.b);
+    return Conv2d(s, cw.w, cw.b, conv_ws);
   }
   GroupNormSpec gn(int64_t c, int64_t h, int64_t w, bool silu_after) {
     GroupNormSpec s;
@@ -275,6 +276,7 @@ void VaeDecoder::prepare(int64_t batch, int64_t h, int64_t w) {
   Impl& m = *impl_;
   DIT_CHECK(batch >= 1 && h >= 1 && w >= 1, "VAE: empty latent shape");
   m.batch = batch;
+  m.conv_ws = std::make_shared<Conv2dWorkspace>();  // sized by the convolutions built below
   m.h0 = h;
   m.w0 = w;
   const std::vector<int>& C = cfg_.block_out_channels;

@@ -182,6 +182,49 @@ TEST_CASE("Conv2d matches a naive reference", "[kernels][conv2d]") {
   }
 }
 
+TEST_CASE("Conv2d chain sharing one workspace matches a naive reference", "[kernels][conv2d]") {
+  // Small convolution built first, larger ones after (the workspace grows after the first
+  // one is built, so it must pick up the new buffers), then run in order, one feeding the next.
+  struct C { int64_t ci, co, h, k; bool acc; };
+  const std::vector<C> chain = {{4, 16, 5, 3, false}, {16, 32, 5, 3, true}, {32, 48, 5, 1, false}, {48, 8, 5, 3, false}};
+  auto ws = std::make_shared<Conv2dWorkspace>();
+  std::vector<Conv2d> convs;
+  std::vector<Conv2dSpec> specs;
+  std::vector<std::vector<float>> ws_host, bs;
+  for (size_t i = 0; i < chain.size(); ++i) {
+    const C& c = chain[i];
+    Conv2dSpec s;
+    s.batch = 2;
+    s.in_channels = c.ci;
+    s.out_channels = c.co;
+    s.height = s.width = c.h;
+    s.kernel = c.k;
+    s.padding = c.k / 2;
+    s.accumulate = c.acc;
+    auto w = kt::randv(c.co * c.ci * c.k * c.k, uint32_t(11 + i), -0.3f, 0.3f);
+    auto b = kt::randv(c.co, uint32_t(21 + i));
+    Tensor wt = Tensor::empty({c.co, c.ci, c.k, c.k}), bt = Tensor::empty({c.co});
+    std::copy(w.begin(), w.end(), wt.f32());
+    std::copy(b.begin(), b.end(), bt.f32());
+    convs.emplace_back(s, wt, bt, ws);
+    specs.push_back(s);
+    ws_host.push_back(w);
+    bs.push_back(b);
+  }
+  std::vector<float> x = kt::randv(2 * 4 * 25, 5);
+  std::vector<double> want_d(x.begin(), x.end());
+  for (size_t i = 0; i < chain.size(); ++i) {
+    const Conv2dSpec& s = specs[i];
+    std::vector<float> y0 = kt::randv(s.batch * s.out_channels * 25, uint32_t(31 + i));
+    std::vector<float> y = y0;
+    convs[i].run(x.data(), y.data());
+    auto want = conv_ref(s, x, ws_host[i], &bs[i], y0);
+    kt::check_close(y.data(), want.data(), want.size(), 1e-4, 1e-4, "shared-workspace conv " + std::to_string(i));
+    x = y;
+  }
+  CHECK(ws->bytes() > 0);
+}
+
 TEST_CASE("elementwise ops match naive references", "[kernels][elementwise]") {
   const int64_t n = 40000 + 3;  // crosses the OpenMP chunking
   auto x = kt::randv(n, 1, -12.f, 12.f);
