@@ -226,6 +226,7 @@ Attention::Attention(const AttentionSpec& spec_in) : impl_(std::make_unique<Impl
   m.spec = s;
   const int64_t D = s.head_dim;
   const bool bf16 = s.compute == DType::BF16;
+  require_compute(s.compute);
   const dt cdt = bf16 ? dt::bf16 : dt::f32;
 
   // Defaults measured with dit-kernel-bench (16 heads x 72, 1024/4096 tokens, 2 threads).

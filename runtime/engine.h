@@ -6,6 +6,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "runtime/dtype.h"
+
 namespace dit {
 
 struct Engine {
@@ -13,6 +15,14 @@ struct Engine {
   dnnl::stream stream;
   static Engine& get();  // created on first use
 };
+
+// Whether oneDNN can compute in `t` on this CPU: f32 always; bf16 needs a CPU with AVX-512
+// (oneDNN 2.6 has no bf16 matmul for AVX2-only CPUs). Probed once with a small bf16 matmul.
+bool compute_supported(DType t);
+// Throws dit::Error "bf16 compute is not available on this CPU (...); use f32" when it is not.
+void require_compute(DType t);
+// parse_dtype + require_compute for a command-line flag: errors start with the flag's name.
+DType parse_compute_type(const std::string& flag, const std::string& value);
 
 // Threads used by oneDNN and the OpenMP loops of the hand-written kernels.
 void set_num_threads(int n);

@@ -76,6 +76,7 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
   DIT_CHECK(ldy >= N && (ldy == N || !spec.gated_residual), m.what << ": bad out_stride " << spec.out_stride);
   DIT_CHECK(int(spec.gated_residual) + int(spec.accumulate) + int(spec.multiply) <= 1,
             m.what << ": gated_residual, accumulate and multiply exclude each other");
+  require_compute(w.compute);
   const dt cdt = w.compute == DType::BF16 ? dt::bf16 : dt::f32;
   dnnl_call(m.what.c_str(), [&] {
     auto& eng = Engine::get().engine;

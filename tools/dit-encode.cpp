@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
-    const dit::DType compute = dit::parse_dtype(dtype);
+    const dit::DType compute = dit::parse_compute_type("--dtype", dtype);
     if (threads != 0) {
       DIT_CHECK(threads >= 1 && threads <= 4096, "--threads must be in 1..4096, found " << threads);
       dit::set_num_threads(threads);

@@ -146,11 +146,15 @@ int main(int argc, char** argv) {
     json res;
     res["threads"] = num_threads();
     res["runs"] = g_runs;
+    // bf16 rows only where oneDNN can compute bf16 here (AVX-512); the JSON says so otherwise.
+    std::vector<DType> types{DType::F32};
+    if (compute_supported(DType::BF16)) types.push_back(DType::BF16);
+    else res["bf16"] = "not available on this CPU";
     json rows = json::array();
     if (only.empty() || only == "gemm")
-      for (DType c : {DType::F32, DType::BF16}) rows.push_back(gemm_peak(2048, c));
+      for (DType c : types) rows.push_back(gemm_peak(2048, c));
     if (only.empty() || only == "linear")
-      for (DType c : {DType::F32, DType::BF16})
+      for (DType c : types)
         for (int64_t t : {256, 1024}) {
           rows.push_back(bench_linear("qkv", t, 1152, 3456, Act::None, false, c));
           rows.push_back(bench_linear("attn_out_gated", t, 1152, 1152, Act::None, true, c));
@@ -164,13 +168,13 @@ int main(int argc, char** argv) {
           }
         }
     if (only.empty() || only == "attention") {
-      for (DType c : {DType::F32, DType::BF16})
+      for (DType c : types)
         for (int64_t t : {256, 1024, 4096}) {
           if (t == 4096 && skip_4096) continue;
           rows.push_back(bench_attention(t, 2, c));
         }
       if (sweep)
-        for (DType c : {DType::F32, DType::BF16})
+        for (DType c : types)
           for (int64_t qb : {32, 64, 128, 256})
             for (int64_t kb : {128, 256, 512, 1024}) rows.push_back(bench_attention(1024, 2, c, qb, kb));
     }

@@ -44,7 +44,7 @@ namespace fs = std::filesystem;
 namespace {
 
 struct Opts {
-  std::string preset = "xxl", cache_dir, tokens = "120,300", dtypes = "f32,bf16", batches = "1,2", gemm = "auto",
+  std::string preset = "xxl", cache_dir, tokens = "120,300", dtypes, batches = "1,2", gemm = "auto",
               output;
   int layers = 2, threads = 0, runs = 5, warmup = 1, gemm_runs = 2, shards = 2;
 };
@@ -184,6 +184,7 @@ json bench_one(T5Encoder& enc, int64_t B, int64_t L, const Opts& o, DType dt) {
 
 int main(int argc, char** argv) {
   Opts o;
+  o.dtypes = compute_supported(DType::BF16) ? "f32,bf16" : "f32";
   CLI::App app{"dit-t5-bench: time the T5 v1.1 text encoder (random weights, T5-XXL dimensions) at several token "
                "counts, batches and dtypes; prints one JSON document"};
   app.add_option("--preset", o.preset, "xxl (d_model 4096, 64 heads x 64, d_ff 10240, vocab 32128) or tiny (tests)")
@@ -194,7 +195,8 @@ int main(int argc, char** argv) {
                  "where the model is created once and reused ($DIT_BENCH_CACHE, else ~/.cache/dit-gen/bench)");
   app.add_option("--tokens", o.tokens, "sequence lengths, comma-separated")->capture_default_str();
   app.add_option("--batch", o.batches, "batch sizes, comma-separated")->capture_default_str();
-  app.add_option("--dtype", o.dtypes, "compute types, comma-separated: f32, bf16")->capture_default_str();
+  app.add_option("--dtype", o.dtypes, "compute types, comma-separated: f32, bf16 (default: both where the CPU computes bf16)")
+      ->capture_default_str();
   app.add_option("-t,--threads", o.threads, "threads (default: all cores)");
   app.add_option("--runs", o.runs, "timed encodes per case (median reported)")->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed encodes first")->capture_default_str();
@@ -211,7 +213,7 @@ int main(int argc, char** argv) {
     std::vector<DType> dtypes;
     std::stringstream ss(o.dtypes);
     for (std::string d; std::getline(ss, d, ',');)
-      if (!d.empty()) dtypes.push_back(parse_dtype(d));
+      if (!d.empty()) dtypes.push_back(parse_compute_type("--dtype", d));
     const std::string model = ensure_model(o);
     json doc;
     doc["tool"] = "dit-t5-bench";

@@ -26,8 +26,10 @@ TEST_CASE("generate_batch equals one-at-a-time generation", "[models][batch]") {
     dit::Result one = pipe->generate(reqs[j]);
     Diff lat = diff(batch[j].latents, one.latents), img = diff(batch[j].image, one.image);
     INFO(sampler << " item " << j << ": latents rel " << lat.rel() << ", image abs " << img.max_abs);
-    CHECK(lat.rel() <= 1e-6);
-    CHECK(img.max_abs <= 1e-6);
+    // Bit for bit where oneDNN's matmul kernels do not depend on the row count (AVX-512 machines
+    // gave 0); on AVX2 the larger batch changes the blocking: ~3e-7 relative, ~1.2e-6 in [0, 1].
+    CHECK(lat.rel() <= 2e-6);
+    CHECK(img.max_abs <= 1e-5);
     CHECK(batch[j].parameters == one.parameters);
   }
   // Items of one micro-batch must share the size.

@@ -15,6 +15,7 @@
 #include <dlfcn.h>
 #include <dnnl.h>
 
+#include "tests/compute_types.h"
 #include "golden_util.h"
 #include "models/dit_gen.h"
 #include "models/t5/t5_encoder.h"
@@ -162,7 +163,7 @@ TEST_CASE("the denoising loop allocates nothing after the first step", "[models]
   REQUIRE(g_allocs.load() == 1);
 
   const std::string model = GENERATE(std::string("dit-tiny"), std::string("dit-small"));
-  const std::string dtype = GENERATE(std::string("f32"), std::string("bf16"));
+  const std::string dtype = GENERATE(Catch::Generators::from_range(dit_test::compute_type_names()));
   const std::string sampler = GENERATE(std::string("ddim"), std::string("dpm++2m"), std::string("euler"));
   const int threads = GENERATE(1, 0);  // one thread (a pinned rank of dit-bench), and the default
   const int saved_threads = dit::num_threads();
@@ -193,7 +194,7 @@ TEST_CASE("the denoising loop allocates nothing after the first step", "[models]
 }
 
 TEST_CASE("Q, K, V as three matmuls over the mapped weights equal the fused projection", "[models][qkv]") {
-  const std::string dtype = GENERATE(std::string("f32"), std::string("bf16"));
+  const std::string dtype = GENERATE(Catch::Generators::from_range(dit_test::compute_type_names()));
   dit::Tensor lat[2];
   for (int fused = 0; fused < 2; ++fused) {
     dit::PipelineOptions po;
@@ -217,7 +218,7 @@ TEST_CASE("the T5 encoder's encode() allocates nothing after prepare()", "[model
   WARN("allocator interposition is off under sanitizers: nothing checked");
 #else
   const std::string model = GENERATE(std::string("pixart-tiny"), std::string("pixart-alpha-tiny"));
-  const std::string dtype = GENERATE(std::string("f32"), std::string("bf16"));
+  const std::string dtype = GENERATE(Catch::Generators::from_range(dit_test::compute_type_names()));
   const int threads = GENERATE(1, 0);
   const int saved_threads = dit::num_threads();
   if (threads > 0) dit::set_num_threads(threads);

@@ -3,6 +3,7 @@
 // single-file / F16 variants, f32 and bf16 compute.
 #include <catch2/catch.hpp>
 
+#include "tests/compute_types.h"
 #include "models/t5/prompt_encoder.h"
 #include "models/t5/t5_encoder.h"
 #include "models/t5/t5_relative_position.h"
@@ -51,7 +52,7 @@ TEST_CASE("T5 encoder matches the reference: pixart-tiny (F32 shards) and pixart
                         Case{"golden/pixart-alpha-tiny/encode.L16.safetensors", "pixart-alpha-tiny/text_encoder"}}) {
     const EncodeGolden g = t5_test::load_encode_golden(c.golden);
     REQUIRE(g.batch == 3);
-    for (DType dt : {DType::F32, DType::BF16}) {
+    for (DType dt : dit_test::compute_types()) {
       const dit_test::Diff d = t5_test::encode_diff(c.encoder, g, dt);
       INFO(c.golden << " " << dtype_name(dt) << ": max abs " << d.max_abs << " of max |ref| " << d.ref_max
                     << ", rel " << d.rel());
@@ -95,7 +96,7 @@ TEST_CASE("T5 encoder variants match the reference: single file (no index), F16 
       CHECK(t.ids == std::vector<int64_t>(g.ids.begin() + b * g.max_length, g.ids.begin() + (b + 1) * g.max_length));
       CHECK(t.mask == std::vector<int64_t>(g.mask.begin() + b * g.max_length, g.mask.begin() + (b + 1) * g.max_length));
     }
-    for (DType dt : {DType::F32, DType::BF16}) {
+    for (DType dt : dit_test::compute_types()) {
       const dit_test::Diff d = t5_test::encode_diff(c.encoder, g, dt);
       INFO(c.golden << " " << dtype_name(dt) << ": rel " << d.rel());
       CHECK(d.ref_max > 0.1);

@@ -8,6 +8,7 @@
 // own OpenMP team.
 #include <catch2/catch.hpp>
 
+#include "tests/compute_types.h"
 #include "thread_ranks.h"
 
 #include <cmath>
@@ -198,6 +199,7 @@ TEST_CASE("Ulysses, Ring and USP attention equal serial attention", "[parallel][
 }
 
 TEST_CASE("Ulysses, Ring and USP attention with bf16 compute", "[parallel][attention]") {
+  if (!dit_test::bf16_available()) return;
   for (auto [u, r] : {std::pair<int, int>{2, 1}, {1, 3}, {2, 2}}) {
     std::vector<Problem> problems;
     unsigned seed = 100;

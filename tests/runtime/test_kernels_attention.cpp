@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "tests/compute_types.h"
 #include "kernel_test_util.h"
 #include "runtime/attention.h"
 #include "runtime/dtype.h"
@@ -160,6 +161,7 @@ TEST_CASE("Attention block sizes and tails", "[kernels][attention]") {
 }
 
 TEST_CASE("Attention with bf16 compute", "[kernels][attention][bf16]") {
+  if (!dit_test::bf16_available()) return;
   for (int64_t T : {1, 7, 64, 333}) check_attention(2, 3, T, T, 72, true, DType::BF16);
   check_attention(2, 3, 7, 333, 8, false, DType::BF16);
   check_attention(2, 3, 333, 64, 72, false, DType::BF16, 32, 64);
@@ -257,7 +259,7 @@ TEST_CASE("LocalSelfAttention matches naive attention on packed QKV", "[kernels]
 }
 
 TEST_CASE("Attention implementation names (debug)", "[kernels][attention][.debug]") {
-  for (DType c : {DType::F32, DType::BF16}) {
+  for (DType c : dit_test::compute_types()) {
     AttentionSpec s;
     s.batch = 2;
     s.heads = 16;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "tests/compute_types.h"
 #include "kernel_test_util.h"
 #include "runtime/attention.h"
 #include "runtime/dtype.h"
@@ -113,7 +114,7 @@ std::vector<float> padding(int64_t B, int64_t Tk, const std::vector<int64_t>& va
 }  // namespace
 
 TEST_CASE("Attention with a per-key bias (padding mask) matches naive attention", "[kernels][attention][bias]") {
-  for (DType c : {DType::F32, DType::BF16})
+  for (DType c : dit_test::compute_types())
     for (int64_t Tk : {1, 7, 64, 333}) {
       Problem p = make(9, Tk, 16, uint32_t(Tk));
       p.key = padding(p.B, Tk, {std::max<int64_t>(1, Tk / 3), Tk});
@@ -126,7 +127,7 @@ TEST_CASE("Attention with a per-key bias (padding mask) matches naive attention"
 
 TEST_CASE("Attention with a [heads, q, kv] bias and with rel diagonals matches naive attention",
           "[kernels][attention][bias]") {
-  for (DType c : {DType::F32, DType::BF16})
+  for (DType c : dit_test::compute_types())
     for (auto [Tq, Tk] : {std::pair<int64_t, int64_t>{5, 5}, {40, 40}, {17, 70}, {70, 17}, {300, 300}}) {
       Problem p = make(Tq, Tk, 12, uint32_t(Tq * 7 + Tk));
       p.scale = 1.0f;  // T5: an explicit 1, not 1/sqrt(d)
@@ -152,7 +153,7 @@ TEST_CASE("Attention with a [heads, q, kv] bias and with rel diagonals matches n
 TEST_CASE("Attention scale 1.0 is taken as given", "[kernels][attention][bias]") {
   Problem p = make(20, 30, 64, 5);
   p.scale = 1.0f;
-  for (DType c : {DType::F32, DType::BF16}) check(p, c, 0, 0, "scale 1");
+  for (DType c : dit_test::compute_types()) check(p, c, 0, 0, "scale 1");
   Problem d = p;
   d.scale = 0;  // default 1/sqrt(64): a different result
   CHECK(run(p, DType::F32, 0, 0) != run(d, DType::F32, 0, 0));
@@ -160,7 +161,7 @@ TEST_CASE("Attention scale 1.0 is taken as given", "[kernels][attention][bias]")
 
 TEST_CASE("Attention bias: whole K/V blocks masked by -FLT_MAX give no NaN and weigh exactly 0",
           "[kernels][attention][bias]") {
-  for (DType c : {DType::F32, DType::BF16}) {
+  for (DType c : dit_test::compute_types()) {
     const int64_t Tq = 24, Tk = 96, kvb = 16;
     Problem p = make(Tq, Tk, 8, 11);
     // batch 0: keys 0..47 masked (three whole leading blocks), batch 1: keys 64..95 masked
@@ -221,7 +222,7 @@ TEST_CASE("Attention bias: a row with every key masked averages V, like torch", 
 }
 
 TEST_CASE("Attention with a zero bias equals attention without one, bit for bit", "[kernels][attention][bias]") {
-  for (DType c : {DType::F32, DType::BF16}) {
+  for (DType c : dit_test::compute_types()) {
     Problem p = make(33, 77, 16, 3);
     p.key.assign(p.B * 77, 0.f);
     const std::vector<float> with = run(p, c, 8, 16), without = run(p, c, 8, 16, nullptr, false);

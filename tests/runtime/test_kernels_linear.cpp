@@ -2,6 +2,9 @@
 #include <cstdio>
 
 #include "kernel_test_util.h"
+#include "runtime/attention.h"
+#include "runtime/engine.h"
+#include "tests/compute_types.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/linear.h"
@@ -86,7 +89,7 @@ void run_case(int64_t batch, int64_t rows, int64_t in, int64_t out, Act act, boo
 }  // namespace
 
 TEST_CASE("Linear matches a naive reference", "[kernels][linear]") {
-  for (DType c : {DType::F32, DType::BF16})
+  for (DType c : dit_test::compute_types())
     for (Act act : {Act::None, Act::GeluTanh, Act::Silu})
       for (bool bias : {false, true}) {
         run_case(1, 1, 3, 5, act, bias, false, c);
@@ -97,7 +100,7 @@ TEST_CASE("Linear matches a naive reference", "[kernels][linear]") {
 }
 
 TEST_CASE("Linear gated residual: y += gate[b] * act(xW^T + b)", "[kernels][linear]") {
-  for (DType c : {DType::F32, DType::BF16})
+  for (DType c : dit_test::compute_types())
     for (Act act : {Act::None, Act::GeluTanh, Act::Silu})
       for (bool bias : {false, true}) {
         run_case(2, 7, 13, 17, act, bias, true, c);
@@ -107,12 +110,42 @@ TEST_CASE("Linear gated residual: y += gate[b] * act(xW^T + b)", "[kernels][line
 }
 
 TEST_CASE("Linear with bf16-stored weights", "[kernels][linear]") {
-  run_case(2, 9, 40, 24, Act::GeluTanh, true, false, DType::BF16, true);
+  if (dit_test::bf16_available()) run_case(2, 9, 40, 24, Act::GeluTanh, true, false, DType::BF16, true);
   run_case(2, 9, 40, 24, Act::Silu, true, true, DType::F32, true);
 }
 
+TEST_CASE("bf16 compute is refused with one clear error where the CPU has none", "[kernels][linear][bf16]") {
+  Tensor w = Tensor::empty({8, 16}), b;
+  for (int64_t i = 0; i < w.numel(); ++i) w.f32()[i] = 0.01f * float(i);
+  LinearSpec spec;
+  spec.batch = 1;
+  spec.rows = 4;
+  spec.in = 16;
+  spec.out = 8;
+  AttentionSpec as;
+  as.batch = 1;
+  as.heads = 2;
+  as.q_len = 4;
+  as.kv_len = 4;
+  as.head_dim = 8;
+  as.compute = DType::BF16;
+  if (compute_supported(DType::BF16)) {  // AVX-512: bf16 layers build
+    CHECK_NOTHROW(Linear(spec, LinearWeight::prepare(w, b, DType::BF16)));
+    CHECK_NOTHROW(Attention(as));
+    CHECK_NOTHROW(parse_compute_type("--dtype", "bf16"));
+  } else {  // AVX2: one line naming what is missing and what to use, not oneDNN's status
+    const std::string says = "bf16 compute is not available on this CPU (oneDNN ";
+    CHECK_THROWS_WITH(Linear(spec, LinearWeight::prepare(w, b, DType::BF16)), Catch::StartsWith(says));
+    CHECK_THROWS_WITH(Attention(as), Catch::StartsWith(says));
+    CHECK_THROWS_WITH(parse_compute_type("--dtype", "bf16"), Catch::StartsWith("--dtype: " + says));
+    CHECK_THROWS_WITH(parse_compute_type("--dtype", "bf16"), Catch::EndsWith("; use f32"));
+  }
+  CHECK(parse_compute_type("--dtype", "f32") == DType::F32);
+  CHECK_THROWS_WITH(parse_compute_type("--dtype", "f16"), Catch::StartsWith("--dtype: unknown dtype 'f16'"));
+}
+
 TEST_CASE("Linear with weights packed into the matmul's layout", "[kernels][linear][packed]") {
-  for (DType c : {DType::F32, DType::BF16})
+  for (DType c : dit_test::compute_types())
     for (bool gated : {false, true}) {
       run_case(2, 7, 13, 17, Act::GeluTanh, true, gated, c, false, true);
       run_case(2, 40, 96, 80, Act::Silu, false, gated, c, false, true);
@@ -139,7 +172,7 @@ TEST_CASE("Linear rejects mismatched weights", "[kernels][linear]") {
 }
 
 TEST_CASE("Linear implementation names (debug)", "[kernels][linear][.debug]") {
-  for (DType c : {DType::F32, DType::BF16})
+  for (DType c : dit_test::compute_types())
     for (bool gated : {false, true}) {
       LinearSpec s;
       s.batch = 2;

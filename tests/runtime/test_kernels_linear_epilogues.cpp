@@ -1,6 +1,7 @@
 // Linear's residual (accumulate) and product (multiply) epilogues against a naive reference.
 #include <catch2/catch.hpp>
 
+#include "tests/compute_types.h"
 #include "kernel_test_util.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
@@ -53,7 +54,7 @@ void run_case(int64_t rows, int64_t in, int64_t out, Act act, bool bias, bool ac
 }  // namespace
 
 TEST_CASE("Linear accumulate: y += act(xW^T + b)", "[kernels][linear]") {
-  for (DType c : {DType::F32, DType::BF16})
+  for (DType c : dit_test::compute_types())
     for (bool bias : {false, true}) {
       run_case(1, 3, 5, Act::None, bias, true, false, c);
       run_case(37, 64, 48, Act::None, bias, true, false, c);
@@ -63,7 +64,7 @@ TEST_CASE("Linear accumulate: y += act(xW^T + b)", "[kernels][linear]") {
 }
 
 TEST_CASE("Linear multiply: y = act(xW^T + b) * m (T5's gated GELU)", "[kernels][linear]") {
-  for (DType c : {DType::F32, DType::BF16})
+  for (DType c : dit_test::compute_types())
     for (Act act : {Act::None, Act::GeluTanh, Act::Silu}) {
       run_case(1, 3, 5, act, false, false, true, c);
       run_case(33, 48, 120, act, false, false, true, c);
@@ -87,7 +88,7 @@ TEST_CASE("Linear epilogues exclude each other; multiply needs its operand", "[k
 }
 
 TEST_CASE("Linear::set_weight: one Linear over several weights equals a Linear per weight", "[kernels][linear]") {
-  for (DType c : {DType::F32, DType::BF16}) {
+  for (DType c : dit_test::compute_types()) {
     const int64_t rows = 19, in = 40, out = 24;
     auto x = kt::randv(rows * in, 1);
     std::vector<LinearWeight> ws;

@@ -260,6 +260,19 @@ TEST_CASE("batch: a symbolic link inside --output-dir cannot lead an output out 
   CHECK(fs::exists(out + "/sub/y.png"));
 }
 
+// max |a - b| / max |b| of two latents files (infinite if any difference is NaN).
+static double latents_rel_diff(const std::string& got, const std::string& want) {
+  const dit::Tensor a = dit::read_npy(got), b = dit::read_npy(want);
+  REQUIRE(a.numel() == b.numel());
+  double m = 0, ref = 0;
+  for (int64_t k = 0; k < a.numel(); ++k) {
+    const double dk = std::fabs(double(a.f32()[k]) - double(b.f32()[k]));
+    m = std::isnan(dk) ? INFINITY : std::max(m, dk);
+    ref = std::max(ref, double(std::fabs(b.f32()[k])));
+  }
+  return m / ref;
+}
+
 TEST_CASE("batch: --dp 2 and --micro-batch give the same files as one replica one at a time", "[cli][batch]") {
   Scratch s;
   std::string prompts;
@@ -284,26 +297,23 @@ TEST_CASE("batch: --dp 2 and --micro-batch give the same files as one replica on
     const std::string png = slurp(s.file("ref/" + name + ".png")), npy = slurp(s.file("ref/" + name + ".npy"));
     REQUIRE(!png.empty());
     REQUIRE(!npy.empty());
-    for (const char* d : {"dp2", "mb2", "mb3dp2"}) {
+    // Replicas run the same arithmetic as one process: bit for bit.
+    INFO("dp2 " << name);
+    CHECK(slurp(s.file("dp2/" + name + ".png")) == png);
+    CHECK(slurp(s.file("dp2/" + name + ".npy")) == npy);
+    // Micro-batches run the matmuls over more rows: bit for bit where oneDNN's kernels do not
+    // depend on the row count (AVX-512), within rounding where they do (AVX2); the PNGs agree.
+    for (const char* d : {"mb2", "mb3dp2"}) {
       INFO(d << " " << name);
       CHECK(slurp(s.file(std::string(d) + "/" + name + ".png")) == png);
-      CHECK(slurp(s.file(std::string(d) + "/" + name + ".npy")) == npy);  // the latents, bit for bit
+      CHECK(latents_rel_diff(s.file(std::string(d) + "/" + name + ".npy"), s.file("ref/" + name + ".npy")) <= 1e-5);
     }
     // Sequence or tensor parallel inside the replicas: the parallel-equivalence tolerance
     // (ring attention merges by log-sum-exp, row-parallel layers sum partial products, so the
     // latents may differ in the last bits).
     for (const char* d : {"dp2u2", "dp2r2", "dp2tp2"}) {
       INFO(d << " " << name);
-      const dit::Tensor a = dit::read_npy(s.file(std::string(d) + "/" + name + ".npy"));
-      const dit::Tensor b = dit::read_npy(s.file("ref/" + name + ".npy"));
-      REQUIRE(a.numel() == b.numel());
-      double m = 0, ref = 0;
-      for (int64_t k = 0; k < a.numel(); ++k) {
-        const double dk = std::fabs(double(a.f32()[k]) - double(b.f32()[k]));
-        m = std::isnan(dk) ? INFINITY : std::max(m, dk);
-        ref = std::max(ref, double(std::fabs(b.f32()[k])));
-      }
-      CHECK(m <= 1e-4 * ref);
+      CHECK(latents_rel_diff(s.file(std::string(d) + "/" + name + ".npy"), s.file("ref/" + name + ".npy")) <= 1e-4);
     }
   }
 }
@@ -334,7 +344,9 @@ TEST_CASE("batch: --micro-batch groups same-size items wherever they stand in th
     INFO(name);
     const std::string ref = slurp(s.file(std::string("one/") + name + ".npy"));
     REQUIRE(!ref.empty());
-    CHECK(slurp(s.file(std::string("mb/") + name + ".npy")) == ref);
+    // bit for bit on AVX-512, within rounding on AVX2 (see above)
+    CHECK(latents_rel_diff(s.file(std::string("mb/") + name + ".npy"), s.file(std::string("one/") + name + ".npy")) <=
+          1e-5);
     CHECK(slurp(s.file(std::string("mb/") + name + ".png")) == slurp(s.file(std::string("one/") + name + ".png")));
   }
 }

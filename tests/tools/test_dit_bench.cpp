@@ -4,17 +4,19 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
+#include "tests/compute_types.h"
 
 using namespace dit_test;
 
 TEST_CASE("dit-bench runs serial and parallel layouts and reports JSON", "[tools][bench]") {
   Scratch s;
   RunResult r = run(bin("dit-bench") + " --preset tiny --cache " + s.path() +
-                    " --steps 2 --warmup 1 --gemm 64,64,64 --gemm-runs 1 --dtype f32,bf16 --layouts serial,cfg2,u2,r2");
+                    " --steps 2 --warmup 1 --gemm 64,64,64 --gemm-runs 1 --dtype " + compute_type_list() +
+                    " --layouts serial,cfg2,u2,r2");
   INFO(r.err);
   REQUIRE(r.code == 0);
   const auto doc = nlohmann::json::parse(r.out);
-  REQUIRE(doc["runs"].size() == 8);
+  REQUIRE(doc["runs"].size() == 4 * compute_types().size());
   for (const auto& run : doc["runs"]) {
     INFO(run.dump());
     CHECK_FALSE(run.contains("error"));
@@ -47,6 +49,15 @@ TEST_CASE("dit-bench runs serial and parallel layouts and reports JSON", "[tools
   }
   // The preset model is created once and reused.
   CHECK(std::filesystem::exists(s.file("tiny/model_index.json")));
+}
+
+TEST_CASE("dit-bench: --dtype bf16 where the CPU has no bf16 is one clear line", "[tools][bench]") {
+  if (dit::compute_supported(dit::DType::BF16)) return;  // measured by the test above
+  RunResult r = run(bin("dit-bench") + " --preset tiny --layouts serial --dtype f32,bf16");
+  CHECK(r.code != 0);
+  CHECK(count_lines(r.err) == 1);
+  CHECK_THAT(r.err, Catch::StartsWith("dit-bench: error: --dtype: bf16 compute is not available on this CPU"));
+  CHECK(r.out.empty());
 }
 
 TEST_CASE("dit-bench rejects a bad layout", "[tools][bench]") {

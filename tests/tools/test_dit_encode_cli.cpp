@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tests/compute_types.h"
 #include "cli_util.h"
 #include "runtime/npy.h"
 #include "runtime/safetensors.h"
@@ -73,7 +74,7 @@ TEST_CASE("dit-encode writes the reference's hidden states and mask", "[cli][t5]
     const Golden g = golden(model);
     const int64_t d = g.hidden.dim(2);
     for (int b = 0; b < 3; ++b)
-      for (const std::string dtype : {"f32", "bf16"}) {
+      for (const std::string& dtype : compute_type_names()) {
         const std::string out = s.file(model + std::to_string(b) + dtype + ".npy");
         RunResult r = run(encode_cmd(model, "-p " + q(g.prompts[size_t(b)]) + " --max-length 16 --dtype " + dtype +
                                                 " -t 1 -o " + out));

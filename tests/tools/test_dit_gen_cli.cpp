@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "runtime/engine.h"
 #include "cli_util.h"
 #include "runtime/npy.h"
 #include "runtime/png.h"
@@ -73,6 +74,9 @@ TEST_CASE("dit-gen: bad input gives a one-line error, a non-zero exit and no out
   expect_failure(kTiny + " -p 1 -W 17" + o, "multiples of", png);
   expect_failure(kTiny + " -p 1 --sampler lms" + o, "lms", png);
   expect_failure(kTiny + " -p 1 --dtype f16" + o, "dtype", png);
+  // bf16 where oneDNN cannot compute it (AVX2-only CPUs): refused before anything starts.
+  if (!dit::compute_supported(dit::DType::BF16))
+    expect_failure(kTiny + " -p 1 --dtype bf16 --cfg-parallel" + o, "--dtype: bf16 compute is not available", png);
   expect_failure(kTiny + " -p 1 -o " + s.file("no/such/dir/x.png"), "does not exist", s.file("no/such/dir/x.png"));
 
   // A checkpoint with a tensor missing, and a truncated one.

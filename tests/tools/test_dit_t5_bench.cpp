@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "tests/compute_types.h"
 #include "cli_util.h"
 
 using namespace dit_test;
@@ -9,13 +10,13 @@ using namespace dit_test;
 TEST_CASE("dit-t5-bench: tiny preset, FLOP count against a hand count, memory figures", "[cli][t5][bench]") {
   Scratch s;
   RunResult r = run(bin("dit-t5-bench") + " --preset tiny --cache " + s.path() +
-                    " --tokens 16,5 --batch 1,2 --dtype f32,bf16 --runs 1 --warmup 0 --gemm-runs 1 -t 1");
+                    " --tokens 16,5 --batch 1,2 --dtype " + compute_type_list() + " --runs 1 --warmup 0 --gemm-runs 1 -t 1");
   INFO(r.err);
   REQUIRE(r.code == 0);
   const nlohmann::json j = nlohmann::json::parse(r.out);
   CHECK(j["tool"] == "dit-t5-bench");
   CHECK(j["config"]["d_model"] == 48);
-  REQUIRE(j["runs"].size() == 8);
+  REQUIRE(j["runs"].size() == 4 * compute_types().size());
   // Tiny T5: d_model 48, 4 heads x 8 (inner 32), d_ff 120, 2 layers. Per layer and token:
   // q, k, v 3·2·48·32 = 9216, o 2·32·48 = 3072, wi_0 + wi_1 2·2·48·120 = 23040, wo 2·120·48 = 11520:
   // 46848 FLOP;
@@ -29,7 +30,7 @@ TEST_CASE("dit-t5-bench: tiny preset, FLOP count against a hand count, memory fi
     CHECK(run["ratio_to_gemm"].get<double>() > 0);
     CHECK(run["gemm_mkn"] == std::to_string(int(B * L)) + ",48,120");
   }
-  REQUIRE(j["memory"].size() == 2);
+  REQUIRE(j["memory"].size() == compute_types().size());  // one per compute type
   for (const auto& m : j["memory"]) {
     CHECK(m["dropped_bytes"].get<double>() > 100000);  // the mapped safetensors files
     CHECK(m["after_drop_resident_pages"]["rss_mb"].get<double>() <= m["after_encoding"]["rss_mb"].get<double>());

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "models/model_index.h"
+#include "runtime/engine.h"
 #include "runtime/error.h"
 #include "runtime/printable.h"
 #include "runtime/progress.h"
@@ -53,7 +54,7 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
   app.add_option("--save-noise-pred", o.save_noise_pred,
                  "also write the first step's guided noise prediction as .npy (to compare layouts)");
   app.add_flag("--no-decode", o.no_decode, "skip the VAE decode and the PNG");
-  app.add_option("--dtype", o.dtype, "matmul compute type: f32|bf16")->capture_default_str();
+  app.add_option("--dtype", o.dtype, "matmul compute type: f32|bf16 (bf16 needs an AVX-512 CPU)")->capture_default_str();
   app.add_option_function<int>(
       "-t,--threads", [&o](const int& v) { o.threads = v > 0 ? v : -1; },  // -1: given but not positive
       "threads per rank, 1..4096 (default: cores / local ranks)");
@@ -143,7 +144,7 @@ uint64_t parse_seed(const std::string& v, const char* what) {
 
 void validate(const GenOptions& o) {
   parse_progress_mode(o.progress);
-  parse_dtype(o.dtype);
+  parse_compute_type("--dtype", o.dtype);
   DIT_CHECK(o.ulysses >= 1 && o.ring >= 1 && o.ulysses <= 1024 && o.ring <= 1024,
             "--ulysses and --ring must be in 1..1024");
   DIT_CHECK(o.threads >= 0 && o.threads <= 4096, "-t/--threads must be in 1..4096");
