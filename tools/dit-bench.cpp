@@ -8,9 +8,15 @@
 //   dit-bench --model /models/DiT-XL-2-256 --layouts serial-all
 //
 // Every (size, dtype, layout) runs in fresh processes started with the project's launcher
-// (parallel/launcher.h): `world` ranks, each with --threads threads (default 1) and pinned
-// to core (local_rank % cores), so the speedups of one invocation are ratios on the same
-// machine state. `serial-all` is one rank, unpinned, with all cores' threads.
+// (parallel/launcher.h): `world` ranks, each with --threads threads (default 1), local rank r
+// pinned to its own cores r*threads .. r*threads+threads-1 of the allowed set
+// (parallel/placement.h; --no-pin to compare), so the speedups of one invocation are ratios
+// on the same machine state. `serial-all` is one rank, unpinned, with all cores' threads.
+//
+// Several machines (tools/netbench.sh simulates them in network namespaces): the same
+// command on each with --rendezvous redis://HOST:PORT/RUN --nnodes N --node-rank K; each
+// layout's ranks are shared out evenly over the machines, `serial` runs on machine 0 alone,
+// and machine 0's JSON has the step times.
 //
 // Per run: step time (median of --steps after --warmup untimed steps), model FLOPs per step
 // (matmuls and attention, the whole model), achieved GFLOP/s, a oneDNN f32/bf16 GEMM
@@ -41,6 +47,8 @@
 #include "parallel/distributed_context.h"
 #include "parallel/launcher.h"
 #include "parallel/mesh.h"
+#include "parallel/placement.h"
+#include "parallel/rendezvous.h"
 #include "runtime/engine.h"
 #include "runtime/gemm_probe.h"
 #include "runtime/error.h"
@@ -59,6 +67,10 @@ struct Opts {
   std::string model, preset, cache_dir, layouts = "serial", sizes, dtypes = "f32", output;
   int64_t sp_min_tokens = 0;
   int layers = 0, text_layers = 0, steps = 5, warmup = 1, threads = 1, gemm_runs = 5;
+  bool no_pin = false;
+  // several machines (or simulated ones, tools/netbench.sh): every machine runs the driver
+  std::string rendezvous;
+  int nnodes = 1, node_rank = 0;
   double guidance = 4.0;
   std::string gemm = "1024,1152,4608";
   // worker
@@ -117,16 +129,6 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
-std::vector<int> allowed_cpus() {
-  cpu_set_t set;
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0)
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  if (cpus.empty()) cpus.push_back(0);
-  return cpus;
-}
-
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -169,13 +171,14 @@ int run_worker(const Opts& o) {
   try {
     const std::vector<int> cpus = allowed_cpus();
     int threads = env.threads > 0 ? env.threads : o.threads;
+    // Local rank r on its own `threads` cores (parallel/placement.h), before any thread starts.
+    Placement place;
+    place.cpus = cpus;
     if (lay.all_cores) {
       threads = o.threads > 1 ? o.threads : int(cpus.size());
-    } else {
-      cpu_set_t set;
-      CPU_ZERO(&set);
-      CPU_SET(cpus[size_t(env.local_rank) % cpus.size()], &set);
-      DIT_CHECK(sched_setaffinity(0, sizeof(set), &set) == 0, "sched_setaffinity failed");
+    } else if (!o.no_pin) {
+      place = rank_cores(cpus, env.local_rank, env.local_world, threads);
+      pin_to_cpus(place.cpus);
     }
     set_num_threads(threads);
 
@@ -237,7 +240,9 @@ int run_worker(const Opts& o) {
     r["rank"] = env.rank;
     r["local_rank"] = env.local_rank;
     r["threads"] = num_threads();
-    if (!lay.all_cores) r["cpu"] = cpus[size_t(env.local_rank) % cpus.size()];
+    r["cpus"] = place.cpus;
+    r["pinned"] = place.pinned;
+    r["oversubscribed"] = place.oversubscribed;
     r["step_seconds"] = step_s;
     r["step_median_s"] = median(step_s);
     r["gemm_f32_gflops"] = g32;
@@ -358,7 +363,11 @@ int run_driver(const Opts& o, const char* argv0) {
   for (auto& s : split_list(o.sizes)) sizes.push_back(std::stoi(s));
   if (sizes.empty()) sizes.push_back(0);  // the model's default
   const std::vector<std::string> layouts = split_list(o.layouts), dtypes = split_list(o.dtypes);
-  for (auto& l : layouts) parse_layout(l);  // fail early
+  for (auto& l : layouts) {  // fail early
+    const int w = parse_layout(l).deg.world();
+    DIT_CHECK(w == 1 || w % o.nnodes == 0, "layout '" << l << "' has " << w << " ranks, which --nnodes " << o.nnodes
+                                                      << " machines cannot share evenly");
+  }
   for (auto& d : dtypes) parse_dtype(d);
 
   const fs::path tmp = fs::temp_directory_path() / ("dit-bench-" + std::to_string(getpid()));
@@ -372,6 +381,12 @@ int run_driver(const Opts& o, const char* argv0) {
                          {"head_dim", tcfg.get_int("attention_head_dim", 72)},
                          {"patch", tcfg.get_int("patch_size", 2)}};
   doc["cpus"] = allowed_cpus().size();
+  doc["pinning"] = o.no_pin ? "none (--no-pin)" : "local rank r on allowed cores r*threads .. r*threads+threads-1";
+  if (o.nnodes > 1) {
+    doc["nnodes"] = o.nnodes;
+    doc["node_rank"] = o.node_rank;
+    doc["rendezvous"] = o.rendezvous;
+  }
   doc["steps"] = o.steps;
   doc["warmup"] = o.warmup;
   doc["threads_per_rank"] = o.threads;
@@ -388,6 +403,14 @@ int run_driver(const Opts& o, const char* argv0) {
       for (const std::string& lname : layouts) {
         const Layout lay = parse_layout(lname);
         const int world = lay.deg.world();
+        // Several machines: a layout's ranks are shared out evenly, ranks K*nproc.. on machine
+        // K; a one-rank layout (the single-machine baseline) runs on machine 0 alone.
+        const int nproc = world == 1 ? 1 : world / o.nnodes;
+        const int first_rank = world == 1 ? 0 : o.node_rank * nproc;
+        if (world == 1 && o.node_rank != 0) continue;
+        std::string rendezvous;
+        if (o.nnodes > 1 && world > 1)
+          rendezvous = o.rendezvous + "-" + lname + "-" + dtype + "-" + std::to_string(size);
         const fs::path rdir = tmp / (lname + "-" + dtype + "-" + std::to_string(size));
         fs::create_directories(rdir);
         std::vector<std::string> args = {argv0,          "--worker",  "--model",     model,
@@ -399,6 +422,7 @@ int run_driver(const Opts& o, const char* argv0) {
                                          "--gemm-runs",  std::to_string(o.gemm_runs), "--result-dir",
                                          rdir.string(),  "--qkv",     o.qkv,
                                          "--sp-min-tokens", std::to_string(o.sp_min_tokens)};
+        if (o.no_pin) args.push_back("--no-pin");
         std::vector<char*> av;
         for (auto& a : args) av.push_back(a.data());
         av.push_back(nullptr);
@@ -409,7 +433,7 @@ int run_driver(const Opts& o, const char* argv0) {
         lo.program = "dit-bench";
         std::fprintf(stderr, "dit-bench: %s, %s, size %s, %d rank(s)...\n", lname.c_str(), dtype.c_str(),
                      size > 0 ? std::to_string(size).c_str() : "default", world);
-        const int rc = launch_local_workers(int(args.size()), av.data(), world, 0, world, "", lo);
+        const int rc = launch_local_workers(int(args.size()), av.data(), nproc, first_rank, world, rendezvous, lo);
         json run;
         run["layout"] = lname;
         run["ranks"] = world;
@@ -421,7 +445,7 @@ int run_driver(const Opts& o, const char* argv0) {
           continue;
         }
         std::vector<json> ranks;
-        for (int r = 0; r < world; ++r) ranks.push_back(read_json((rdir / ("rank" + std::to_string(r) + ".json")).string()));
+        for (int r = first_rank; r < first_rank + nproc; ++r) ranks.push_back(read_json((rdir / ("rank" + std::to_string(r) + ".json")).string()));
         const json& r0 = ranks[0];
         const double step = r0["step_median_s"].get<double>();
         const json& F = r0["flops"];
@@ -431,6 +455,9 @@ int run_driver(const Opts& o, const char* argv0) {
         const double gemm = r0[dtype == "bf16" ? "gemm_bf16_gflops" : "gemm_f32_gflops"].get<double>();
         const int rank_threads = r0["threads"].get<int>();
         run["threads_per_rank"] = rank_threads;
+        run["pinned"] = r0["pinned"];
+        run["oversubscribed"] = r0["oversubscribed"];  // local ranks x threads > cores: core sets overlap
+        if (o.nnodes > 1) run["ranks_here"] = nproc;
         run["size"] = r0["size"];
         run["tokens"] = r0["tokens"];
         run["step_s"] = step;
@@ -471,7 +498,7 @@ int run_driver(const Opts& o, const char* argv0) {
         if (world > 1) {  // each rank's own view: who waits for whom
           json per = json::array();
           for (const json& r : ranks)
-            per.push_back({{"rank", r["rank"]}, {"cpu", r.contains("cpu") ? r["cpu"] : json()},
+            per.push_back({{"rank", r["rank"]}, {"cpus", r["cpus"]},
                            {"step_s", r["step_median_s"]}, {"gemm_f32_gflops", r["gemm_f32_gflops"]},
                            {"breakdown_s", r["breakdown_s"]}});
           run["per_rank"] = per;
@@ -535,7 +562,19 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--steps", o.steps, "timed denoising steps (median reported)")->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str();
-  app.add_option("-t,--threads", o.threads, "threads per rank (serial-all: all cores unless > 1)")->capture_default_str();
+  app.add_option("-t,--threads", o.threads,
+                 "threads per rank; local rank r runs on allowed cores r*threads .. r*threads+threads-1 (wrapping, "
+                 "and \"oversubscribed\" in the JSON, when ranks x threads > cores; serial-all: all cores unless > 1)")
+      ->capture_default_str();
+  app.add_flag("--no-pin", o.no_pin, "leave the ranks' CPU affinity alone (compare with the default placement)");
+  const char* mn = "Several machines (tools/netbench.sh): run the same command on each";
+  app.add_option("--rendezvous", o.rendezvous, "redis://HOST:PORT/RUN (or file:DIR) all machines reach")->group(mn);
+  app.add_option("--nnodes", o.nnodes, "machines; each layout's ranks are shared out evenly (serial: machine 0)")
+      ->capture_default_str()
+      ->group(mn);
+  app.add_option("--node-rank", o.node_rank, "index of this machine (0 reports the step times)")
+      ->capture_default_str()
+      ->group(mn);
   app.add_option("--guidance", o.guidance, "guidance scale (> 1: CFG, batch 2)")->capture_default_str();
   app.add_option("--gemm", o.gemm, "M,K,N of the reference oneDNN GEMM")->capture_default_str();
   app.add_option("--gemm-runs", o.gemm_runs, "timed runs of the reference GEMM")->capture_default_str();
@@ -553,6 +592,10 @@ int main(int argc, char** argv) {
   if (auto rc = dit::parse_args(app, argc, argv, "dit-bench")) return *rc;
   try {
     DIT_CHECK(o.steps >= 1 && o.warmup >= 0 && o.threads >= 1, "--steps >= 1, --warmup >= 0, --threads >= 1");
+    DIT_CHECK(o.nnodes >= 1 && o.node_rank >= 0 && o.node_rank < o.nnodes,
+              "--node-rank " << o.node_rank << " is not in 0.." << o.nnodes - 1 << " (--nnodes " << o.nnodes << ")");
+    DIT_CHECK(o.nnodes == 1 || !o.rendezvous.empty(), "--nnodes " << o.nnodes << " needs --rendezvous redis://HOST:PORT/RUN");
+    if (!o.rendezvous.empty()) parse_rendezvous(o.rendezvous);
     if (o.worker) {
       o.dtype = o.dtypes;
       o.size = o.sizes.empty() ? 0 : std::stoi(o.sizes);
