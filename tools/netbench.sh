@@ -17,7 +17,8 @@ usage() {
 usage: tools/netbench.sh [options]
   --preset NAME     dit-bench preset (tiny, small, demo, xl, ...)       [tiny]
   --layers N        override the preset's depth                        [preset's]
-  --size PIXELS     image sizes, comma-separated (DiT/2: tokens = (size/16)^2)  [256]
+  --size PIXELS     image sizes, comma-separated (DiT/2: tokens = (size/16)^2: 256 -> 256,
+                    512 -> 1024, 1024 -> 4096)                       [the model's]
   --nodes N         simulated machines                                  [2]
   --rate RATE       link rate of every node, tc syntax (10gbit, 25gbit)  [25gbit]
   --delay TIME      one-way delay per link, tc syntax (e.g. 50us, 100us) [80us]
@@ -36,7 +37,7 @@ EOF
 
 die() { echo "netbench: error: $*" >&2; exit 2; }
 
-preset=tiny layers=0 sizes=256 nodes=2 rate=25gbit delay=80us layouts=cfg2,u2,r2,u2r2,tp2
+preset=tiny layers=0 sizes="" nodes=2 rate=25gbit delay=80us layouts=cfg2,u2,r2,u2r2,tp2
 steps=3 warmup=1 threads=0 bin=build/bin cache="" keep=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -156,7 +157,8 @@ redis-cli -h "$net.254" -p "$port" ping > /dev/null 2>&1 || die "redis-server on
 
 # ------------------------------------------------------------------ the model, once
 [ -n "$cache" ] || cache=${DIT_BENCH_CACHE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/dit-gen/bench}
-model="$cache/$preset$([ "$layers" -gt 0 ] && echo "-L$layers")"
+model="$cache/$preset"
+[ "$layers" -gt 0 ] && model+="-L$layers"
 if [ ! -f "$model/model_index.json" ]; then
   mkdir -p "$cache"
   echo "netbench: creating the $preset preset model in $model" >&2
@@ -167,13 +169,15 @@ if [ ! -f "$model/model_index.json" ]; then
 fi
 
 # ------------------------------------------------------------------ run every node
-echo "netbench: $nodes nodes ($cores_note), links $rate$([ "$delay_applied" = true ] && echo ", $delay"), redis $net.254:$port" >&2
+link="$rate"
+[ "$delay_applied" = true ] && link+=", $delay"
+echo "netbench: $nodes nodes ($cores_note), links $link, redis $net.254:$port" >&2
 for ((k = 0; k < nodes; k++)); do
   cores=$(node_cores "$k")
   t=$threads
   [ "$t" -gt 0 ] || t=$per   # one rank per node for cfg2/u2/r2/tp2; u2r2 puts 2 on a node
   setsid ip netns exec "$tag-n$k" env DIT_ADDR="$net.$((k + 1))" taskset -c "$cores" \
-    "$bin/dit-bench" --model "$model" --size "$sizes" --layouts "serial,$layouts" --steps "$steps" \
+    "$bin/dit-bench" --model "$model" ${sizes:+--size "$sizes"} --layouts "serial,$layouts" --steps "$steps" \
     --warmup "$warmup" --threads "$t" --nnodes "$nodes" --node-rank "$k" \
     --rendezvous "redis://$net.254:$port/$tag" > "$work/node$k.json" 2> "$work/node$k.log" &
   pids+=($!)
