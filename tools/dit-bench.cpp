@@ -416,8 +416,15 @@ int run_driver(const Opts& o, const char* argv0) {
         const int first_rank = world == 1 ? 0 : o.node_rank * nproc;
         if (world == 1 && o.node_rank != 0) continue;
         std::string rendezvous;
-        if (o.nnodes > 1 && world > 1)
-          rendezvous = o.rendezvous + "-" + lname + "-" + dtype + "-" + std::to_string(size);
+        if (o.nnodes > 1 && world > 1) {  // a name of its own per run: redis run name, or file: subdirectory
+          const std::string name = lname + "-" + dtype + "-" + std::to_string(size);
+          if (parse_rendezvous(o.rendezvous).kind == RendezvousSpec::Kind::File) {
+            rendezvous = o.rendezvous + "/" + name;
+            fs::create_directories(rendezvous.substr(5));
+          } else {
+            rendezvous = o.rendezvous + "-" + name;
+          }
+        }
         const fs::path rdir = tmp / (lname + "-" + dtype + "-" + std::to_string(size));
         fs::create_directories(rdir);
         std::vector<std::string> args = {argv0,          "--worker",  "--model",     model,
