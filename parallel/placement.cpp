@@ -60,6 +60,10 @@ Placement place_rank(const LaunchEnv& env, int threads, bool pin) {
     keep.note = "the only rank on this machine";
     return keep;
   }
+  if (!env.local_known) {
+    keep.note = "local rank unknown (set DIT_LOCAL_RANK and DIT_LOCAL_WORLD_SIZE)";
+    return keep;
+  }
   if (int(allowed.size()) <= threads) {
     keep.note = "already bound to " + std::to_string(allowed.size()) + " core(s)";
     return keep;

@@ -39,8 +39,9 @@ std::vector<int> allowed_cpus();
 void pin_to_cpus(const std::vector<int>& cpus);
 
 // The placement of this rank: computed from env's local rank and local world size and
-// applied, unless `pin` is false, the process is not one of several local ranks, or its
-// allowed set is already at most `threads` cores (then `note` says why).
+// applied, unless `pin` is false, the process is not one of several local ranks, its local
+// rank and local world size were not given (env.local_known), or its allowed set is already
+// at most `threads` cores (then `note` says why).
 Placement place_rank(const LaunchEnv& env, int threads, bool pin);
 
 // "0-3,8,10-11"

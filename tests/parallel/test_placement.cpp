@@ -82,11 +82,15 @@ TEST_CASE("placement: place_rank pins a local rank in a thread, and --no-pin or 
   env.external = true;
   env.world = env.local_world = 2;
   env.local_rank = env.rank = 1;
+  env.local_known = true;
   // In a thread of its own, so this test process's affinity is untouched.
-  Placement pinned, nopin, lone;
+  Placement pinned, nopin, lone, unknown;
   std::vector<int> after;
   std::thread([&] {
     nopin = place_rank(env, 1, false);
+    LaunchEnv guessed = env;  // DIT_RANK without DIT_LOCAL_*: the local rank is a guess
+    guessed.local_known = false;
+    unknown = place_rank(guessed, 1, true);
     LaunchEnv single;
     lone = place_rank(single, 1, true);
     pinned = place_rank(env, 1, true);
@@ -95,6 +99,8 @@ TEST_CASE("placement: place_rank pins a local rank in a thread, and --no-pin or 
   CHECK_FALSE(nopin.pinned);
   CHECK(nopin.cpus == allowed);
   CHECK_FALSE(lone.pinned);
+  CHECK_FALSE(unknown.pinned);
+  CHECK_THAT(unknown.note, Catch::Contains("DIT_LOCAL_RANK"));
   if (allowed.size() >= 2) {
     REQUIRE(pinned.pinned);
     CHECK(pinned.cpus == std::vector<int>{allowed[1]});
