@@ -25,6 +25,7 @@
 // (runtime/profile.h), bytes sent per step, and per-rank peak RSS and PSS.
 #include <CLI/CLI.hpp>
 #include <sched.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -448,6 +449,11 @@ int run_driver(const Opts& o, const char* argv0) {
         std::fprintf(stderr, "dit-bench: %s, %s, size %s, %d rank(s)...\n", lname.c_str(), dtype.c_str(),
                      size > 0 ? std::to_string(size).c_str() : "default", world);
         const int rc = launch_local_workers(int(args.size()), av.data(), nproc, first_rank, world, rendezvous, lo);
+        if (rc == 128 + SIGINT || rc == 128 + SIGTERM || rc == 128 + SIGHUP) {  // Ctrl-C or kill: stop here
+          fs::remove_all(tmp);
+          std::fprintf(stderr, "dit-bench: interrupted during %s\n", lname.c_str());
+          return rc;
+        }
         json run;
         run["layout"] = lname;
         run["ranks"] = world;
