@@ -97,10 +97,13 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
       dst_md = memory::desc({B, M, N}, dt::f32, memory::dims{M * N, N, 1});
       gate_md = memory::desc({B, 1, N}, dt::f32, memory::dims{N, N, 1});
     } else {
-      src_md = memory::desc({B * M, K}, cdt, memory::dims{K, 1});
+      // manual_gate: one batch element per execution, so an item's result does not depend
+      // on what else is in the batch (micro-batches stay bit-identical, as with the gated form)
+      const int64_t R = m.manual_gate ? M : B * M;
+      src_md = memory::desc({R, K}, cdt, memory::dims{K, 1});
       wei_md = memory::desc({K, N}, cdt, memory::dims{1, K});
       bias_md = memory::desc({1, N}, dt::f32, memory::dims{N, 1});
-      dst_md = memory::desc({B * M, N}, dt::f32, memory::dims{ldy, 1});
+      dst_md = memory::desc({R, N}, dt::f32, memory::dims{ldy, 1});
       gate_md = memory::desc();
       if (spec.multiply) mul_md = memory::desc({B * M, N}, dt::f32, memory::dims{N, 1});
     }
@@ -126,7 +129,7 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
     }
     break;
     }
-    if (m.manual_gate) m.tmp = Tensor::empty({B * M, N});
+    if (m.manual_gate) m.tmp = Tensor::empty({M, N});
     m.impl_name = std::string(pd.impl_info_str()) + (m.manual_gate ? " (gate applied after the matmul)" : "");
     m.prim = dnnl::matmul(pd);
     m.src = memory(src_md, eng, nullptr);
@@ -188,21 +191,32 @@ void Linear::run(const float* x, float* y, const float* gate, const float* mul) 
     } else {
       m.src.set_data_handle(const_cast<float*>(x));
     }
-    m.dst.set_data_handle(m.manual_gate ? m.tmp.data() : y);
+    if (m.manual_gate) {  // per batch element b: tmp = act(x[b] W^T + bias); y[b] += gate[b] * tmp
+      const int64_t M = m.spec.rows, K = m.spec.in, N = m.spec.out;
+      float* t = m.tmp.f32();
+      m.dst.set_data_handle(t);
+      for (int64_t b = 0; b < m.spec.batch; ++b) {
+        if (m.w.compute == DType::BF16)
+          m.src.set_data_handle(static_cast<uint16_t*>(m.xb.data()) + b * M * K);
+        else
+          m.src.set_data_handle(const_cast<float*>(x) + b * M * K);
+        execute(m.prim, s, m.args);
+        s.wait();
+        const float* g = gate + b * N;
+        float* yb = y + b * M * N;
+        parallel_for(M, M * N >= (1 << 15), [&](int64_t r) {
+          const float* tr = t + r * N;
+          float* yr = yb + r * N;
+          for (int64_t n = 0; n < N; ++n) yr[n] += g[n] * tr[n];
+        });
+      }
+      return;
+    }
+    m.dst.set_data_handle(y);
     if (m.spec.gated_residual && !m.manual_gate) m.gate.set_data_handle(const_cast<float*>(gate));
     if (m.spec.multiply) m.mul.set_data_handle(const_cast<float*>(mul));
     execute(m.prim, s, m.args);
     s.wait();
-    if (m.manual_gate) {  // y[b, r, :] += gate[b, :] * tmp[b, r, :]
-      const int64_t M = m.spec.rows, N = m.spec.out;
-      const float* t = m.tmp.f32();
-      parallel_for(m.spec.batch * M, m.spec.batch * M * N >= (1 << 15), [&](int64_t row) {
-        const float* g = gate + (row / M) * N;
-        const float* tr = t + row * N;
-        float* yr = y + row * N;
-        for (int64_t n = 0; n < N; ++n) yr[n] += g[n] * tr[n];
-      });
-    }
   });
 }
 
