@@ -84,18 +84,22 @@ LaunchEnv detect_launch_env(const LaunchOptions& opts) {
     env.world = env_int("DIT_WORLD_SIZE", 1);
     env.local_rank = env_int("DIT_LOCAL_RANK", env.rank);
     env.local_world = env_int("DIT_LOCAL_WORLD_SIZE", env.world);
+    env.local_known = env_str("DIT_LOCAL_RANK") && env_str("DIT_LOCAL_WORLD_SIZE");
     env.source = "DIT_RANK";
   } else if (env_str("OMPI_COMM_WORLD_RANK") && env_str("OMPI_COMM_WORLD_SIZE")) {
     env.rank = env_int("OMPI_COMM_WORLD_RANK", 0);
     env.world = env_int("OMPI_COMM_WORLD_SIZE", 1);
     env.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", env.rank);
     env.local_world = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", env.world);
+    env.local_known = env_str("OMPI_COMM_WORLD_LOCAL_RANK") && env_str("OMPI_COMM_WORLD_LOCAL_SIZE");
     env.source = "OMPI_COMM_WORLD_RANK";
   } else if (env_str("SLURM_PROCID") && slurm_world_var()) {
     env.rank = env_int("SLURM_PROCID", 0);
     env.world = env_int(slurm_world_var(), 1);
     env.local_rank = env_int("SLURM_LOCALID", env.rank);
     env.local_world = slurm_tasks_on_this_node(env.world);
+    env.local_known = env_str("SLURM_LOCALID") &&
+                      (env_str("SLURM_STEP_TASKS_PER_NODE") || env_str("SLURM_TASKS_PER_NODE"));
     env.source = "SLURM_PROCID";
   } else {
     return env;  // a single process; maybe_launch decides whether to start workers

@@ -44,6 +44,7 @@ namespace dit {
 struct LaunchEnv {
   int rank = 0, world = 1;
   int local_rank = 0, local_world = 1;  // on this machine
+  bool local_known = false;             // both came from the environment (else guessed: rank, world)
   std::string rendezvous;               // "file:DIR" or "redis://HOST:PORT[/RUN]"; empty if world == 1
   bool external = false;                // this process was started as a rank (by us or mpirun/srun/...)
   int threads = 0;                      // DIT_THREADS (0: not set)

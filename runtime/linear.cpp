@@ -5,6 +5,7 @@
 
 #include "runtime/engine.h"
 #include "runtime/error.h"
+#include "runtime/parallel_for.h"
 #include "runtime/profile.h"
 
 namespace dit {
@@ -51,6 +52,10 @@ struct Linear::Impl {
   Tensor xb;
   std::unordered_map<int, memory> cvt_args;
   std::string impl_name;
+  // gated_residual where oneDNN has only its reference matmul for the batched, gated form
+  // (oneDNN 2.6 without AVX-512): a plain matmul into `tmp`, then y += gate * tmp here.
+  bool manual_gate = false;
+  Tensor tmp;
 };
 
 Linear::Linear() = default;
@@ -81,37 +86,52 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
   dnnl_call(m.what.c_str(), [&] {
     auto& eng = Engine::get().engine;
     memory::desc src_md, wei_md, bias_md, dst_md, gate_md, mul_md;
-    if (spec.gated_residual) {
+    const bool has_bias = w.bias.defined();
+    dnnl::primitive_attr attr;
+    dnnl::matmul::primitive_desc pd;
+    for (;;) {  // at most twice: the gated form, then (manual_gate) the plain one
+    const bool gated = spec.gated_residual && !m.manual_gate;
+    if (gated) {
       src_md = memory::desc({B, M, K}, cdt, memory::dims{M * K, K, 1});
       wei_md = memory::desc({1, K, N}, cdt, memory::dims{K * N, 1, K});
       bias_md = memory::desc({1, 1, N}, dt::f32, memory::dims{N, N, 1});
       dst_md = memory::desc({B, M, N}, dt::f32, memory::dims{M * N, N, 1});
       gate_md = memory::desc({B, 1, N}, dt::f32, memory::dims{N, N, 1});
     } else {
-      src_md = memory::desc({B * M, K}, cdt, memory::dims{K, 1});
+      // manual_gate: one batch element per execution, so an item's result does not depend
+      // on what else is in the batch (micro-batches stay bit-identical, as with the gated form)
+      const int64_t R = m.manual_gate ? M : B * M;
+      src_md = memory::desc({R, K}, cdt, memory::dims{K, 1});
       wei_md = memory::desc({K, N}, cdt, memory::dims{1, K});
       bias_md = memory::desc({1, N}, dt::f32, memory::dims{N, 1});
-      dst_md = memory::desc({B * M, N}, dt::f32, memory::dims{ldy, 1});
+      dst_md = memory::desc({R, N}, dt::f32, memory::dims{ldy, 1});
+      gate_md = memory::desc();
       if (spec.multiply) mul_md = memory::desc({B * M, N}, dt::f32, memory::dims{N, 1});
     }
     dnnl::post_ops po;
     if (spec.act == Act::GeluTanh) po.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_tanh, 0.f, 0.f);
     if (spec.act == Act::Silu) po.append_eltwise(1.f, dnnl::algorithm::eltwise_swish, 1.f, 0.f);
-    if (spec.gated_residual) {
+    if (gated) {
       po.append_binary(dnnl::algorithm::binary_mul, gate_md);
       po.append_sum(1.f);
     }
     if (spec.accumulate) po.append_sum(1.f);
     if (spec.multiply) po.append_binary(dnnl::algorithm::binary_mul, mul_md);
-    dnnl::primitive_attr attr;
+    attr = dnnl::primitive_attr();
     attr.set_post_ops(po);
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    const bool has_bias = w.bias.defined();
     const memory::desc wei_any = spec.pack_weights ? memory::desc(wei_md.dims(), cdt, memory::format_tag::any) : wei_md;
     auto d = has_bias ? dnnl::matmul::desc(src_md, wei_any, bias_md, dst_md)
                       : dnnl::matmul::desc(src_md, wei_any, dst_md);
-    dnnl::matmul::primitive_desc pd(d, attr, eng);
-    m.impl_name = pd.impl_info_str();
+    pd = dnnl::matmul::primitive_desc(d, attr, eng);
+    if (gated && std::string(pd.impl_info_str()).rfind("ref", 0) == 0) {
+      m.manual_gate = true;  // the reference matmul is ~100x slower than a jit GEMM
+      continue;
+    }
+    break;
+    }
+    if (m.manual_gate) m.tmp = Tensor::empty({M, N});
+    m.impl_name = std::string(pd.impl_info_str()) + (m.manual_gate ? " (gate applied after the matmul)" : "");
     m.prim = dnnl::matmul(pd);
     m.src = memory(src_md, eng, nullptr);
     memory user_wei(wei_md, eng, const_cast<void*>(w.weight.data()));
@@ -131,7 +151,7 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
       m.bias = memory(bias_md, eng, const_cast<float*>(w.bias.f32()));
       m.args[DNNL_ARG_BIAS] = m.bias;
     }
-    if (spec.gated_residual) {
+    if (spec.gated_residual && !m.manual_gate) {
       m.gate = memory(gate_md, eng, nullptr);
       m.args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(spec.act != Act::None ? 1 : 0) | DNNL_ARG_SRC_1] = m.gate;
     }
@@ -172,8 +192,29 @@ void Linear::run(const float* x, float* y, const float* gate, const float* mul) 
     } else {
       m.src.set_data_handle(const_cast<float*>(x));
     }
+    if (m.manual_gate) {  // per batch element b: tmp = act(x[b] W^T + bias); y[b] += gate[b] * tmp
+      const int64_t M = m.spec.rows, K = m.spec.in, N = m.spec.out;
+      float* t = m.tmp.f32();
+      m.dst.set_data_handle(t);
+      for (int64_t b = 0; b < m.spec.batch; ++b) {
+        if (m.w.compute == DType::BF16)
+          m.src.set_data_handle(static_cast<uint16_t*>(m.xb.data()) + b * M * K);
+        else
+          m.src.set_data_handle(const_cast<float*>(x) + b * M * K);
+        execute(m.prim, s, m.args);
+        s.wait();
+        const float* g = gate + b * N;
+        float* yb = y + b * M * N;
+        parallel_for(M, M * N >= (1 << 15), [&](int64_t r) {
+          const float* tr = t + r * N;
+          float* yr = yb + r * N;
+          for (int64_t n = 0; n < N; ++n) yr[n] += g[n] * tr[n];
+        });
+      }
+      return;
+    }
     m.dst.set_data_handle(y);
-    if (m.spec.gated_residual) m.gate.set_data_handle(const_cast<float*>(gate));
+    if (m.spec.gated_residual && !m.manual_gate) m.gate.set_data_handle(const_cast<float*>(gate));
     if (m.spec.multiply) m.mul.set_data_handle(const_cast<float*>(mul));
     execute(m.prim, s, m.args);
     s.wait();

@@ -8,9 +8,15 @@
 //   dit-bench --model /models/DiT-XL-2-256 --layouts serial-all
 //
 // Every (size, dtype, layout) runs in fresh processes started with the project's launcher
-// (parallel/launcher.h): `world` ranks, each with --threads threads (default 1) and pinned
-// to core (local_rank % cores), so the speedups of one invocation are ratios on the same
-// machine state. `serial-all` is one rank, unpinned, with all cores' threads.
+// (parallel/launcher.h): `world` ranks, each with --threads threads (default 1), local rank r
+// pinned to its own cores r*threads .. r*threads+threads-1 of the allowed set
+// (parallel/placement.h; --no-pin to compare), so the speedups of one invocation are ratios
+// on the same machine state. `serial-all` is one rank, unpinned, with all cores' threads.
+//
+// Several machines (tools/netbench.sh simulates them in network namespaces): the same
+// command on each with --rendezvous redis://HOST:PORT/RUN --nnodes N --node-rank K; each
+// layout's ranks are shared out evenly over the machines, `serial` runs on machine 0 alone,
+// and machine 0's JSON has the step times.
 //
 // Per run: step time (median of --steps after --warmup untimed steps), model FLOPs per step
 // (matmuls and attention, the whole model), achieved GFLOP/s, a oneDNN f32/bf16 GEMM
@@ -19,7 +25,7 @@
 // (runtime/profile.h), bytes sent per step, and per-rank peak RSS and PSS.
 #include <CLI/CLI.hpp>
 #include <sched.h>
-#include <sys/resource.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,276 +36,28 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <random>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "models/dit_gen.h"
 #include "models/make_model.h"
-#include "parallel/distributed_context.h"
 #include "parallel/launcher.h"
 #include "parallel/mesh.h"
+#include "parallel/placement.h"
+#include "parallel/rendezvous.h"
 #include "runtime/engine.h"
-#include "runtime/gemm_probe.h"
 #include "runtime/error.h"
 #include "runtime/json_config.h"
-#include "runtime/profile.h"
 #include "runtime/tensor.h"
+#include "tools/bench/bench.h"
 #include "tools/parse_args.h"
 
 using namespace dit;
 using json = nlohmann::ordered_json;
+using namespace dit::bench;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct Opts {
-  std::string model, preset, cache_dir, layouts = "serial", sizes, dtypes = "f32", output;
-  int64_t sp_min_tokens = 0;
-  int layers = 0, text_layers = 0, steps = 5, warmup = 1, threads = 1, gemm_runs = 5;
-  double guidance = 4.0;
-  std::string gemm = "1024,1152,4608";
-  // worker
-  std::string qkv = "auto";
-  bool worker = false;
-  std::string layout, result_dir, dtype = "f32";
-  int size = 0;
-};
-
-struct Layout {
-  std::string name;
-  MeshDegrees deg;
-  bool all_cores = false;
-};
-
-Layout parse_layout(const std::string& s) {
-  Layout l;
-  l.name = s;
-  if (s == "serial") return l;
-  if (s == "serial-all") {
-    l.all_cores = true;
-    return l;
-  }
-  std::regex part("(cfg|tp|u|r)([0-9]+)");
-  std::string rest = s;
-  std::smatch m;
-  bool any = false;
-  while (!rest.empty()) {
-    DIT_CHECK(std::regex_search(rest, m, part) && m.position(0) == 0,
-              "layout '" << s << "': expected serial, serial-all or a combination of cfgN, uN, rN, tpN (e.g. cfg2u2, u2r2, tp2)");
-    const int n = std::stoi(m[2].str());
-    DIT_CHECK(n >= 1, "layout '" << s << "': degree must be >= 1");
-    if (m[1] == "cfg") {
-      DIT_CHECK(n <= 2, "layout '" << s << "': the CFG degree is 1 or 2");
-      l.deg[Axis::Cfg] = n;
-    } else if (m[1] == "tp") {
-      l.deg[Axis::Tp] = n;
-    } else if (m[1] == "u") {
-      l.deg[Axis::Ulysses] = n;
-    } else {
-      l.deg[Axis::Ring] = n;
-    }
-    any = true;
-    rest = m.suffix().str();
-  }
-  DIT_CHECK(any, "empty layout");
-  return l;
-}
-
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string x;
-  while (std::getline(ss, x, ','))
-    if (!x.empty()) out.push_back(x);
-  return out;
-}
-
-std::vector<int> allowed_cpus() {
-  cpu_set_t set;
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0)
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  if (cpus.empty()) cpus.push_back(0);
-  return cpus;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// Resident now (VmRSS): every page this process maps counts, shared or not — the memory
-// a rank would need on a machine of its own (peak_rss also counts load-time transients).
-double rss_mb() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // kB
-  return -1;
-}
-
-double pss_mb() {
-  std::ifstream f("/proc/self/smaps_rollup");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("Pss:", 0) == 0) return std::stod(line.substr(4)) / 1024.0;  // kB
-  return -1;
-}
-
-double maxrss_mb() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return double(ru.ru_maxrss) / 1024.0;  // kB on Linux
-}
-
-// ---------------------------------------------------------------------------------- worker
-int run_worker(const Opts& o) {
-  const Layout lay = parse_layout(o.layout);
-  LaunchOptions lo;
-  lo.world_size = lay.deg.world();
-  lo.threads = o.threads;
-  LaunchEnv env = detect_launch_env(lo);
-  std::shared_ptr<ProcessGroup> world;
-  try {
-    const std::vector<int> cpus = allowed_cpus();
-    int threads = env.threads > 0 ? env.threads : o.threads;
-    if (lay.all_cores) {
-      threads = o.threads > 1 ? o.threads : int(cpus.size());
-    } else {
-      cpu_set_t set;
-      CPU_ZERO(&set);
-      CPU_SET(cpus[size_t(env.local_rank) % cpus.size()], &set);
-      DIT_CHECK(sched_setaffinity(0, sizeof(set), &set) == 0, "sched_setaffinity failed");
-    }
-    set_num_threads(threads);
-
-    PipelineOptions po;
-    po.model_dir = o.model;
-    po.dtype = parse_dtype(o.dtype);
-    po.qkv = o.qkv == "fused" ? QkvProjection::Fused : o.qkv == "split" ? QkvProjection::Split : QkvProjection::Auto;
-    std::shared_ptr<DeviceMesh> mesh;
-    if (lay.deg.world() > 1) {
-      world = connect_world(env);
-      mesh = std::make_shared<DeviceMesh>(world, lay.deg);
-      DistributedOptions dopt;
-      if (o.sp_min_tokens > 0) dopt.sp_min_tokens = o.sp_min_tokens;
-      po.parallel = make_distributed_context(mesh, dopt);
-    }
-    auto pipe = Pipeline::load(po);
-
-    // GEMM throughput on these threads, all ranks at once (as they run the model).
-    std::vector<int64_t> mkn;
-    for (auto& x : split_list(o.gemm)) mkn.push_back(std::stoll(x));
-    DIT_CHECK(mkn.size() == 3, "--gemm needs M,K,N");
-    // Timed before and after the denoising loop (medians over both), so a change of machine
-    // load during the run shows in the reference too.
-    std::vector<double> g32s, g16s;
-    auto time_gemms = [&] {
-      if (world) world->barrier();
-      for (double g : GemmProbe(mkn[0], mkn[1], mkn[2], DType::F32).run(o.gemm_runs)) g32s.push_back(g);
-      if (compute_supported(DType::BF16))  // AVX-512 only (oneDNN 2.6)
-        for (double g : GemmProbe(mkn[0], mkn[1], mkn[2], DType::BF16).run(o.gemm_runs)) g16s.push_back(g);
-      if (world) world->barrier();
-    };
-    time_gemms();
-
-    Request req;
-    req.prompt = pipe->info().text_to_image ? "a red fox in the snow" : "1";  // "1": a class id every DiT has
-    req.seed = 42;
-    req.steps = o.warmup + o.steps;
-    req.guidance_scale = o.guidance;
-    req.decode = false;
-    const int size = o.size > 0 ? o.size : pipe->info().default_width;
-    req.width = req.height = size;
-    req.resolution_binning = !pipe->info().resolution_binning;  // the size asked for, not its aspect-ratio bin
-    std::vector<double> step_s;
-    profile::enable(true);
-    profile::reset();
-    const Result res = pipe->generate(req, [&](const StepInfo& si) {
-      if (si.step <= o.warmup) {
-        if (si.step == o.warmup) profile::reset();
-        return;
-      }
-      step_s.push_back(si.step_seconds);
-    });
-    const profile::Totals tot = profile::totals();
-    profile::enable(false);
-    time_gemms();
-    const double g32 = median(g32s);
-
-    // Per-rank result.
-    json r;
-    r["rank"] = env.rank;
-    r["local_rank"] = env.local_rank;
-    r["threads"] = num_threads();
-    if (!lay.all_cores) r["cpu"] = cpus[size_t(env.local_rank) % cpus.size()];
-    r["step_seconds"] = step_s;
-    r["step_median_s"] = median(step_s);
-    r["gemm_f32_gflops"] = g32;
-    r["gemm_bf16_gflops"] = g16s.empty() ? json() : json(median(g16s));  // null: no bf16 on this CPU
-    const double n = double(std::max<size_t>(1, step_s.size()));
-    json br;
-    double claimed = 0;
-    for (int c = 0; c < profile::kCats; ++c) {
-      br[profile::cat_name(profile::Cat(c))] = tot.seconds[c] / n;
-      claimed += tot.seconds[c] / n;
-    }
-    br["other"] = std::max(0.0, median(step_s) - claimed);  // sampler, unpatchify, guidance, loop
-    r["breakdown_s"] = br;
-    r["bytes_sent_per_step"] = double(tot.bytes_sent) / n;
-    r["peak_rss_mb"] = maxrss_mb();
-    r["pss_mb"] = pss_mb();
-    r["rss_mb"] = rss_mb();
-    const ModelInfo& info = pipe->info();
-    const int64_t m = info.size_multiple, tokens = int64_t(res.request.gen_height / m) * (res.request.gen_width / m);
-    r["tokens"] = tokens;
-    r["size"] = size;
-    const ModelFlops f = pipe->flops();  // the whole model, at this run's batch and tokens
-    r["flops"] = {{"linear", f.linear},
-                  {"attention", f.attention},
-                  {"cross_attention", f.cross_attention},
-                  {"conditioning", f.conditioning},
-                  {"per_request", f.per_request}};
-    r["model"] = {{"family", info.family}, {"layers", info.layers}, {"hidden", info.hidden}, {"heads", info.heads}};
-    // a checksum of the final latents, to compare dtypes and layouts
-    double sum = 0, sq = 0;
-    for (int64_t i = 0; i < res.latents.numel(); ++i) {
-      sum += res.latents.f32()[i];
-      sq += double(res.latents.f32()[i]) * res.latents.f32()[i];
-    }
-    r["latents_sum"] = sum;
-    r["latents_l2"] = std::sqrt(sq);
-    if (env.rank == 0 && !o.result_dir.empty()) {
-      // Final latents, for the driver's dtype comparison.
-      std::ofstream lf(o.result_dir + "/latents.f32", std::ios::binary);
-      lf.write(static_cast<const char*>(res.latents.data()), std::streamsize(res.latents.nbytes()));
-    }
-    if (world) world->barrier();  // every rank has measured its memory before any exits
-    if (!o.result_dir.empty()) {
-      std::ofstream out(o.result_dir + "/rank" + std::to_string(env.rank) + ".json");
-      out << r.dump() << "\n";
-      DIT_CHECK(out.good(), "cannot write the result to " << o.result_dir);
-    } else {
-      std::printf("%s\n", r.dump(1).c_str());
-    }
-    mesh.reset();
-    if (world) world->shutdown();
-    return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "dit-bench: error: %s\n", e.what());
-    if (world)
-      world->abort(e.what());
-    else if (env.world > 1)
-      report_rank_failure(env, e.what());
-    return 1;
-  }
-}
 
 // ---------------------------------------------------------------------------------- driver
 std::string default_cache_dir() {
@@ -359,7 +117,11 @@ int run_driver(const Opts& o, const char* argv0) {
   for (auto& s : split_list(o.sizes)) sizes.push_back(std::stoi(s));
   if (sizes.empty()) sizes.push_back(0);  // the model's default
   const std::vector<std::string> layouts = split_list(o.layouts), dtypes = split_list(o.dtypes);
-  for (auto& l : layouts) parse_layout(l);  // fail early
+  for (auto& l : layouts) {  // fail early
+    const int w = parse_layout(l).deg.world();
+    DIT_CHECK(w == 1 || w % o.nnodes == 0, "layout '" << l << "' has " << w << " ranks, which --nnodes " << o.nnodes
+                                                      << " machines cannot share evenly");
+  }
   for (auto& d : dtypes) parse_compute_type("--dtype", d);
 
   const fs::path tmp = fs::temp_directory_path() / ("dit-bench-" + std::to_string(getpid()));
@@ -373,6 +135,12 @@ int run_driver(const Opts& o, const char* argv0) {
                          {"head_dim", tcfg.get_int("attention_head_dim", 72)},
                          {"patch", tcfg.get_int("patch_size", 2)}};
   doc["cpus"] = allowed_cpus().size();
+  doc["pinning"] = o.no_pin ? "none (--no-pin)" : "local rank r on allowed cores r*threads .. r*threads+threads-1";
+  if (o.nnodes > 1) {
+    doc["nnodes"] = o.nnodes;
+    doc["node_rank"] = o.node_rank;
+    doc["rendezvous"] = o.rendezvous;
+  }
   doc["steps"] = o.steps;
   doc["warmup"] = o.warmup;
   doc["threads_per_rank"] = o.threads;
@@ -389,6 +157,21 @@ int run_driver(const Opts& o, const char* argv0) {
       for (const std::string& lname : layouts) {
         const Layout lay = parse_layout(lname);
         const int world = lay.deg.world();
+        // Several machines: a layout's ranks are shared out evenly, ranks K*nproc.. on machine
+        // K; a one-rank layout (the single-machine baseline) runs on machine 0 alone.
+        const int nproc = world == 1 ? 1 : world / o.nnodes;
+        const int first_rank = world == 1 ? 0 : o.node_rank * nproc;
+        if (world == 1 && o.node_rank != 0) continue;
+        std::string rendezvous;
+        if (o.nnodes > 1 && world > 1) {  // a name of its own per run: redis run name, or file: subdirectory
+          const std::string name = lname + "-" + dtype + "-" + std::to_string(size);
+          if (parse_rendezvous(o.rendezvous).kind == RendezvousSpec::Kind::File) {
+            rendezvous = o.rendezvous + "/" + name;
+            fs::create_directories(rendezvous.substr(5));
+          } else {
+            rendezvous = o.rendezvous + "-" + name;
+          }
+        }
         const fs::path rdir = tmp / (lname + "-" + dtype + "-" + std::to_string(size));
         fs::create_directories(rdir);
         std::vector<std::string> args = {argv0,          "--worker",  "--model",     model,
@@ -400,6 +183,7 @@ int run_driver(const Opts& o, const char* argv0) {
                                          "--gemm-runs",  std::to_string(o.gemm_runs), "--result-dir",
                                          rdir.string(),  "--qkv",     o.qkv,
                                          "--sp-min-tokens", std::to_string(o.sp_min_tokens)};
+        if (o.no_pin) args.push_back("--no-pin");
         std::vector<char*> av;
         for (auto& a : args) av.push_back(a.data());
         av.push_back(nullptr);
@@ -410,7 +194,12 @@ int run_driver(const Opts& o, const char* argv0) {
         lo.program = "dit-bench";
         std::fprintf(stderr, "dit-bench: %s, %s, size %s, %d rank(s)...\n", lname.c_str(), dtype.c_str(),
                      size > 0 ? std::to_string(size).c_str() : "default", world);
-        const int rc = launch_local_workers(int(args.size()), av.data(), world, 0, world, "", lo);
+        const int rc = launch_local_workers(int(args.size()), av.data(), nproc, first_rank, world, rendezvous, lo);
+        if (rc == 128 + SIGINT || rc == 128 + SIGTERM || rc == 128 + SIGHUP) {  // Ctrl-C or kill: stop here
+          fs::remove_all(tmp);
+          std::fprintf(stderr, "dit-bench: interrupted during %s\n", lname.c_str());
+          return rc;
+        }
         json run;
         run["layout"] = lname;
         run["ranks"] = world;
@@ -422,7 +211,7 @@ int run_driver(const Opts& o, const char* argv0) {
           continue;
         }
         std::vector<json> ranks;
-        for (int r = 0; r < world; ++r) ranks.push_back(read_json((rdir / ("rank" + std::to_string(r) + ".json")).string()));
+        for (int r = first_rank; r < first_rank + nproc; ++r) ranks.push_back(read_json((rdir / ("rank" + std::to_string(r) + ".json")).string()));
         const json& r0 = ranks[0];
         const double step = r0["step_median_s"].get<double>();
         const json& F = r0["flops"];
@@ -432,6 +221,9 @@ int run_driver(const Opts& o, const char* argv0) {
         const double gemm = r0[dtype == "bf16" ? "gemm_bf16_gflops" : "gemm_f32_gflops"].get<double>();
         const int rank_threads = r0["threads"].get<int>();
         run["threads_per_rank"] = rank_threads;
+        run["pinned"] = r0["pinned"];
+        run["oversubscribed"] = r0["oversubscribed"];  // local ranks x threads > cores: core sets overlap
+        if (o.nnodes > 1) run["ranks_here"] = nproc;
         run["size"] = r0["size"];
         run["tokens"] = r0["tokens"];
         run["step_s"] = step;
@@ -472,7 +264,7 @@ int run_driver(const Opts& o, const char* argv0) {
         if (world > 1) {  // each rank's own view: who waits for whom
           json per = json::array();
           for (const json& r : ranks)
-            per.push_back({{"rank", r["rank"]}, {"cpu", r.contains("cpu") ? r["cpu"] : json()},
+            per.push_back({{"rank", r["rank"]}, {"cpus", r["cpus"]},
                            {"step_s", r["step_median_s"]}, {"gemm_f32_gflops", r["gemm_f32_gflops"]},
                            {"breakdown_s", r["breakdown_s"]}});
           run["per_rank"] = per;
@@ -536,7 +328,19 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--steps", o.steps, "timed denoising steps (median reported)")->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str();
-  app.add_option("-t,--threads", o.threads, "threads per rank (serial-all: all cores unless > 1)")->capture_default_str();
+  app.add_option("-t,--threads", o.threads,
+                 "threads per rank; local rank r runs on allowed cores r*threads .. r*threads+threads-1 (wrapping, "
+                 "and \"oversubscribed\" in the JSON, when ranks x threads > cores; serial-all: all cores unless > 1)")
+      ->capture_default_str();
+  app.add_flag("--no-pin", o.no_pin, "leave the ranks' CPU affinity alone (compare with the default placement)");
+  const char* mn = "Several machines (tools/netbench.sh): run the same command on each";
+  app.add_option("--rendezvous", o.rendezvous, "redis://HOST:PORT/RUN (or file:DIR) all machines reach")->group(mn);
+  app.add_option("--nnodes", o.nnodes, "machines; each layout's ranks are shared out evenly (serial: machine 0)")
+      ->capture_default_str()
+      ->group(mn);
+  app.add_option("--node-rank", o.node_rank, "index of this machine (0 reports the step times)")
+      ->capture_default_str()
+      ->group(mn);
   app.add_option("--guidance", o.guidance, "guidance scale (> 1: CFG, batch 2)")->capture_default_str();
   app.add_option("--gemm", o.gemm, "M,K,N of the reference oneDNN GEMM")->capture_default_str();
   app.add_option("--gemm-runs", o.gemm_runs, "timed runs of the reference GEMM")->capture_default_str();
@@ -554,6 +358,10 @@ int main(int argc, char** argv) {
   if (auto rc = dit::parse_args(app, argc, argv, "dit-bench")) return *rc;
   try {
     DIT_CHECK(o.steps >= 1 && o.warmup >= 0 && o.threads >= 1, "--steps >= 1, --warmup >= 0, --threads >= 1");
+    DIT_CHECK(o.nnodes >= 1 && o.node_rank >= 0 && o.node_rank < o.nnodes,
+              "--node-rank " << o.node_rank << " is not in 0.." << o.nnodes - 1 << " (--nnodes " << o.nnodes << ")");
+    DIT_CHECK(o.nnodes == 1 || !o.rendezvous.empty(), "--nnodes " << o.nnodes << " needs --rendezvous redis://HOST:PORT/RUN");
+    if (!o.rendezvous.empty()) parse_rendezvous(o.rendezvous);
     if (o.worker) {
       o.dtype = o.dtypes;
       o.size = o.sizes.empty() ? 0 : std::stoi(o.sizes);

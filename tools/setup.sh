@@ -11,6 +11,7 @@ PKGS=(cmake g++ make pkg-config
       libcli11-dev                     # command line
       libsentencepiece-dev             # T5 tokenizer (SentencePiece)
       redis-server                     # multi-machine rendezvous (and its test)
+      iproute2 jq util-linux           # tools/netbench.sh: ip, tc, jq, taskset
       clang-14 libclang-rt-14-dev      # sanitizer build and libFuzzer harnesses (CI)
       libomp-14-dev llvm-14)           # clang's OpenMP; llvm-symbolizer for sanitizer stacks
 missing=()

@@ -65,3 +65,74 @@ TEST_CASE("dit-bench rejects a bad layout", "[tools][bench]") {
   CHECK(r.code != 0);
   CHECK_THAT(r.err, Catch::Contains("CFG degree"));
 }
+
+// Placement: local rank r on cores r*threads .. r*threads+threads-1 of the allowed set
+// (parallel/placement.h); --no-pin leaves the affinity alone.
+TEST_CASE("dit-bench pins each rank to its own cores, and --no-pin does not", "[tools][bench]") {
+  Scratch s;
+  const std::string base = bin("dit-bench") + " --preset tiny --cache " + s.path() +
+                           " --steps 1 --warmup 0 --gemm 64,64,64 --gemm-runs 1 --layouts cfg2";
+  RunResult r = run(base);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto doc = nlohmann::json::parse(r.out);
+  const auto& run0 = doc["runs"][0];
+  INFO(run0.dump());
+  const int cores = doc["cpus"].get<int>();
+  CHECK(run0["pinned"] == true);
+  CHECK(run0["oversubscribed"] == (cores < 2));
+  const auto& per = run0["per_rank"];
+  REQUIRE(per.size() == 2);
+  REQUIRE(per[0]["cpus"].size() == 1);
+  REQUIRE(per[1]["cpus"].size() == 1);
+  if (cores >= 2) CHECK(per[0]["cpus"][0] != per[1]["cpus"][0]);
+
+  RunResult n = run(base + " --no-pin");
+  INFO(n.err);
+  REQUIRE(n.code == 0);
+  const auto nd = nlohmann::json::parse(n.out);
+  CHECK(nd["runs"][0]["pinned"] == false);
+  CHECK(nd["runs"][0]["per_rank"][0]["cpus"].size() == size_t(cores));
+}
+
+// Several machines, simulated by two drivers on this one sharing a file: rendezvous.
+TEST_CASE("dit-bench runs a layout across two drivers (--nnodes 2)", "[tools][bench]") {
+  Scratch s;
+  std::filesystem::create_directories(s.file("rdzv"));
+  const std::string model_run = run(bin("dit-make-model") + " --preset tiny --out " + s.file("model")).err;
+  INFO(model_run);
+  const std::string base = "DIT_ADDR=127.0.0.1 " + bin("dit-bench") + " --model " + s.file("model") +
+                           " --steps 1 --warmup 0 --gemm 64,64,64 --gemm-runs 1 --layouts serial,cfg2,u2 --nnodes 2 "
+                           "--rendezvous file:" + s.file("rdzv");
+  const std::string cmd = "(" + base + " --node-rank 1 > " + s.file("n1.json") + " 2> " + s.file("n1.log") + " & " +
+                          base + " --node-rank 0; rc=$?; wait $! || rc=1; exit $rc)";
+  RunResult r = run(cmd);
+  INFO(r.err << "\nnode 1: " << slurp(s.file("n1.log")));
+  REQUIRE(r.code == 0);
+  const auto doc = nlohmann::json::parse(r.out);
+  REQUIRE(doc["runs"].size() == 3);
+  CHECK(doc["nnodes"] == 2);
+  for (const auto& run : doc["runs"]) {
+    INFO(run.dump());
+    CHECK_FALSE(run.contains("error"));
+    if (run["layout"] != "serial") {
+      CHECK(run["ranks_here"] == 1);
+      CHECK(run["latents_rel_diff_vs_serial"].get<double>() <= 1e-5);
+      CHECK(run.contains("speedup_vs_serial"));
+    }
+  }
+  const auto d1 = nlohmann::json::parse(slurp(s.file("n1.json")));
+  CHECK(d1["runs"].size() == 2);  // serial ran on machine 0 only
+}
+
+TEST_CASE("dit-bench rejects bad several-machine options", "[tools][bench]") {
+  RunResult a = run(bin("dit-bench") + " --preset tiny --nnodes 2 --layouts cfg2");
+  CHECK(a.code != 0);
+  CHECK_THAT(a.err, Catch::Contains("--rendezvous"));
+  RunResult b = run(bin("dit-bench") + " --preset tiny --nnodes 2 --rendezvous file:/tmp --layouts u3");
+  CHECK(b.code != 0);
+  CHECK_THAT(b.err, Catch::Contains("cannot share evenly"));
+  RunResult c = run(bin("dit-bench") + " --preset tiny --nnodes 2 --node-rank 2 --rendezvous file:/tmp");
+  CHECK(c.code != 0);
+  CHECK_THAT(c.err, Catch::Contains("--node-rank 2"));
+}

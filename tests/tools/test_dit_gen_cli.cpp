@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <sstream>
+#include <thread>
 
 #include "runtime/engine.h"
 #include "cli_util.h"
@@ -242,4 +243,21 @@ TEST_CASE("dit-gen: non-finite weights are reported, not written as a black imag
     dit::write_safetensors(st, all);
   }
   expect_failure("-m " + m + " -p 1 --steps 2 -o " + png, "not finite", png);
+}
+
+// Local ranks run on disjoint cores by default (parallel/placement.h); -v prints them.
+TEST_CASE("dit-gen pins local ranks to their own cores, -v says which, --no-pin opts out", "[cli]") {
+  const std::string args = kTiny + " -p 1 --steps 1 --no-decode --cfg-parallel -t 1 -v";
+  RunResult r = run(gen(args));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const unsigned cores = std::thread::hardware_concurrency();
+  CHECK(r.err.find("rank 0 (local 0 of 2): 1 thread on core ") != std::string::npos);
+  CHECK(r.err.find("rank 1 (local 1 of 2): 1 thread on core ") != std::string::npos);
+  if (cores >= 2) CHECK(r.err.find("(pinned)") != std::string::npos);
+  RunResult n = run(gen(args + " --no-pin"));
+  INFO(n.err);
+  REQUIRE(n.code == 0);
+  CHECK(n.err.find("(not pinned: --no-pin)") != std::string::npos);
+  CHECK(n.err.find("(pinned") == std::string::npos);
 }

@@ -57,7 +57,7 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
   app.add_option("--dtype", o.dtype, "matmul compute type: f32|bf16 (bf16 needs an AVX-512 CPU)")->capture_default_str();
   app.add_option_function<int>(
       "-t,--threads", [&o](const int& v) { o.threads = v > 0 ? v : -1; },  // -1: given but not positive
-      "threads per rank, 1..4096 (default: cores / local ranks)");
+      "threads per rank, 1..4096 (default: allowed cores / local ranks, at least 1)");
   app.add_option("--progress", o.progress, "auto|bar|json|none (auto: a bar on a terminal)")->capture_default_str();
   app.add_flag("-v,--verbose", o.verbose, "print model and timing details");
   const char* bat = "Batch (many prompts per model load; see README)";
@@ -92,6 +92,10 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
   app.add_option("--sp-min-tokens", o.sp_min_tokens,
                  "tensor parallel: split the residual stream by tokens (Megatron sequence parallelism) from this many "
                  "tokens x batch per rank group (default: 2048)")
+      ->group(par);
+  app.add_flag("--no-pin", o.no_pin,
+               "do not pin the ranks: by default local rank r of a machine runs on its own cores (r*threads .. "
+               "r*threads+threads-1 of the allowed set; -v prints them)")
       ->group(par);
   app.add_option("--timeout", o.timeout, "seconds any collective may wait before the run fails")
       ->capture_default_str()

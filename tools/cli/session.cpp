@@ -6,6 +6,7 @@
 #include <string>
 
 #include "parallel/distributed_context.h"
+#include "parallel/placement.h"
 #include "runtime/engine.h"
 #include "runtime/error.h"
 #include "tools/cli/demo_model.h"
@@ -31,6 +32,14 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
     set_num_threads(s.env.threads);
   else if (o.threads > 0 || s.env.external)
     set_num_threads(threads_per_rank(o.threads, s.env.local_world));
+  // Local ranks on disjoint cores (parallel/placement.h), before any OpenMP thread exists.
+  const Placement place = place_rank(s.env, num_threads(), !o.no_pin);
+  if (o.verbose && s.env.world > 1)
+    std::fprintf(stderr, "dit-gen: rank %d (local %d of %d): %d thread%s on core%s %s%s\n", s.env.rank,
+                 s.env.local_rank, s.env.local_world, num_threads(), num_threads() == 1 ? "" : "s",
+                 place.cpus.size() == 1 ? "" : "s", cpu_list_string(place.cpus).c_str(),
+                 place.pinned ? (place.oversubscribed ? " (pinned; more threads than cores: sets overlap)" : " (pinned)")
+                              : (" (not pinned: " + place.note + ")").c_str());
 
   PipelineOptions po;
   po.model_dir = model_dir_of(o.model);

@@ -1,0 +1,89 @@
+#include "parallel/placement.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "parallel/launcher.h"
+#include "runtime/error.h"
+
+namespace dit {
+
+Placement rank_cores(const std::vector<int>& allowed, int local_rank, int local_world, int threads) {
+  DIT_CHECK(!allowed.empty(), "placement: no allowed CPUs");
+  DIT_CHECK(local_world >= 1 && local_rank >= 0 && local_rank < local_world,
+            "placement: local rank " << local_rank << " is not in 0.." << local_world - 1);
+  DIT_CHECK(threads >= 1, "placement: threads per rank must be >= 1, got " << threads);
+  const size_t n = allowed.size(), t = size_t(threads);
+  Placement p;
+  p.pinned = true;
+  p.oversubscribed = size_t(local_world) * t > n;
+  const size_t first = size_t(local_rank) * t;
+  for (size_t i = 0; i < std::min(t, n); ++i) p.cpus.push_back(allowed[(first + i) % n]);
+  std::sort(p.cpus.begin(), p.cpus.end());
+  return p;
+}
+
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  if (cpus.empty()) cpus.push_back(0);
+  return cpus;
+}
+
+void pin_to_cpus(const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) {
+    DIT_CHECK(c >= 0 && c < CPU_SETSIZE, "placement: CPU " << c << " is out of range");
+    CPU_SET(c, &set);
+  }
+  DIT_CHECK(sched_setaffinity(0, sizeof(set), &set) == 0,
+            "sched_setaffinity to cores " << cpu_list_string(cpus) << " failed: " << std::strerror(errno));
+}
+
+Placement place_rank(const LaunchEnv& env, int threads, bool pin) {
+  const std::vector<int> allowed = allowed_cpus();
+  Placement keep;
+  keep.cpus = allowed;
+  if (!pin) {
+    keep.note = "--no-pin";
+    return keep;
+  }
+  if (!env.external || env.local_world <= 1) {
+    keep.note = "the only rank on this machine";
+    return keep;
+  }
+  if (!env.local_known) {
+    keep.note = "local rank unknown (set DIT_LOCAL_RANK and DIT_LOCAL_WORLD_SIZE)";
+    return keep;
+  }
+  if (int(allowed.size()) <= threads) {
+    keep.note = "already bound to " + std::to_string(allowed.size()) + " core(s)";
+    return keep;
+  }
+  Placement p = rank_cores(allowed, env.local_rank, env.local_world, threads);
+  pin_to_cpus(p.cpus);
+  return p;
+}
+
+std::string cpu_list_string(const std::vector<int>& cpus) {
+  std::string s;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    if (!s.empty()) s += ",";
+    s += std::to_string(cpus[i]);
+    if (j > i) s += "-" + std::to_string(cpus[j]);
+    i = j + 1;
+  }
+  return s;
+}
+
+}  // namespace dit

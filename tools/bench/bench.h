@@ -1,0 +1,45 @@
+// dit-bench's parts (tools/dit-bench.cpp is the driver and main): the options, layouts,
+// and the worker that one rank of a measured run executes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "parallel/mesh.h"
+
+namespace dit::bench {
+
+struct Opts {
+  std::string model, preset, cache_dir, layouts = "serial", sizes, dtypes = "f32", output;
+  int64_t sp_min_tokens = 0;
+  int layers = 0, text_layers = 0, steps = 5, warmup = 1, threads = 1, gemm_runs = 5;
+  bool no_pin = false;
+  // several machines (or simulated ones, tools/netbench.sh): every machine runs the driver
+  std::string rendezvous;
+  int nnodes = 1, node_rank = 0;
+  double guidance = 4.0;
+  std::string gemm = "1024,1152,4608";
+  // worker
+  std::string qkv = "auto";
+  bool worker = false;
+  std::string layout, result_dir, dtype = "f32";
+  int size = 0;
+};
+
+struct Layout {
+  std::string name;
+  MeshDegrees deg;
+  bool all_cores = false;
+};
+
+// "serial", "serial-all", or degrees like cfg2, u2, r2, tp2, u2r2, cfg2u2; throws dit::Error.
+Layout parse_layout(const std::string& s);
+std::vector<std::string> split_list(const std::string& s);  // comma-separated, empty items dropped
+double median(std::vector<double> v);                       // 0 for none
+
+// One rank of a measured run (--worker): places itself, loads the model, times the GEMM
+// reference and the denoising steps, and writes rank<R>.json (and rank 0's final latents)
+// into --result-dir. Returns the process's exit code.
+int run_worker(const Opts& o);
+
+}  // namespace dit::bench

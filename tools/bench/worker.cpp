@@ -1,0 +1,201 @@
+// dit-bench's worker: one rank of a measured run (tools/bench/bench.h).
+#include <sys/resource.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "models/dit_gen.h"
+#include "parallel/distributed_context.h"
+#include "parallel/launcher.h"
+#include "parallel/mesh.h"
+#include "parallel/placement.h"
+#include "runtime/engine.h"
+#include "runtime/error.h"
+#include "runtime/gemm_probe.h"
+#include "runtime/profile.h"
+#include "runtime/tensor.h"
+#include "tools/bench/bench.h"
+
+namespace dit::bench {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+// Resident now (VmRSS): every page this process maps counts, shared or not — the memory
+// a rank would need on a machine of its own (peak_rss also counts load-time transients).
+double rss_mb() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // kB
+  return -1;
+}
+
+double pss_mb() {
+  std::ifstream f("/proc/self/smaps_rollup");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("Pss:", 0) == 0) return std::stod(line.substr(4)) / 1024.0;  // kB
+  return -1;
+}
+
+double maxrss_mb() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_maxrss) / 1024.0;  // kB on Linux
+}
+
+}  // namespace
+
+int run_worker(const Opts& o) {
+  const Layout lay = parse_layout(o.layout);
+  LaunchOptions lo;
+  lo.world_size = lay.deg.world();
+  lo.threads = o.threads;
+  LaunchEnv env = detect_launch_env(lo);
+  std::shared_ptr<ProcessGroup> world;
+  try {
+    const std::vector<int> cpus = allowed_cpus();
+    int threads = env.threads > 0 ? env.threads : o.threads;
+    // Local rank r on its own `threads` cores (parallel/placement.h), before any thread starts.
+    Placement place;
+    place.cpus = cpus;
+    if (lay.all_cores) {
+      threads = o.threads > 1 ? o.threads : int(cpus.size());
+    } else if (!o.no_pin) {
+      place = rank_cores(cpus, env.local_rank, env.local_world, threads);
+      pin_to_cpus(place.cpus);
+    }
+    set_num_threads(threads);
+
+    PipelineOptions po;
+    po.model_dir = o.model;
+    po.dtype = parse_dtype(o.dtype);
+    po.qkv = o.qkv == "fused" ? QkvProjection::Fused : o.qkv == "split" ? QkvProjection::Split : QkvProjection::Auto;
+    std::shared_ptr<DeviceMesh> mesh;
+    if (lay.deg.world() > 1) {
+      world = connect_world(env);
+      mesh = std::make_shared<DeviceMesh>(world, lay.deg);
+      DistributedOptions dopt;
+      if (o.sp_min_tokens > 0) dopt.sp_min_tokens = o.sp_min_tokens;
+      po.parallel = make_distributed_context(mesh, dopt);
+    }
+    auto pipe = Pipeline::load(po);
+
+    // GEMM throughput on these threads, all ranks at once (as they run the model).
+    std::vector<int64_t> mkn;
+    for (auto& x : split_list(o.gemm)) mkn.push_back(std::stoll(x));
+    DIT_CHECK(mkn.size() == 3, "--gemm needs M,K,N");
+    // Timed before and after the denoising loop (medians over both), so a change of machine
+    // load during the run shows in the reference too.
+    std::vector<double> g32s, g16s;
+    auto time_gemms = [&] {
+      if (world) world->barrier();
+      for (double g : GemmProbe(mkn[0], mkn[1], mkn[2], DType::F32).run(o.gemm_runs)) g32s.push_back(g);
+      if (compute_supported(DType::BF16))  // oneDNN 2.6: AVX-512 only (bf16 runs were refused up front)
+        for (double g : GemmProbe(mkn[0], mkn[1], mkn[2], DType::BF16).run(o.gemm_runs)) g16s.push_back(g);
+      if (world) world->barrier();
+    };
+    time_gemms();
+
+    Request req;
+    req.prompt = pipe->info().text_to_image ? "a red fox in the snow" : "1";  // "1": a class id every DiT has
+    req.seed = 42;
+    req.steps = o.warmup + o.steps;
+    req.guidance_scale = o.guidance;
+    req.decode = false;
+    const int size = o.size > 0 ? o.size : pipe->info().default_width;
+    req.width = req.height = size;
+    req.resolution_binning = !pipe->info().resolution_binning;  // the size asked for, not its aspect-ratio bin
+    std::vector<double> step_s;
+    profile::enable(true);
+    profile::reset();
+    const Result res = pipe->generate(req, [&](const StepInfo& si) {
+      if (si.step <= o.warmup) {
+        if (si.step == o.warmup) profile::reset();
+        return;
+      }
+      step_s.push_back(si.step_seconds);
+    });
+    const profile::Totals tot = profile::totals();
+    profile::enable(false);
+    time_gemms();
+    const double g32 = median(g32s);
+
+    // Per-rank result.
+    json r;
+    r["rank"] = env.rank;
+    r["local_rank"] = env.local_rank;
+    r["threads"] = num_threads();
+    r["cpus"] = place.cpus;
+    r["pinned"] = place.pinned;
+    r["oversubscribed"] = place.oversubscribed;
+    r["step_seconds"] = step_s;
+    r["step_median_s"] = median(step_s);
+    r["gemm_f32_gflops"] = g32;
+    r["gemm_bf16_gflops"] = g16s.empty() ? json() : json(median(g16s));  // null: no bf16 on this CPU
+    const double n = double(std::max<size_t>(1, step_s.size()));
+    json br;
+    double claimed = 0;
+    for (int c = 0; c < profile::kCats; ++c) {
+      br[profile::cat_name(profile::Cat(c))] = tot.seconds[c] / n;
+      claimed += tot.seconds[c] / n;
+    }
+    br["other"] = std::max(0.0, median(step_s) - claimed);  // sampler, unpatchify, guidance, loop
+    r["breakdown_s"] = br;
+    r["bytes_sent_per_step"] = double(tot.bytes_sent) / n;
+    r["peak_rss_mb"] = maxrss_mb();
+    r["pss_mb"] = pss_mb();
+    r["rss_mb"] = rss_mb();
+    const ModelInfo& info = pipe->info();
+    const int64_t m = info.size_multiple, tokens = int64_t(res.request.gen_height / m) * (res.request.gen_width / m);
+    r["tokens"] = tokens;
+    r["size"] = size;
+    const ModelFlops f = pipe->flops();  // the whole model, at this run's batch and tokens
+    r["flops"] = {{"linear", f.linear},
+                  {"attention", f.attention},
+                  {"cross_attention", f.cross_attention},
+                  {"conditioning", f.conditioning},
+                  {"per_request", f.per_request}};
+    r["model"] = {{"family", info.family}, {"layers", info.layers}, {"hidden", info.hidden}, {"heads", info.heads}};
+    // a checksum of the final latents, to compare dtypes and layouts
+    double sum = 0, sq = 0;
+    for (int64_t i = 0; i < res.latents.numel(); ++i) {
+      sum += res.latents.f32()[i];
+      sq += double(res.latents.f32()[i]) * res.latents.f32()[i];
+    }
+    r["latents_sum"] = sum;
+    r["latents_l2"] = std::sqrt(sq);
+    if (env.rank == 0 && !o.result_dir.empty()) {
+      // Final latents, for the driver's dtype comparison.
+      std::ofstream lf(o.result_dir + "/latents.f32", std::ios::binary);
+      lf.write(static_cast<const char*>(res.latents.data()), std::streamsize(res.latents.nbytes()));
+    }
+    if (world) world->barrier();  // every rank has measured its memory before any exits
+    if (!o.result_dir.empty()) {
+      std::ofstream out(o.result_dir + "/rank" + std::to_string(env.rank) + ".json");
+      out << r.dump() << "\n";
+      DIT_CHECK(out.good(), "cannot write the result to " << o.result_dir);
+    } else {
+      std::printf("%s\n", r.dump(1).c_str());
+    }
+    mesh.reset();
+    if (world) world->shutdown();
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dit-bench: error: %s\n", e.what());
+    if (world)
+      world->abort(e.what());
+    else if (env.world > 1)
+      report_rank_failure(env, e.what());
+    return 1;
+  }
+}
+
+}  // namespace dit::bench

@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# netbench: a multi-machine dit-bench run on one box. Each simulated node is a network
+# namespace with its own cores; the nodes are joined by veth pairs to a bridge, every link
+# shaped with tc (rate, and delay where the kernel has sch_netem), and the ranks meet over a
+# redis-server this script starts, as they would on real machines.
+#
+#   sudo tools/netbench.sh --preset xl --layers 2 --size 256 --nodes 2 --rate 25gbit
+#   sudo tools/netbench.sh --preset tiny --steps 2            # the CI smoke run
+#
+# Prints one JSON line per layout (serial first, the one-node baseline): median step seconds
+# and the speedup over serial. Needs root, iproute2 (ip, tc), redis-server, taskset, jq.
+# Cleans up its namespaces, links and redis-server on exit, however it ends.
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+usage: tools/netbench.sh [options]
+  --preset NAME     dit-bench preset (tiny, small, demo, xl, ...)       [tiny]
+  --layers N        override the preset's depth                        [preset's]
+  --size PIXELS     image sizes, comma-separated (DiT/2: tokens = (size/16)^2: 256 -> 256,
+                    512 -> 1024, 1024 -> 4096)                       [the model's]
+  --nodes N         simulated machines                                  [2]
+  --rate RATE       link rate of every node, tc syntax (10gbit, 25gbit)  [25gbit]
+  --delay TIME      one-way delay per link, tc syntax (e.g. 50us, 100us) [80us]
+                    (needs sch_netem; without it the links are rate-shaped only, and
+                    the JSON says "delay_applied": false)
+  --layouts LIST    parallel layouts, comma-separated, compared against serial
+                    [cfg2,u2,r2,u2r2,tp2]
+  --steps N         timed steps (median reported)                       [3]
+  --warmup N        untimed steps first                                 [1]
+  --threads N       threads per rank                  [cores per node / ranks per node]
+  --bin DIR         where dit-bench and dit-make-model are               [build/bin]
+  --cache DIR       where preset models are created and reused        [dit-bench's]
+  --keep-logs DIR   copy each node's JSON and log here
+EOF
+}
+
+die() { echo "netbench: error: $*" >&2; exit 2; }
+
+preset=tiny layers=0 sizes="" nodes=2 rate=25gbit delay=80us layouts=cfg2,u2,r2,u2r2,tp2
+steps=3 warmup=1 threads=0 bin=build/bin cache="" keep=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -h|--help) usage; exit 0 ;;
+    --preset|--layers|--size|--nodes|--rate|--delay|--layouts|--steps|--warmup|--threads|--bin|--cache|--keep-logs)
+      [ $# -ge 2 ] || die "$1 needs a value"
+      case "$1" in
+        --preset) preset=$2 ;; --layers) layers=$2 ;; --size) sizes=$2 ;; --nodes) nodes=$2 ;;
+        --rate) rate=$2 ;; --delay) delay=$2 ;; --layouts) layouts=$2 ;; --steps) steps=$2 ;;
+        --warmup) warmup=$2 ;; --threads) threads=$2 ;; --bin) bin=$2 ;; --cache) cache=$2 ;;
+        --keep-logs) keep=$2 ;;
+      esac
+      shift 2 ;;
+    *) die "unknown option '$1' (see --help)" ;;
+  esac
+done
+for v in layers nodes steps warmup threads; do
+  [[ ${!v} =~ ^[0-9]+$ ]] || die "--${v} must be a whole number, got '${!v}'"
+done
+[ "$nodes" -ge 2 ] && [ "$nodes" -le 64 ] || die "--nodes must be in 2..64, got $nodes"
+[[ $rate =~ ^[0-9]+(\.[0-9]+)?([kmg]?bit)$ ]] || die "--rate must look like 10gbit or 25gbit, got '$rate'"
+[[ $delay =~ ^[0-9]+(\.[0-9]+)?(us|ms)$ ]] || die "--delay must look like 50us or 1ms, got '$delay'"
+[[ $layouts =~ ^[a-z0-9,]+$ ]] || die "--layouts must be a comma-separated list like cfg2,u2, got '$layouts'"
+
+# ------------------------------------------------------------------ refuse clearly
+[ "$(id -u)" -eq 0 ] || die "needs root (network namespaces, veth links and tc); run it with sudo"
+for t in ip tc redis-server redis-cli taskset jq; do
+  command -v "$t" > /dev/null ||
+    die "'$t' is missing (install iproute2, redis-server, util-linux and jq; tools/setup.sh does)"
+done
+for t in dit-bench dit-make-model; do
+  [ -x "$bin/$t" ] || die "$bin/$t not found: build first (cmake --build build) or pass --bin DIR"
+done
+bin=$(cd "$bin" && pwd)
+
+# ------------------------------------------------------------------ cleanup, whatever happens
+tag="dnb$$"                        # names of this run's namespaces and links (<= 15 chars)
+net="10.$((200 + $$ % 50)).$(( ($$ / 50) % 250 ))"   # a /24 of its own
+work=$(mktemp -d /tmp/netbench-XXXXXX)
+pids=() redis_pid=""
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  for p in "${pids[@]}"; do kill -TERM -- "-$p" 2> /dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2> /dev/null || true; done
+  [ -n "$redis_pid" ] && { kill "$redis_pid" 2> /dev/null || true; wait "$redis_pid" 2> /dev/null || true; }
+  for ((k = 0; k < nodes; k++)); do ip netns del "$tag-n$k" 2> /dev/null || true; done
+  ip link del "${tag}br" 2> /dev/null || true
+  rm -rf "$work"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ------------------------------------------------------------------ cores per node
+mapfile -t cpus < <(taskset -pc $$ | sed 's/.*: //' | tr ',' '\n' |
+  awk -F- '{ if (NF == 2) for (i = $1; i <= $2; i++) print i; else print $1 }')
+ncpu=${#cpus[@]}
+per=$((ncpu / nodes))
+cores_note="each node on $per of $ncpu cores"
+if [ "$per" -lt 1 ]; then per=1; cores_note="more nodes than cores: nodes share cores"; fi
+node_cores() {  # node k -> "a,b,..."
+  local k=$1 i out=""
+  for ((i = 0; i < per; i++)); do out+="${out:+,}${cpus[$(((k * per + i) % ncpu))]}"; done
+  echo "$out"
+}
+
+# ------------------------------------------------------------------ the network
+tc_shape() {  # tc_shape NETNS|"" DEV
+  local ns=(); [ -n "$1" ] && ns=(ip netns exec "$1")
+  if [ "$delay_applied" = true ]; then
+    "${ns[@]}" tc qdisc add dev "$2" root netem delay "$delay" rate "$rate" limit 100000
+  else
+    # tbf: a burst of 1 ms at the rate (at least 64 KiB), queue up to 10 ms
+    local bps; bps=$(echo "$rate" | awk '{ v = $1 + 0; u = $1; sub(/^[0-9.]+/, "", u);
+      m = (u == "kbit") ? 1e3 : (u == "mbit") ? 1e6 : (u == "gbit") ? 1e9 : 1; printf "%d", v * m }')
+    local burst=$((bps / 8 / 1000)); [ "$burst" -lt 65536 ] && burst=65536
+    "${ns[@]}" tc qdisc add dev "$2" root tbf rate "$rate" burst "$burst" latency 10ms
+  fi
+}
+delay_applied=true
+ip link add "${tag}t" type veth peer name "${tag}u" 2> /dev/null || die "cannot create veth links (ip link add ... type veth)"
+tc qdisc add dev "${tag}t" root netem delay "$delay" 2> /dev/null || delay_applied=false
+ip link del "${tag}t"
+[ "$delay_applied" = true ] ||
+  echo "netbench: the kernel has no sch_netem: links are rate-limited with tbf, without the $delay delay" >&2
+
+ip link add "${tag}br" type bridge
+ip link set "${tag}br" up
+ip addr add "$net.254/24" dev "${tag}br"
+for ((k = 0; k < nodes; k++)); do
+  ns="$tag-n$k"
+  ip netns add "$ns"
+  ip link add "${tag}v$k" type veth peer name "${tag}p$k"
+  ip link set "${tag}p$k" netns "$ns"
+  ip link set "${tag}v$k" master "${tag}br"
+  ip link set "${tag}v$k" up
+  ip netns exec "$ns" ip link set lo up
+  ip netns exec "$ns" ip addr add "$net.$((k + 1))/24" dev "${tag}p$k"
+  ip netns exec "$ns" ip link set "${tag}p$k" up
+  tc_shape "$ns" "${tag}p$k"   # what node k sends
+  tc_shape "" "${tag}v$k"      # what node k receives
+done
+
+# ------------------------------------------------------------------ redis, on the bridge
+port=$((20000 + $$ % 20000))
+redis-server --bind "$net.254" --port "$port" --save "" --appendonly no --protected-mode no \
+  --daemonize no --loglevel warning > "$work/redis.log" 2>&1 &
+redis_pid=$!
+for _ in $(seq 50); do
+  redis-cli -h "$net.254" -p "$port" ping > /dev/null 2>&1 && break
+  kill -0 "$redis_pid" 2> /dev/null || die "redis-server did not start: $(tail -1 "$work/redis.log")"
+  sleep 0.1
+done
+redis-cli -h "$net.254" -p "$port" ping > /dev/null 2>&1 || die "redis-server on $net.254:$port does not answer"
+
+# ------------------------------------------------------------------ the model, once
+[ -n "$cache" ] || cache=${DIT_BENCH_CACHE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/dit-gen/bench}
+model="$cache/$preset"
+[ "$layers" -gt 0 ] && model+="-L$layers"
+if [ ! -f "$model/model_index.json" ]; then
+  mkdir -p "$cache"
+  echo "netbench: creating the $preset preset model in $model" >&2
+  "$bin/dit-make-model" --preset "$preset" --layers "$layers" --out "$work/model" > /dev/null ||
+    die "dit-make-model --preset $preset failed"
+  rm -rf "$model"
+  mv "$work/model" "$model"
+fi
+
+# ------------------------------------------------------------------ run every node
+link="$rate"
+[ "$delay_applied" = true ] && link+=", $delay"
+echo "netbench: $nodes nodes ($cores_note), links $link, redis $net.254:$port" >&2
+for ((k = 0; k < nodes; k++)); do
+  cores=$(node_cores "$k")
+  t=$threads
+  [ "$t" -gt 0 ] || t=$per   # one rank per node for cfg2/u2/r2/tp2; u2r2 puts 2 on a node
+  setsid ip netns exec "$tag-n$k" env DIT_ADDR="$net.$((k + 1))" taskset -c "$cores" \
+    "$bin/dit-bench" --model "$model" ${sizes:+--size "$sizes"} --layouts "serial,$layouts" --steps "$steps" \
+    --warmup "$warmup" --threads "$t" --nnodes "$nodes" --node-rank "$k" \
+    --rendezvous "redis://$net.254:$port/$tag" > "$work/node$k.json" 2> "$work/node$k.log" &
+  pids+=($!)
+done
+failed=""
+for ((k = 0; k < nodes; k++)); do
+  wait "${pids[$k]}" || failed+=" $k"
+done
+pids=()
+if [ -n "$keep" ]; then
+  mkdir -p "$keep"
+  cp "$work"/node*.json "$work"/node*.log "$keep"/
+fi
+if [ -n "$failed" ]; then
+  for k in $failed; do echo "--- node $k:" >&2; tail -20 "$work/node$k.log" >&2; done
+  die "dit-bench failed on node(s)$failed"
+fi
+
+# ------------------------------------------------------------------ one JSON line per layout
+jq -c --arg rate "$rate" --arg delay "$delay" --argjson delay_applied "$delay_applied" \
+  --argjson nodes "$nodes" --arg cores "$cores_note" '
+  .runs[] | {layout, nodes: $nodes, ranks, ranks_per_node: (.ranks_here // 1), size, tokens,
+    threads_per_rank, rate: $rate, delay: (if $delay_applied then $delay else null end),
+    delay_applied: $delay_applied, cores: $cores, step_median_s: .step_s,
+    speedup_vs_serial: (.speedup_vs_serial // (if .layout == "serial" then 1 else null end)),
+    latents_rel_diff_vs_serial, bytes_sent_per_step: .bytes_sent_per_step_all_ranks,
+    communication_s_rank0: (.breakdown_s_rank0.communication // null),
+    waiting_s_rank0: (.breakdown_s_rank0.waiting // null), oversubscribed, error}
+  | with_entries(select(.value != null))' "$work/node0.json"
