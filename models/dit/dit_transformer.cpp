@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "models/common/embeddings.h"
+#include "models/common/patch_grid.h"
 #include "runtime/elementwise.h"
 #include "runtime/error.h"
 #include "runtime/profile.h"
@@ -17,30 +18,14 @@ void split_chunks(const float* m, int64_t batch, int64_t n, int64_t dim, float* 
     for (int64_t k = 0; k < n; ++k) std::memcpy(out + (k * batch + b) * dim, m + (b * n + k) * dim, dim * 4);
 }
 
-// Rows [off, off + n) of each batch element of x [B, R, D] -> y [B, n, D].
-void copy_rows(const float* x, int64_t batch, int64_t rows, int64_t off, int64_t n, int64_t dim, float* y) {
-  for (int64_t b = 0; b < batch; ++b) std::memcpy(y + b * n * dim, x + (b * rows + off) * dim, size_t(n * dim) * 4);
-}
-
 }  // namespace
 
-DiTTransformer::DiTTransformer(DiTWeights w, std::unique_ptr<TensorParallel> tp) : w_(std::move(w)), tp_(std::move(tp)) {
-  const DiTConfig& c = w_.cfg;
-  geo_.in_channels = c.in_channels;
-  geo_.out_channels = c.out_channels;
-  geo_.patch = c.patch;
-  geo_.sample_size = c.sample_size;
-  geo_.heads = c.heads;
-  geo_.hidden = c.hidden();
-  geo_.layers = c.layers;
-}
+DiTTransformer::DiTTransformer(DiTWeights w, std::unique_ptr<TensorParallel> tp)
+    : w_(std::move(w)), tp_(std::move(tp)), geo_(geometry_of(w_.cfg)) {}
 
 void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   const DiTConfig& c = w_.cfg;
-  DIT_CHECK(s.batch >= 1 && s.latent_h >= c.patch && s.latent_w >= c.patch && s.latent_h % c.patch == 0 &&
-                s.latent_w % c.patch == 0,
-            "DiT: latents " << s.latent_h << "x" << s.latent_w << " are not a positive multiple of the patch size "
-                            << c.patch);
+  check_latent_grid("DiT", s, c.patch);
   B_ = s.batch;
   grid_h_ = s.latent_h / c.patch;
   grid_w_ = s.latent_w / c.patch;
@@ -57,15 +42,6 @@ void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   const DiTBlockWeights& b0 = w_.blocks[0];
   const int64_t Dl = b0.qkv.out(), Ml = b0.fc1.w.out(), Hl = Dl / c.head_dim;
 
-  auto lin = [&](const LinearWeight& lw, int64_t batch, int64_t rows, Act act) {
-    LinearSpec spec;
-    spec.batch = batch;
-    spec.rows = rows;
-    spec.in = lw.in();
-    spec.out = lw.out();
-    spec.act = act;
-    return spec;
-  };
   // A tensor-parallel layer: full shape in the spec, this rank's shard in the weight.
   auto par = [&](const ShardedLinear& sl, int64_t batch, int64_t rows, int64_t in, int64_t out, bool gated) {
     LinearSpec spec;
@@ -78,26 +54,26 @@ void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   };
 
   ops_.clear();
-  if (R > 0) patch_ = Linear(lin(w_.patch, 1, B * R, Act::None), w_.patch);
+  if (R > 0) patch_ = make_linear(w_.patch, B * R);
   for (const DiTBlockWeights& bw : w_.blocks) {
     BlockOps o;
-    o.t_fc1 = Linear(lin(bw.t_fc1, 1, B, Act::Silu), bw.t_fc1);
-    o.t_fc2 = Linear(lin(bw.t_fc2, 1, B, Act::None), bw.t_fc2);
+    o.t_fc1 = make_linear(bw.t_fc1, B, Act::Silu);
+    o.t_fc2 = make_linear(bw.t_fc2, B);
     o.ada = par(bw.ada, 1, B, D, 6 * D, false);
     if (T > 0) {
       o.qkv = QkvLinear(bw.qkv, B * T);
       o.attn_out = par(bw.attn_out, B, T, D, D, true);
-      o.fc1 = Linear(lin(bw.fc1.w, 1, B * T, Act::GeluTanh), bw.fc1.w);
+      o.fc1 = make_linear(bw.fc1.w, B * T, Act::GeluTanh);
       o.fc2 = par(bw.fc2, B, T, 4 * D, D, true);
     }
     ops_.push_back(std::move(o));
   }
-  final_ada_ = Linear(lin(w_.final_ada, 1, B, Act::None), w_.final_ada);
+  final_ada_ = make_linear(w_.final_ada, B);
   if (R > 0) {
     ln_attn_ = LayerNormModulate(B, R, D, 1e-6f);
     ln_mlp_ = LayerNormModulate(B, R, D, c.norm_eps);
   }
-  if (O > 0) final_out_ = Linear(lin(w_.final_out, 1, B * O, Act::None), w_.final_out);
+  if (O > 0) final_out_ = make_linear(w_.final_out, B * O);
 
   patches_ = Tensor::empty({B, R, int64_t(c.patch_dim_in())});
   pos_ = Tensor::empty({R, D});

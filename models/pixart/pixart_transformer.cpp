@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "models/common/embeddings.h"
+#include "models/common/patch_grid.h"
 #include "runtime/elementwise.h"
 #include "runtime/error.h"
 #include "runtime/profile.h"
@@ -10,21 +11,6 @@
 namespace dit {
 
 namespace {
-
-Linear make_linear(const LinearWeight& lw, int64_t batch, int64_t rows, Act act = Act::None) {
-  LinearSpec spec;
-  spec.batch = batch;
-  spec.rows = rows;
-  spec.in = lw.in();
-  spec.out = lw.out();
-  spec.act = act;
-  return Linear(spec, lw);
-}
-
-// Rows [off, off + n) of each batch element of x [B, R, D] -> y [B, n, D].
-void copy_rows(const float* x, int64_t batch, int64_t rows, int64_t off, int64_t n, int64_t dim, float* y) {
-  for (int64_t b = 0; b < batch; ++b) std::memcpy(y + b * n * dim, x + (b * rows + off) * dim, size_t(n * dim) * 4);
-}
 
 // out[k, b, :] = table[k, :] + v[b, k·D : (k+1)·D] for k < n, with v [B, n·D] when per_k,
 // else v [B, D] (the same vector added to every row of the table).
@@ -37,23 +23,11 @@ void add_table(const float* table, const float* v, int64_t batch, int64_t n, int
 }  // namespace
 
 PixArtTransformer::PixArtTransformer(PixArtWeights w, std::unique_ptr<TensorParallel> tp)
-    : w_(std::move(w)), tp_(std::move(tp)) {
-  const PixArtConfig& c = w_.cfg;
-  geo_.in_channels = c.in_channels;
-  geo_.out_channels = c.out_channels;
-  geo_.patch = c.patch;
-  geo_.sample_size = c.sample_size;
-  geo_.heads = c.heads;
-  geo_.hidden = c.hidden();
-  geo_.layers = c.layers;
-}
+    : w_(std::move(w)), tp_(std::move(tp)), geo_(geometry_of(w_.cfg)) {}
 
 void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   const PixArtConfig& c = w_.cfg;
-  DIT_CHECK(s.batch >= 1 && s.latent_h >= c.patch && s.latent_w >= c.patch && s.latent_h % c.patch == 0 &&
-                s.latent_w % c.patch == 0,
-            "PixArt: latents " << s.latent_h << "x" << s.latent_w << " are not a positive multiple of the patch size "
-                               << c.patch);
+  check_latent_grid("PixArt", s, c.patch);
   DIT_CHECK(s.text_tokens >= 1, "PixArt: a text length is required");
   B_ = s.batch;
   L_ = s.text_tokens;
@@ -82,31 +56,31 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
     return tp_->linear(sl.split, spec, sl.w);
   };
 
-  if (R > 0) patch_ = make_linear(w_.patch, 1, B * R);
-  t_fc1_ = make_linear(w_.t_embed.fc1, 1, B, Act::Silu);
-  t_fc2_ = make_linear(w_.t_embed.fc2, 1, B);
+  if (R > 0) patch_ = make_linear(w_.patch, B * R);
+  t_fc1_ = make_linear(w_.t_embed.fc1, B, Act::Silu);
+  t_fc2_ = make_linear(w_.t_embed.fc2, B);
   if (c.use_additional_conditions) {
-    res_fc1_ = make_linear(w_.res_embed.fc1, 1, 2 * B, Act::Silu);
-    res_fc2_ = make_linear(w_.res_embed.fc2, 1, 2 * B);
-    ar_fc1_ = make_linear(w_.ar_embed.fc1, 1, B, Act::Silu);
-    ar_fc2_ = make_linear(w_.ar_embed.fc2, 1, B);
+    res_fc1_ = make_linear(w_.res_embed.fc1, 2 * B, Act::Silu);
+    res_fc2_ = make_linear(w_.res_embed.fc2, 2 * B);
+    ar_fc1_ = make_linear(w_.ar_embed.fc1, B, Act::Silu);
+    ar_fc2_ = make_linear(w_.ar_embed.fc2, B);
   }
-  ada_ = make_linear(w_.ada, 1, B);
-  caption1_ = make_linear(w_.caption1, 1, B * L, Act::GeluTanh);
-  caption2_ = make_linear(w_.caption2, 1, B * L);
+  ada_ = make_linear(w_.ada, B);
+  caption1_ = make_linear(w_.caption1, B * L, Act::GeluTanh);
+  caption2_ = make_linear(w_.caption2, B * L);
   ops_.clear();
   k2_.clear();
   v2_.clear();
   for (const PixArtBlockWeights& bw : w_.blocks) {
     BlockOps o;
-    o.k2 = make_linear(bw.k2, 1, B * L);
-    o.v2 = make_linear(bw.v2, 1, B * L);
+    o.k2 = make_linear(bw.k2, B * L);
+    o.v2 = make_linear(bw.v2, B * L);
     if (T > 0) {
       o.qkv = QkvLinear(bw.qkv, B * T);
       o.attn1_out = par(bw.attn1_out, B, T, D, /*gated=*/true, false);
-      o.q2 = make_linear(bw.q2, 1, B * T);
+      o.q2 = make_linear(bw.q2, B * T);
       o.attn2_out = par(bw.attn2_out, B, T, D, false, /*accumulate=*/true);
-      o.fc1 = make_linear(bw.fc1, 1, B * T, Act::GeluTanh);
+      o.fc1 = make_linear(bw.fc1, B * T, Act::GeluTanh);
       o.fc2 = par(bw.fc2, B, T, 4 * D, /*gated=*/true, false);
     }
     ops_.push_back(std::move(o));
@@ -117,7 +91,7 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
     ln_ = LayerNormModulate(B, R, D, c.norm_eps);
     ln_final_ = LayerNormModulate(B, R, D, 1e-6f);
   }
-  if (O > 0) proj_out_ = make_linear(w_.proj_out, 1, B * O);
+  if (O > 0) proj_out_ = make_linear(w_.proj_out, B * O);
 
   patches_ = Tensor::empty({B, R, int64_t(c.patch_dim_in())});
   pos_ = Tensor::empty({R, D});

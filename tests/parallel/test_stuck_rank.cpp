@@ -83,15 +83,18 @@ TEST_CASE("launcher: a SIGSTOPped worker is named and the launcher ends within 1
                        {"DIT_PT_WORLD", "3"},
                        {"DIT_PT_SCENARIO", "loop"},
                        {"DIT_PT_TIMEOUT_MS", "300000"}});
+  // A forked worker shows the launcher's environment until it execs its own (with DIT_RANK):
+  // look until all three are there and rank 2 is among them.
   std::vector<pid_t> kids;
-  for (int i = 0; i < 200 && kids.size() < 3; i++) {
+  pid_t victim = -1;
+  for (int i = 0; i < 500 && victim < 0; i++) {
     std::this_thread::sleep_for(20ms);
     kids = children_of(p.pid);
+    if (kids.size() < 3) continue;
+    for (pid_t k : kids)
+      if (environ_of(k).find(std::string("DIT_RANK=2") + '\0') != std::string::npos) victim = k;
   }
   REQUIRE(kids.size() == 3);
-  pid_t victim = -1;
-  for (pid_t k : kids)
-    if (environ_of(k).find(std::string("DIT_RANK=2") + '\0') != std::string::npos) victim = k;
   REQUIRE(victim > 0);
   std::this_thread::sleep_for(2500ms);
   REQUIRE(kill(victim, SIGSTOP) == 0);

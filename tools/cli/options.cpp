@@ -91,7 +91,7 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
       ->group(par);
   app.add_option("--sp-min-tokens", o.sp_min_tokens,
                  "tensor parallel: split the residual stream by tokens (Megatron sequence parallelism) from this many "
-                 "tokens x batch per rank group (default: 2048)")
+                 "tokens x batch per rank group (default: 512)")
       ->group(par);
   app.add_flag("--no-pin", o.no_pin,
                "do not pin the ranks: by default local rank r of a machine runs on its own cores (r*threads .. "
