@@ -4,8 +4,7 @@
 // an output that stays inside the output directory, and no two such items share an output.
 // A broken invariant aborts (a finding); so does any exception.
 //
-//   build-fuzz/bin/fuzz_batch_line -dict=tests/data/fuzz/batch_line/dict \
-//       corpus/batch_line tests/data/fuzz/batch_line/seeds
+//   build-fuzz/bin/fuzz_batch_line -dict=tests/data/fuzz/batch_line/dict corpus/batch_line tests/data/fuzz/batch_line/seeds
 //
 // The harness body, shared by the libFuzzer binary (fuzz_<target>.cpp) and the normal
 // suite, which runs every seed and regression input through it (tests/tools/test_fuzz_inputs.cpp).

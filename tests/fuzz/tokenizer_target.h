@@ -7,8 +7,7 @@
 // Only dit::Error may come out; tokens must be well formed (length, mask, </s>, ids in the
 // vocabulary) or the harness aborts.
 //
-//   build-fuzz/bin/fuzz_tokenizer -dict=tests/data/fuzz/tokenizer/dict \
-//       corpus/tokenizer tests/data/fuzz/tokenizer/seeds
+//   build-fuzz/bin/fuzz_tokenizer -dict=tests/data/fuzz/tokenizer/dict corpus/tokenizer tests/data/fuzz/tokenizer/seeds
 //
 // The harness body, shared by the libFuzzer binary (fuzz_<target>.cpp) and the normal
 // suite, which runs every seed and regression input through it (tests/models/test_fuzz_inputs.cpp).
