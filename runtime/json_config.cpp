@@ -1,5 +1,7 @@
 #include "runtime/json_config.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -102,6 +104,10 @@ Config::Config(nlohmann::json j, std::string source, std::string prefix)
     : json_(std::move(j)), source_(std::move(source)), prefix_(std::move(prefix)) {}
 
 Config Config::load(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) DIT_FAIL(path << ": cannot open config file: " << std::strerror(errno));
+  // Opening a FIFO would block until a writer comes; a device could be read forever.
+  DIT_CHECK(S_ISREG(st.st_mode), path << ": not a regular file (a config file must be one)");
   std::ifstream in(path, std::ios::binary);
   if (!in) DIT_FAIL(path << ": cannot open config file: " << std::strerror(errno));
   std::ostringstream ss;

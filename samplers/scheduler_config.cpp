@@ -1,6 +1,7 @@
 #include "samplers/scheduler_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <sstream>
 
@@ -196,12 +197,23 @@ void validate_scheduler_config(const SchedulerConfig& sc) {
   const std::string& cls = sc.class_name;
   DIT_CHECK(sc.num_train_timesteps >= 1 && sc.num_train_timesteps <= kMaxTrainTimesteps,
             cls << ": num_train_timesteps must be in 1.." << kMaxTrainTimesteps << ", got " << sc.num_train_timesteps);
-  if (sc.trained_betas.empty())
+  // A beta is a variance fraction: NaN, infinite, negative or >= 1 betas used to run to
+  // non-finite latents instead of naming the key.
+  auto check_beta = [&](const char* key, double v) {
+    DIT_CHECK(std::isfinite(v) && v >= 0 && v < 1, cls << ": key '" << key << "' must be in [0, 1), got " << v);
+  };
+  if (sc.trained_betas.empty()) {
     check_one_of("beta_schedule", sc.beta_schedule, {"linear", "scaled_linear", "squaredcos_cap_v2"}, cls);
-  else
+    check_beta("beta_start", sc.beta_start);
+    check_beta("beta_end", sc.beta_end);
+  } else {
     DIT_CHECK(int64_t(sc.trained_betas.size()) == sc.num_train_timesteps,
               cls << ": trained_betas has " << sc.trained_betas.size() << " values, num_train_timesteps is "
                   << sc.num_train_timesteps);
+    for (double b : sc.trained_betas) check_beta("trained_betas", b);
+  }
+  DIT_CHECK(sc.steps_offset >= 0 && sc.steps_offset < sc.num_train_timesteps,
+            cls << ": key 'steps_offset' must be in 0.." << sc.num_train_timesteps - 1 << ", got " << sc.steps_offset);
   check_one_of("prediction_type", sc.prediction_type, {"epsilon", "v_prediction", "sample"}, cls);
   check_one_of("timestep_spacing", sc.timestep_spacing, {"leading", "linspace", "trailing"}, cls);
   DIT_CHECK(!sc.thresholding, cls << ": thresholding=true (dynamic thresholding) is not supported");
@@ -221,6 +233,7 @@ void validate_scheduler_config(const SchedulerConfig& sc) {
     check_one_of("algorithm_type", sc.algorithm_type, {"dpmsolver++"}, cls);
     check_one_of("solver_type", sc.solver_type, {"midpoint", "heun"}, cls);
     DIT_CHECK(!sc.use_lu_lambdas, cls << ": use_lu_lambdas=true is not supported");
+    DIT_CHECK(!std::isnan(sc.lambda_min_clipped), cls << ": key 'lambda_min_clipped' is NaN");
     DIT_CHECK(sc.variance_type.empty(),
               cls << ": variance_type '" << sc.variance_type << "' is not supported (only null)");
   }

@@ -369,6 +369,7 @@ int main(int argc, char** argv) {
     }
     if (o.model.empty() && o.preset.empty()) o.preset = "tiny";
     DIT_CHECK(o.model.empty() || o.preset.empty(), "--model and --preset are exclusive");
+    check_options(o);
     return run_driver(o, argv[0]);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dit-bench: error: %s\n", e.what());

@@ -14,6 +14,7 @@
 #include "runtime/engine.h"
 #include "runtime/error.h"
 #include "runtime/npy.h"
+#include "tools/parse_args.h"
 #include "tools/cli/options.h"
 
 namespace {
@@ -51,13 +52,9 @@ int main(int argc, char** argv) {
   app.add_flag("--ids", ids_only, "print the pieces, ids and mask as one JSON line instead (no -o needed, no weights read)");
   app.add_flag("--raw", raw, "skip the lower-casing and stripping");
   app.add_option("--dtype", dtype, "compute type: f32|bf16 (weights stored in another type are converted once)")->capture_default_str();
-  app.add_option("-t,--threads", threads, "threads (default: all cores)");
+  app.add_option("-t,--threads", threads, "threads (default: all cores)")->check(CLI::Range(1, 4096));
   app.set_version_flag("--version", std::string("dit-encode ") + DIT_VERSION);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (auto rc = dit::parse_args(app, argc, argv, "dit-encode")) return *rc;  // errors: one line
   try {
     const dit::DType compute = dit::parse_compute_type("--dtype", dtype);
     if (threads != 0) {
@@ -71,7 +68,7 @@ int main(int argc, char** argv) {
     }
     dit::PromptEncoder pe = dit::PromptEncoder::open(model, compute);
     const int64_t L = len_opt->count() > 0 ? max_length : pe.default_max_length();
-    dit::check_t5_max_length(L);
+    DIT_CHECK(L >= 1 && L <= dit::kT5MaxLength, "--max-length: max length must be in 1.." << dit::kT5MaxLength << ", found " << L);
     if (ids_only) {
       const dit::T5Tokens t = pe.tokenize(prompt, L, raw);
       const nlohmann::ordered_json j = {{"prompt", prompt},       {"preprocessed", pe.preprocess(prompt, raw)},

@@ -22,7 +22,15 @@ int main(int argc, char** argv) {
   for (const std::string& p : dit::model_presets()) presets += (presets.empty() ? "" : "|") + p;
   app.add_option("--preset", opt.preset, "model preset: " + presets)->capture_default_str();
   app.add_option("--out", opt.out_dir, "output directory (must not exist, or be empty)")->required();
-  app.add_option("--seed", opt.seed, "random seed of the weights")->capture_default_str();
+  app.add_option("--seed", opt.seed, "random seed of the weights")
+      ->capture_default_str()
+      ->check(CLI::Validator(  // CLI11 takes "-1" as 2^64-1
+          [](std::string& v) {
+            return !v.empty() && v.find_first_not_of("0123456789") == std::string::npos
+                       ? std::string()
+                       : "'" + v + "' is not a seed (an integer 0..2^64-1)";
+          },
+          "", "seed"));
   app.add_option("--dtype", dtype, "stored weight type: f32|bf16")->capture_default_str();
   app.add_option("--shards", opt.shards, "split the transformer into this many safetensors shards")->capture_default_str();
   app.add_option("--layers", opt.layers, "transformer depth (0 = the preset's)")->capture_default_str();

@@ -23,6 +23,7 @@ Layout parse_layout(const std::string& s) {
   while (!rest.empty()) {
     DIT_CHECK(std::regex_search(rest, m, part) && m.position(0) == 0,
               "layout '" << s << "': expected serial, serial-all or a combination of cfgN, uN, rN, tpN (e.g. cfg2u2, u2r2, tp2)");
+    DIT_CHECK(m[2].length() <= 4, "layout '" << s << "': degree " << m[2].str() << " is too large");
     const int n = std::stoi(m[2].str());
     DIT_CHECK(n >= 1, "layout '" << s << "': degree must be >= 1");
     if (m[1] == "cfg") {

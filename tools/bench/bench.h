@@ -35,6 +35,8 @@ struct Layout {
 // "serial", "serial-all", or degrees like cfg2, u2, r2, tp2, u2r2, cfg2u2; throws dit::Error.
 Layout parse_layout(const std::string& s);
 std::vector<std::string> split_list(const std::string& s);  // comma-separated, empty items dropped
+// Every option's range, before a model is created or a rank started; throws dit::Error naming the flag.
+void check_options(const Opts& o);
 double median(std::vector<double> v);                       // 0 for none
 
 // One rank of a measured run (--worker): places itself, loads the model, times the GEMM

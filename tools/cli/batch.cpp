@@ -88,7 +88,9 @@ class BatchRun {
   // The output directory, results.jsonl, and no temporary files of a killed run's writers.
   void open_output() {
     if (out_rank_) {
-      fs::create_directories(dir_);
+      std::error_code ec;
+      fs::create_directories(dir_, ec);
+      DIT_CHECK(!ec, "--output-dir: cannot create '" << dir_.string() << "': " << ec.message());
       log_ = std::make_unique<ResultsLog>(results_path_);
     }
     if (rank_ != 0) return;

@@ -60,6 +60,13 @@ int get_int(const json& v, const char* key) {
   return int(d);
 }
 
+// A size or length given explicitly: >= 1 (0 would mean "the command line's").
+int get_positive(const json& v, const char* key) {
+  const int n = get_int(v, key);
+  DIT_CHECK(n >= 1, "\"" << key << "\" must be >= 1, got " << n);
+  return n;
+}
+
 std::string get_string(const json& v, const char* key) {
   DIT_CHECK(v.is_string(), "\"" << key << "\" must be a string, got " << type_of(v) << " " << v.dump());
   return v.get<std::string>();
@@ -95,7 +102,7 @@ void apply_json(const std::string& line, BatchItem& it, bool& has_seed) {
       } else if (key == "steps") {
         r.steps = get_int(v, "steps");
       } else if (key == "max_sequence_length") {
-        r.max_sequence_length = get_int(v, "max_sequence_length");
+        r.max_sequence_length = get_positive(v, "max_sequence_length");
       } else if (key == "resolution_binning") {
         DIT_CHECK(v.is_boolean(), "\"resolution_binning\" must be true or false, got " << v.dump());
         r.resolution_binning = v.get<bool>();
@@ -105,9 +112,9 @@ void apply_json(const std::string& line, BatchItem& it, bool& has_seed) {
       } else if (key == "sampler") {
         r.sampler = get_string(v, "sampler");
       } else if (key == "width") {
-        r.width = get_int(v, "width");
+        r.width = get_positive(v, "width");
       } else if (key == "height") {
-        r.height = get_int(v, "height");
+        r.height = get_positive(v, "height");
       } else if (key == "output") {
         const std::string out = get_string(v, "output");
         check_item_output(out);

@@ -1,6 +1,7 @@
 #include "tools/cli/batch_results.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -53,6 +54,8 @@ ItemRecord record_from_json(const std::string& line) {
 
 std::set<std::pair<int, std::string>> recorded_items(const std::string& path) {
   std::set<std::pair<int, std::string>> out;
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return out;  // opening a FIFO would block
   std::ifstream f(path);
   for (std::string line; std::getline(f, line);) {
     try {
@@ -68,6 +71,11 @@ std::set<std::pair<int, std::string>> recorded_items(const std::string& path) {
 ResultsLog::ResultsLog(const std::string& path) : path_(path) {
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   DIT_CHECK(fd_ >= 0, path << ": cannot open for appending: " << std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {  // a FIFO would block the batch's writes
+    ::close(fd_);
+    DIT_FAIL(path << ": not a regular file; refusing to append the batch's results to it");
+  }
   const off_t size = ::lseek(fd_, 0, SEEK_END);
   char last = '\n';
   if (size > 0 && ::pread(fd_, &last, 1, size - 1) == 1 && last != '\n') write_all("\n");

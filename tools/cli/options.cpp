@@ -16,8 +16,11 @@
 namespace dit::cli {
 
 void add_generation_options(CLI::App& app, GenOptions& o) {
+  // An empty --model or --rendezvous used to mean "not given" (the demo model, a private rendezvous).
+  const CLI::Validator non_empty([](std::string& v) { return v.empty() ? "is empty" : ""; }, "", "non-empty");
   app.add_option("-m,--model", o.model, "diffusers pipeline directory (model_index.json, transformer/, vae/, scheduler/; "
-                                        "text_encoder/ and tokenizer/ for text-to-image models), or pixart-demo / dit-demo; default: the DiT demo model");
+                                        "text_encoder/ and tokenizer/ for text-to-image models), or pixart-demo / dit-demo; default: the DiT demo model")
+      ->check(non_empty);
   app.add_option("-p,--prompt", o.prompt,
                  "text-to-image models (PixArt): the text; class-conditional DiT: a class label (e.g. \"golden "
                  "retriever\") or class id");
@@ -41,10 +44,14 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
       "-g,--guidance-scale,--cfg-scale", [&o](const double& v) { o.guidance = v; },
       "classifier-free guidance scale, <= 1: no guidance (default: the model's: DiT 4, PixArt 4.5)");
   app.add_option("--sampler", o.sampler, "ddim|dpm++2m|euler (default: the model's scheduler_config.json)");
-  app.add_option("-W,--width", o.width, "image width in pixels (default: the model's sample_size x VAE scale)");
-  app.add_option("-H,--height", o.height, "image height in pixels (default: the model's sample_size x VAE scale)");
+  // Given explicitly, a size or length is >= 1 (0 used to mean "the model's").
+  app.add_option("-W,--width", o.width, "image width in pixels (default: the model's sample_size x VAE scale)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("-H,--height", o.height, "image height in pixels (default: the model's sample_size x VAE scale)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--max-sequence-length", o.max_sequence_length,
-                 "text-to-image: prompt tokens, longer prompts are cut (default: the model's: PixArt-Σ 300, α 120)");
+                 "text-to-image: prompt tokens, longer prompts are cut (default: the model's: PixArt-Σ 300, α 120)")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--no-resolution-binning", o.no_binning,
                "text-to-image: generate at the requested size instead of the nearest aspect-ratio bin");
   app.add_option("-o,--output", o.output, "output PNG")->capture_default_str()->each([&o](const std::string&) {
@@ -102,6 +109,7 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
       ->group(par);
   app.add_option("--rendezvous", o.rendezvous,
                  "file:DIR or redis://HOST:PORT[/RUN] (default: a private temporary directory on this machine)")
+      ->check(non_empty)
       ->group(par);
   app.add_option("--nnodes", o.nnodes, "machines taking part (with --rendezvous redis://... or a shared file:DIR)")
       ->capture_default_str()

@@ -21,7 +21,10 @@ LaunchOptions launch_options(const GenOptions& o, int world_size) {
   lo.node_rank = o.node_rank;
   lo.nproc_per_node = o.nproc_per_node;
   lo.rendezvous = o.rendezvous;
-  lo.timeout = std::chrono::milliseconds(int64_t(o.timeout * 1000));
+  // validate() refuses a --timeout outside (0, 86400] later; until then a NaN or huge value
+  // must not be converted to an integer (undefined behaviour, found by the hostile suite under UBSan).
+  const bool timeout_ok = o.timeout > 0 && o.timeout <= 86400;  // false for NaN
+  lo.timeout = std::chrono::milliseconds(timeout_ok ? int64_t(o.timeout * 1000) : 0);
   return lo;
 }
 
