@@ -86,6 +86,17 @@ TEST_CASE("launcher: a SIGSTOPped worker is named and the launcher ends within 1
   // A forked worker shows the launcher's environment until it execs its own (with DIT_RANK):
   // look until all three are there and rank 2 is among them.
   std::vector<pid_t> kids;
+  struct KillIfFailed {  // a failed REQUIRE below must not leave the looping workers behind
+    pid_t launcher;
+    const std::vector<pid_t>& workers;
+    bool armed = true;
+    ~KillIfFailed() {
+      if (!armed) return;
+      for (pid_t k : workers) kill(k, SIGKILL);
+      kill(launcher, SIGKILL);
+      waitpid(launcher, nullptr, 0);
+    }
+  } guard{p.pid, kids};
   pid_t victim = -1;
   for (int i = 0; i < 500 && victim < 0; i++) {
     std::this_thread::sleep_for(20ms);
@@ -100,6 +111,7 @@ TEST_CASE("launcher: a SIGSTOPped worker is named and the launcher ends within 1
   REQUIRE(kill(victim, SIGSTOP) == 0);
   const auto t0 = std::chrono::steady_clock::now();
   Result r = wait_proc(p, 40s);
+  guard.armed = false;
   const double since_stop = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   INFO("after " << since_stop << " s:\n" << r.output);
   CHECK(r.code == 1);

@@ -70,14 +70,21 @@ inline std::string dump_loose(const nlohmann::json& j) {
 
 // Sets `key` ("a/b" for nested objects) to the raw JSON text `raw` (NaN, Infinity and
 // -Infinity are written as such: Python's json writes them).
+// The object holding the last part of `key` ("a/b/c" -> j["a"]["b"]), with that part in `leaf`.
+inline nlohmann::json* parent_of(nlohmann::json& j, const std::string& key, std::string& leaf) {
+  nlohmann::json* at = &j;
+  leaf = key;
+  for (size_t slash; (slash = leaf.find('/')) != std::string::npos; leaf = leaf.substr(slash + 1))
+    at = &(*at)[leaf.substr(0, slash)];
+  return at;
+}
+
 inline Mutation set_key(std::string file, std::string key, std::string raw) {
   return [=](const std::string& s) {
     const std::string p = s + "/" + file;
     nlohmann::json j = parse_loose(read_all(p));
-    nlohmann::json* at = &j;
-    std::string k = key;
-    for (size_t slash; (slash = k.find('/')) != std::string::npos; k = k.substr(slash + 1))
-      at = &(*at)[k.substr(0, slash)];
+    std::string k;
+    nlohmann::json* at = parent_of(j, key, k);
     (*at)[k] = "@@HOSTILE@@";
     std::string text = dump_loose(j);
     text.replace(text.find("\"@@HOSTILE@@\""), 13, raw);
@@ -88,10 +95,8 @@ inline Mutation erase_key(std::string file, std::string key) {
   return [=](const std::string& s) {
     const std::string p = s + "/" + file;
     nlohmann::json j = parse_loose(read_all(p));
-    nlohmann::json* at = &j;
-    std::string k = key;
-    for (size_t slash; (slash = k.find('/')) != std::string::npos; k = k.substr(slash + 1))
-      at = &(*at)[k.substr(0, slash)];
+    std::string k;
+    nlohmann::json* at = parent_of(j, key, k);
     REQUIRE(at->erase(k) == 1);
     write_all(p, dump_loose(j));
   };
