@@ -89,46 +89,48 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
     const bool has_bias = w.bias.defined();
     dnnl::primitive_attr attr;
     dnnl::matmul::primitive_desc pd;
-    for (;;) {  // at most twice: the gated form, then (manual_gate) the plain one
-    const bool gated = spec.gated_residual && !m.manual_gate;
-    if (gated) {
-      src_md = memory::desc({B, M, K}, cdt, memory::dims{M * K, K, 1});
-      wei_md = memory::desc({1, K, N}, cdt, memory::dims{K * N, 1, K});
-      bias_md = memory::desc({1, 1, N}, dt::f32, memory::dims{N, N, 1});
-      dst_md = memory::desc({B, M, N}, dt::f32, memory::dims{M * N, N, 1});
-      gate_md = memory::desc({B, 1, N}, dt::f32, memory::dims{N, N, 1});
-    } else {
-      // manual_gate: one batch element per execution, so an item's result does not depend
-      // on what else is in the batch (micro-batches stay bit-identical, as with the gated form)
-      const int64_t R = m.manual_gate ? M : B * M;
-      src_md = memory::desc({R, K}, cdt, memory::dims{K, 1});
-      wei_md = memory::desc({K, N}, cdt, memory::dims{1, K});
-      bias_md = memory::desc({1, N}, dt::f32, memory::dims{N, 1});
-      dst_md = memory::desc({R, N}, dt::f32, memory::dims{ldy, 1});
-      gate_md = memory::desc();
-      if (spec.multiply) mul_md = memory::desc({B * M, N}, dt::f32, memory::dims{N, 1});
-    }
-    dnnl::post_ops po;
-    if (spec.act == Act::GeluTanh) po.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_tanh, 0.f, 0.f);
-    if (spec.act == Act::Silu) po.append_eltwise(1.f, dnnl::algorithm::eltwise_swish, 1.f, 0.f);
-    if (gated) {
-      po.append_binary(dnnl::algorithm::binary_mul, gate_md);
-      po.append_sum(1.f);
-    }
-    if (spec.accumulate) po.append_sum(1.f);
-    if (spec.multiply) po.append_binary(dnnl::algorithm::binary_mul, mul_md);
-    attr = dnnl::primitive_attr();
-    attr.set_post_ops(po);
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    const memory::desc wei_any = spec.pack_weights ? memory::desc(wei_md.dims(), cdt, memory::format_tag::any) : wei_md;
-    auto d = has_bias ? dnnl::matmul::desc(src_md, wei_any, bias_md, dst_md)
-                      : dnnl::matmul::desc(src_md, wei_any, dst_md);
-    pd = dnnl::matmul::primitive_desc(d, attr, eng);
-    if (gated && std::string(pd.impl_info_str()).rfind("ref", 0) == 0) {
+    // The gated form (gate and residual sum as post-ops), or the plain one; with manual_gate
+    // one batch element per execution.
+    auto describe = [&](bool gated) {
+      if (gated) {
+        src_md = memory::desc({B, M, K}, cdt, memory::dims{M * K, K, 1});
+        wei_md = memory::desc({1, K, N}, cdt, memory::dims{K * N, 1, K});
+        bias_md = memory::desc({1, 1, N}, dt::f32, memory::dims{N, N, 1});
+        dst_md = memory::desc({B, M, N}, dt::f32, memory::dims{M * N, N, 1});
+        gate_md = memory::desc({B, 1, N}, dt::f32, memory::dims{N, N, 1});
+      } else {
+        // manual_gate: one batch element per execution, so an item's result does not depend
+        // on what else is in the batch (micro-batches stay bit-identical, as with the gated form)
+        const int64_t R = m.manual_gate ? M : B * M;
+        src_md = memory::desc({R, K}, cdt, memory::dims{K, 1});
+        wei_md = memory::desc({K, N}, cdt, memory::dims{1, K});
+        bias_md = memory::desc({1, N}, dt::f32, memory::dims{N, 1});
+        dst_md = memory::desc({R, N}, dt::f32, memory::dims{ldy, 1});
+        gate_md = memory::desc();
+        if (spec.multiply) mul_md = memory::desc({B * M, N}, dt::f32, memory::dims{N, 1});
+      }
+      dnnl::post_ops po;
+      if (spec.act == Act::GeluTanh) po.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_tanh, 0.f, 0.f);
+      if (spec.act == Act::Silu) po.append_eltwise(1.f, dnnl::algorithm::eltwise_swish, 1.f, 0.f);
+      if (gated) {
+        po.append_binary(dnnl::algorithm::binary_mul, gate_md);
+        po.append_sum(1.f);
+      }
+      if (spec.accumulate) po.append_sum(1.f);
+      if (spec.multiply) po.append_binary(dnnl::algorithm::binary_mul, mul_md);
+      attr = dnnl::primitive_attr();
+      attr.set_post_ops(po);
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      const memory::desc wei_any =
+          spec.pack_weights ? memory::desc(wei_md.dims(), cdt, memory::format_tag::any) : wei_md;
+      auto d = has_bias ? dnnl::matmul::desc(src_md, wei_any, bias_md, dst_md)
+                        : dnnl::matmul::desc(src_md, wei_any, dst_md);
+      return dnnl::matmul::primitive_desc(d, attr, eng);
+    };
+    pd = describe(spec.gated_residual);
+    if (spec.gated_residual && std::string(pd.impl_info_str()).rfind("ref", 0) == 0) {
       m.manual_gate = true;  // the reference matmul is ~100x slower than a jit GEMM
-      continue;
-    }
-    break;
+      pd = describe(false);
     }
     if (m.manual_gate) m.tmp = Tensor::empty({M, N});
     m.impl_name = std::string(pd.impl_info_str()) + (m.manual_gate ? " (gate applied after the matmul)" : "");
