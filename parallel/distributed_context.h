@@ -23,7 +23,7 @@ struct DistributedOptions {
   // Megatron sequence parallelism in the transformer's tensor-parallel regions from this many
   // tokens × batch per TP group on (--sp-min-tokens; chosen from measurements, README).
   int64_t sp_min_tokens = kDefaultSpMinTokens;
-  static constexpr int64_t kDefaultSpMinTokens = 512;  // measured: README "Tensor parallelism: figures"
+  static constexpr int64_t kDefaultSpMinTokens = 512;  // measured: README "PixArt, tensor parallelism and memory"
 };
 
 std::shared_ptr<ParallelContext> make_distributed_context(std::shared_ptr<DeviceMesh> mesh,
