@@ -3,9 +3,9 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "runtime/elementwise.h"
 #include "runtime/engine.h"
 #include "runtime/error.h"
-#include "runtime/parallel_for.h"
 #include "runtime/profile.h"
 
 namespace dit {
@@ -205,13 +205,7 @@ void Linear::run(const float* x, float* y, const float* gate, const float* mul) 
           m.src.set_data_handle(const_cast<float*>(x) + b * M * K);
         execute(m.prim, s, m.args);
         s.wait();
-        const float* g = gate + b * N;
-        float* yb = y + b * M * N;
-        parallel_for(M, M * N >= (1 << 15), [&](int64_t r) {
-          const float* tr = t + r * N;
-          float* yr = yb + r * N;
-          for (int64_t n = 0; n < N; ++n) yr[n] += g[n] * tr[n];
-        });
+        gated_residual_add(t, gate + b * N, y + b * M * N, 1, M, N);
       }
       return;
     }
