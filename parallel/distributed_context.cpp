@@ -94,28 +94,29 @@ class MeshCfgSplit final : public CfgSplit {
 
 class MeshLayerContext final : public LayerContext {
  public:
-  MeshLayerContext(DeviceMesh& mesh, int64_t sp_min_tokens) : mesh_(mesh), sp_min_tokens_(sp_min_tokens) {}
+  MeshLayerContext(DeviceMesh& mesh, const DistributedOptions& opt) : mesh_(mesh), opt_(opt) {}
   std::unique_ptr<SelfAttention> self_attention() override {
     if (mesh_.degrees().sp() == 1) return make_local_self_attention();
-    return make_sequence_parallel_attention(mesh_.group_ref(Group::Ulysses), mesh_.group_ref(Group::Ring));
+    return make_sequence_parallel_attention(mesh_.group_ref(Group::Ulysses), mesh_.group_ref(Group::Ring),
+                                            opt_.ulysses_chunks);
   }
   std::unique_ptr<CrossAttention> cross_attention() override { return make_local_cross_attention(); }
   std::unique_ptr<TensorParallel> tensor_parallel(TpScope scope, int64_t max_ranks) override {
     // Over one rank it is the serial implementation: the same code path, bit for bit.
     ProcessGroup& g = scope == TpScope::Transformer ? mesh_.tp() : mesh_.mp();
     if (g.size() == 1 || g.size() > max_ranks) return make_serial_tensor_parallel();
-    return make_distributed_tensor_parallel(g, sp_min_tokens_, scope == TpScope::Transformer);
+    return make_distributed_tensor_parallel(g, opt_.sp_min_tokens, scope == TpScope::Transformer);
   }
 
  private:
   DeviceMesh& mesh_;
-  int64_t sp_min_tokens_;
+  DistributedOptions opt_;
 };
 
 class DistributedContext final : public ParallelContext {
  public:
   DistributedContext(std::shared_ptr<DeviceMesh> mesh, const DistributedOptions& opt)
-      : mesh_(std::move(mesh)), seq_(*mesh_), cfg_(*mesh_), layers_(*mesh_, opt.sp_min_tokens) {}
+      : mesh_(std::move(mesh)), seq_(*mesh_), cfg_(*mesh_), layers_(*mesh_, opt) {}
 
   SequenceSplit& sequence() override { return seq_; }
   CfgSplit& cfg() override { return cfg_; }

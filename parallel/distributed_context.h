@@ -13,6 +13,7 @@
 
 #include <memory>
 
+#include "parallel/parallel_attention.h"
 #include "runtime/parallel_context.h"
 
 namespace dit {
@@ -24,6 +25,8 @@ struct DistributedOptions {
   // tokens × batch per TP group on (--sp-min-tokens; chosen from measurements, README).
   int64_t sp_min_tokens = kDefaultSpMinTokens;
   static constexpr int64_t kDefaultSpMinTokens = 512;  // measured: README "PixArt, tensor parallelism and memory"
+  // Ulysses: heads per rank pipelined in up to this many chunks (--ulysses-chunks; 1: no overlap).
+  int ulysses_chunks = kDefaultUlyssesChunks;
 };
 
 std::shared_ptr<ParallelContext> make_distributed_context(std::shared_ptr<DeviceMesh> mesh,

@@ -18,18 +18,11 @@ namespace {
 
 using Buf = std::vector<float>;
 
-// Bytes of an all-to-all this rank sends to other ranks (the block to itself stays local).
-uint64_t bytes_to_others(const std::vector<size_t>& counts, int me) {
-  uint64_t n = 0;
-  for (size_t j = 0; j < counts.size(); ++j)
-    if (int(j) != me) n += counts[j] * 4;
-  return n;
-}
-
 class SequenceParallelAttention final : public SelfAttention {
  public:
-  SequenceParallelAttention(std::shared_ptr<ProcessGroup> ulysses, std::shared_ptr<ProcessGroup> ring)
-      : uly_(std::move(ulysses)), ring_(std::move(ring)) {
+  SequenceParallelAttention(std::shared_ptr<ProcessGroup> ulysses, std::shared_ptr<ProcessGroup> ring, int chunks)
+      : uly_(std::move(ulysses)), ring_(std::move(ring)), chunks_wanted_(chunks) {
+    DIT_CHECK(chunks >= 1, "sequence-parallel attention: " << chunks << " Ulysses chunks (at least 1)");
     U_ = uly_ ? uly_->size() : 1;
     R_ = ring_ ? ring_->size() : 1;
     u_ = uly_ ? uly_->rank() : 0;
@@ -46,23 +39,40 @@ class SequenceParallelAttention final : public SelfAttention {
     return ranges_[size_t(ring_rank * U_ + U_ - 1)].end - ranges_[size_t(ring_rank * U_)].begin;
   }
   TokenRange heads_of(int j) const { return head_ranges_[size_t(j)]; }  // Ulysses rank j's heads
-  void ulysses_scatter_heads(const float* qkv);   // token split -> head split (qkv_g_)
-  void ulysses_gather_heads(float* out);          // head split -> token split
+  // Heads of Ulysses rank j in chunk c (absolute head indices).
+  TokenRange chunk_heads(int c, int j) const { return chunk_heads_[size_t(c * U_ + j)]; }
+  TokenRange tokens_of(int j) const { return ranges_[size_t(r_ * U_ + j)]; }  // Ulysses rank j's tokens
+  void prepare_ulysses();
+  void ulysses_forward(const float* qkv, float* out);
+  void post_scatter(const float* qkv, uint32_t tag0);
+  void unpack_chunk(const float* qkv, int c);
+  void post_gather_chunk(int c, float* out, uint32_t tag0);
+  void finish_gather(float* out);
+  void attend(const float* qkv_g, float* out_g, int64_t heads);
   void ring_attention(const float* qkv_g, float* out_g);
   void pack_kv(const float* qkv_g, float* kv) const;
 
   std::shared_ptr<ProcessGroup> uly_, ring_;
   int U_ = 1, R_ = 1, u_ = 0, r_ = 0;
+  int chunks_wanted_ = 1, C_ = 1;
   int64_t B_ = 0, H_ = 0, Hu_ = 0, d_ = 0, T_ = 0, Tg_ = 0, Tmax_ = 0;
   std::vector<TokenRange> ranges_;       // tokens of sequence-parallel rank s
   std::vector<TokenRange> head_ranges_;  // heads of Ulysses rank j (uneven when U does not divide H)
+  std::vector<TokenRange> chunk_heads_;  // [c * U + j]: rank j's heads of chunk c
   bool prepared_ = false;
 
-  // Ulysses.
-  Buf send_, recv_, qkv_g_, out_g_;
-  std::vector<size_t> qkv_send_counts_, qkv_recv_counts_, out_send_counts_, out_recv_counts_;
-  // Attention over the group's tokens (no ring), or per K/V block length (ring).
-  Attention local_;
+  // Ulysses, pipelined over C_ chunks of heads. Every (chunk, peer) block has its own place in
+  // four buffers, so all of a forward's transfers can be in flight at once:
+  //   scatter_send_: to j, my tokens' q,k,v of j's chunk-c heads      [B, T,  3, hc_j, d]
+  //   scatter_recv_: from j, its tokens' q,k,v of my chunk-c heads    [B, Tj, 3, hc,   d]
+  //   gather_send_:  to j, its tokens' outputs of my chunk-c heads    [B, Tj, hc,   d]
+  //   gather_recv_:  from j, my tokens' outputs of j's chunk-c heads  [B, T,  hc_j, d]
+  // Offsets are [c * U + j] (the block to myself is never sent: it is copied in place).
+  Buf scatter_send_, scatter_recv_, gather_send_, gather_recv_, chunk_qkv_, chunk_out_;
+  std::vector<size_t> ss_off_, sr_off_, gs_off_, gr_off_;
+  std::vector<P2PHandle> sends_, recvs_;  // [phase * C * U + c * U + j], phase 0 scatter, 1 gather
+  // Attention over the group's tokens by heads per call (no ring), or per K/V block length (ring).
+  std::map<int64_t, Attention> by_heads_;
   std::map<int64_t, Attention> by_kv_len_;
   // Ring.
   Buf kv_[2], acc_, lse_acc_, part_, lse_part_;
@@ -90,24 +100,9 @@ void SequenceParallelAttention::prepare(const SelfAttentionShape& s) {
   Tmax_ = 0;
   for (int rr = 0; rr < R_; ++rr) Tmax_ = std::max(Tmax_, group_tokens(rr));
 
-  if (U_ > 1) {
-    // qkv all-to-all: to Ulysses rank j my tokens' q,k,v of heads block j; from j its tokens' of mine.
-    qkv_send_counts_.clear();
-    out_recv_counts_.clear();
-    qkv_recv_counts_.clear();
-    out_send_counts_.clear();
-    for (int j = 0; j < U_; ++j) {
-      const int64_t hj = heads_of(j).size(), tj = ranges_[size_t(r_ * U_ + j)].size();
-      qkv_send_counts_.push_back(size_t(B_ * T_ * 3 * hj * d_));
-      out_recv_counts_.push_back(size_t(B_ * T_ * hj * d_));
-      qkv_recv_counts_.push_back(size_t(B_ * tj * 3 * Hu_ * d_));
-      out_send_counts_.push_back(size_t(B_ * tj * Hu_ * d_));
-    }
-    send_.assign(size_t(std::max(B_ * T_ * 3 * H_ * d_, B_ * Tg_ * Hu_ * d_)) + 1, 0.0f);
-    recv_.assign(size_t(std::max(B_ * Tg_ * 3 * Hu_ * d_, B_ * T_ * H_ * d_)) + 1, 0.0f);
-    qkv_g_.assign(size_t(B_ * Tg_ * 3 * Hu_ * d_) + 1, 0.0f);
-  }
-  out_g_.assign(size_t(B_ * Tg_ * Hu_ * d_) + 1, 0.0f);
+  // Chunks pipeline Ulysses only without a ring (USP runs the ring over all of its heads at once).
+  C_ = U_ > 1 && R_ == 1 ? int(std::min<int64_t>(chunks_wanted_, heads_of(0).size())) : 1;
+  if (U_ > 1) prepare_ulysses();
 
   AttentionSpec a;
   a.batch = B_;
@@ -118,12 +113,17 @@ void SequenceParallelAttention::prepare(const SelfAttentionShape& s) {
   // caller's [B, T, 3, H, d] (U == 1, where Hu == H and Tg == T).
   a.q = AttnLayout::bthd(Tg_, d_, Hu_, 3 * Hu_ * d_);
   by_kv_len_.clear();
+  by_heads_.clear();
   if (R_ == 1) {
-    if (Tg_ > 0) {
+    // One object per heads-per-call: Hu (no chunks) or the chunk sizes, [B, Tg, 3, hc, d] in place.
+    for (int c = 0; c < C_ && Tg_ > 0; ++c) {
+      const int64_t hc = U_ > 1 ? chunk_heads(c, u_).size() : Hu_;
+      if (hc == 0 || by_heads_.count(hc)) continue;
+      a.heads = hc;
       a.q_len = a.kv_len = Tg_;
-      a.k = a.v = a.q;
-      a.out = AttnLayout::bthd(Tg_, d_, Hu_, Hu_ * d_);
-      local_ = Attention(a);
+      a.q = a.k = a.v = AttnLayout::bthd(Tg_, d_, hc, 3 * hc * d_);
+      a.out = AttnLayout::bthd(Tg_, d_, hc, hc * d_);
+      by_heads_.emplace(hc, Attention(a));
     }
   } else {
     // K/V blocks are [B, Tj, 2, Hu, d]; partial outputs [B, Hu, Tg, d] (rows match the lse layout).
@@ -147,65 +147,163 @@ void SequenceParallelAttention::prepare(const SelfAttentionShape& s) {
   prepared_ = true;
 }
 
-// [B, T, 3, H, d] (this rank's tokens, all heads) -> qkv_g_ [B, Tg, 3, Hu, d] (the group's tokens, my heads).
-void SequenceParallelAttention::ulysses_scatter_heads(const float* qkv) {
-  const int64_t hd = Hu_ * d_;
-  float* p = send_.data();
-  for (int j = 0; j < U_; ++j) {  // block j: [B, T, 3, Hj, d] of rank j's heads
-    const int64_t h0 = heads_of(j).begin * d_, hjd = heads_of(j).size() * d_;
-    for (int64_t b = 0; b < B_; ++b)
-      for (int64_t t = 0; t < T_; ++t)
-        for (int c = 0; c < 3; ++c) {
-          std::memcpy(p, qkv + ((b * T_ + t) * 3 + c) * H_ * d_ + h0, size_t(hjd) * 4);
-          p += hjd;
-        }
+void SequenceParallelAttention::prepare_ulysses() {
+  chunk_heads_.assign(size_t(C_ * U_), TokenRange{});
+  for (int j = 0; j < U_; ++j) {
+    const std::vector<TokenRange> parts = split_all(heads_of(j).size(), C_);
+    for (int c = 0; c < C_; ++c)
+      chunk_heads_[size_t(c * U_ + j)] = {heads_of(j).begin + parts[size_t(c)].begin,
+                                          heads_of(j).begin + parts[size_t(c)].end};
   }
-  {
-    profile::Scope pc(profile::Cat::Communication);
-    profile::add_bytes(bytes_to_others(qkv_send_counts_, u_));
-    uly_->all_to_all_v(send_.data(), qkv_send_counts_, recv_.data(), qkv_recv_counts_);
-  }
-  const float* q = recv_.data();
-  int64_t t0 = 0;
-  for (int j = 0; j < U_; ++j) {  // from rank j: [B, Tj, 3, Hu, d]
-    const int64_t tj = ranges_[size_t(r_ * U_ + j)].size();
-    for (int64_t b = 0; b < B_; ++b) {
-      const size_t n = size_t(tj * 3 * hd);
-      std::memcpy(qkv_g_.data() + (b * Tg_ + t0) * 3 * hd, q, n * 4);
-      q += n;
+  const size_t n = size_t(C_ * U_);
+  ss_off_.assign(n + 1, 0);
+  sr_off_.assign(n + 1, 0);
+  gs_off_.assign(n + 1, 0);
+  gr_off_.assign(n + 1, 0);
+  for (int c = 0; c < C_; ++c)
+    for (int j = 0; j < U_; ++j) {
+      const size_t i = size_t(c * U_ + j);
+      const int64_t hj = chunk_heads(c, j).size(), hme = chunk_heads(c, u_).size(), tj = tokens_of(j).size();
+      const bool remote = j != u_;
+      ss_off_[i + 1] = ss_off_[i] + (remote ? size_t(B_ * T_ * 3 * hj * d_) : 0);
+      sr_off_[i + 1] = sr_off_[i] + (remote ? size_t(B_ * tj * 3 * hme * d_) : 0);
+      gs_off_[i + 1] = gs_off_[i] + (remote ? size_t(B_ * tj * hme * d_) : 0);
+      gr_off_[i + 1] = gr_off_[i] + (remote ? size_t(B_ * T_ * hj * d_) : 0);
     }
-    t0 += tj;
+  scatter_send_.assign(ss_off_[n] + 1, 0.0f);
+  scatter_recv_.assign(sr_off_[n] + 1, 0.0f);
+  gather_send_.assign(gs_off_[n] + 1, 0.0f);
+  gather_recv_.assign(gr_off_[n] + 1, 0.0f);
+  const int64_t hmax = chunk_heads(0, u_).size();  // the first chunk is the largest
+  chunk_qkv_.assign(size_t(B_ * Tg_ * 3 * hmax * d_) + 1, 0.0f);
+  chunk_out_.assign(size_t(B_ * Tg_ * hmax * d_) + 1, 0.0f);
+  sends_.clear();
+  recvs_.clear();
+  sends_.resize(2 * n);
+  recvs_.resize(2 * n);
+}
+
+// Packs every chunk's q,k,v for every peer ([B, T, 3, H, d] -> [B, T, 3, hc_j, d] blocks) and
+// posts all receives and sends of the forward's scatter, chunk 0 first on every link.
+void SequenceParallelAttention::post_scatter(const float* qkv, uint32_t tag0) {
+  const size_t n = size_t(C_ * U_);
+  profile::Scope pc(profile::Cat::Communication);
+  for (int c = 0; c < C_; ++c)
+    for (int j = 0; j < U_; ++j) {
+      const size_t i = size_t(c * U_ + j);
+      if (j == u_) continue;
+      if (sr_off_[i + 1] > sr_off_[i])
+        recvs_[i] = uly_->irecv(scatter_recv_.data() + sr_off_[i], (sr_off_[i + 1] - sr_off_[i]) * 4, j, tag0 + c);
+      if (gr_off_[i + 1] > gr_off_[i])
+        recvs_[n + i] = uly_->irecv(gather_recv_.data() + gr_off_[i], (gr_off_[i + 1] - gr_off_[i]) * 4, j,
+                                    tag0 + uint32_t(C_ + c));
+    }
+  for (int c = 0; c < C_; ++c)
+    for (int j = 0; j < U_; ++j) {
+      const size_t i = size_t(c * U_ + j);
+      if (j == u_ || ss_off_[i + 1] == ss_off_[i]) continue;
+      const int64_t h0 = chunk_heads(c, j).begin * d_, hjd = chunk_heads(c, j).size() * d_;
+      float* p = scatter_send_.data() + ss_off_[i];
+      for (int64_t bt = 0; bt < B_ * T_; ++bt)
+        for (int k = 0; k < 3; ++k, p += hjd) std::memcpy(p, qkv + (bt * 3 + k) * H_ * d_ + h0, size_t(hjd) * 4);
+      profile::add_bytes((ss_off_[i + 1] - ss_off_[i]) * 4);
+      sends_[i] = uly_->isend(scatter_send_.data() + ss_off_[i], (ss_off_[i + 1] - ss_off_[i]) * 4, j, tag0 + c);
+    }
+}
+
+// Waits for chunk c's blocks and assembles chunk_qkv_ [B, Tg, 3, hc, d] (the group's tokens in
+// rank order; my own tokens straight from qkv).
+void SequenceParallelAttention::unpack_chunk(const float* qkv, int c) {
+  const int64_t hc = chunk_heads(c, u_).size(), row = 3 * hc * d_;
+  const int64_t h0 = chunk_heads(c, u_).begin * d_;
+  for (int j = 0; j < U_; ++j) {
+    const size_t i = size_t(c * U_ + j);
+    const TokenRange tj = tokens_of(j);
+    const int64_t t0 = tj.begin - tokens_of(0).begin;
+    if (j == u_) {
+      for (int64_t b = 0; b < B_; ++b)
+        for (int64_t t = 0; t < T_; ++t)
+          for (int k = 0; k < 3; ++k)
+            std::memcpy(chunk_qkv_.data() + (b * Tg_ + t0 + t) * row + k * hc * d_,
+                        qkv + ((b * T_ + t) * 3 + k) * H_ * d_ + h0, size_t(hc * d_) * 4);
+      continue;
+    }
+    if (sr_off_[i + 1] == sr_off_[i]) continue;
+    {
+      profile::Scope pw(profile::Cat::Waiting);
+      recvs_[i].wait();
+    }
+    const float* q = scatter_recv_.data() + sr_off_[i];
+    for (int64_t b = 0; b < B_; ++b, q += tj.size() * row)
+      std::memcpy(chunk_qkv_.data() + (b * Tg_ + t0) * row, q, size_t(tj.size() * row) * 4);
   }
 }
 
-// out_g_ [B, Tg, Hu, d] -> out [B, T, H, d].
-void SequenceParallelAttention::ulysses_gather_heads(float* out) {
-  const int64_t hd = Hu_ * d_;
-  float* p = send_.data();
-  int64_t t0 = 0;
-  for (int j = 0; j < U_; ++j) {  // to rank j: its tokens' outputs of my heads, [B, Tj, Hu, d]
-    const int64_t tj = ranges_[size_t(r_ * U_ + j)].size();
-    for (int64_t b = 0; b < B_; ++b) {
-      const size_t n = size_t(tj * hd);
-      std::memcpy(p, out_g_.data() + (b * Tg_ + t0) * hd, n * 4);
-      p += n;
+// chunk_out_ [B, Tg, hc, d] -> each peer's tokens to it (posted now), mine into out [B, T, H, d].
+void SequenceParallelAttention::post_gather_chunk(int c, float* out, uint32_t tag0) {
+  const int64_t hc = chunk_heads(c, u_).size(), hcd = hc * d_, h0 = chunk_heads(c, u_).begin * d_;
+  for (int j = 0; j < U_; ++j) {
+    const size_t i = size_t(c * U_ + j);
+    const TokenRange tj = tokens_of(j);
+    const int64_t t0 = tj.begin - tokens_of(0).begin;
+    if (j == u_) {
+      for (int64_t b = 0; b < B_; ++b)
+        for (int64_t t = 0; t < T_; ++t)
+          std::memcpy(out + (b * T_ + t) * H_ * d_ + h0, chunk_out_.data() + (b * Tg_ + t0 + t) * hcd,
+                      size_t(hcd) * 4);
+      continue;
     }
-    t0 += tj;
-  }
-  {
+    if (gs_off_[i + 1] == gs_off_[i]) continue;
+    float* p = gather_send_.data() + gs_off_[i];
+    for (int64_t b = 0; b < B_; ++b, p += tj.size() * hcd)
+      std::memcpy(p, chunk_out_.data() + (b * Tg_ + t0) * hcd, size_t(tj.size() * hcd) * 4);
     profile::Scope pc(profile::Cat::Communication);
-    profile::add_bytes(bytes_to_others(out_send_counts_, u_));
-    uly_->all_to_all_v(send_.data(), out_send_counts_, recv_.data(), out_recv_counts_);
+    profile::add_bytes((gs_off_[i + 1] - gs_off_[i]) * 4);
+    sends_[size_t(C_ * U_) + i] =
+        uly_->isend(gather_send_.data() + gs_off_[i], (gs_off_[i + 1] - gs_off_[i]) * 4, j, tag0 + uint32_t(C_ + c));
   }
-  const float* q = recv_.data();
-  for (int j = 0; j < U_; ++j) {  // from rank j: [B, T, Hj, d] of its heads
-    const int64_t h0 = heads_of(j).begin * d_, hjd = heads_of(j).size() * d_;
-    for (int64_t b = 0; b < B_; ++b)
-      for (int64_t t = 0; t < T_; ++t) {
-        std::memcpy(out + (b * T_ + t) * H_ * d_ + h0, q, size_t(hjd) * 4);
-        q += hjd;
+}
+
+// Waits for the other ranks' outputs of my tokens and writes them into out [B, T, H, d];
+// then for every send, so that the buffers may be reused.
+void SequenceParallelAttention::finish_gather(float* out) {
+  const size_t n = size_t(C_ * U_);
+  for (int c = 0; c < C_; ++c)
+    for (int j = 0; j < U_; ++j) {
+      const size_t i = size_t(c * U_ + j);
+      if (j == u_ || gr_off_[i + 1] == gr_off_[i]) continue;
+      {
+        profile::Scope pw(profile::Cat::Waiting);
+        recvs_[n + i].wait();
       }
+      const int64_t h0 = chunk_heads(c, j).begin * d_, hjd = chunk_heads(c, j).size() * d_;
+      const float* q = gather_recv_.data() + gr_off_[i];
+      for (int64_t bt = 0; bt < B_ * T_; ++bt, q += hjd) std::memcpy(out + bt * H_ * d_ + h0, q, size_t(hjd) * 4);
+    }
+  profile::Scope pw(profile::Cat::Waiting);
+  for (P2PHandle& h : sends_) h.wait();
+}
+
+// Ulysses: scatter all chunks at once; then per chunk wait, attend, send the outputs back, so
+// chunk c+1's q,k,v and chunk c's outputs travel while chunk c+1 is computed.
+void SequenceParallelAttention::ulysses_forward(const float* qkv, float* out) {
+  const uint32_t tag0 = tag_;
+  tag_ += uint32_t(2 * C_);
+  post_scatter(qkv, tag0);
+  for (int c = 0; c < C_; ++c) {
+    unpack_chunk(qkv, c);
+    attend(chunk_qkv_.data(), chunk_out_.data(), chunk_heads(c, u_).size());
+    post_gather_chunk(c, out, tag0);
   }
+  finish_gather(out);
+}
+
+// Attention of the group's tokens over `heads` heads: [B, Tg, 3, heads, d] -> [B, Tg, heads, d].
+void SequenceParallelAttention::attend(const float* qkv_g, float* out_g, int64_t heads) {
+  if (R_ > 1) return ring_attention(qkv_g, out_g);  // even with no tokens: this rank passes K/V on
+  if (Tg_ == 0 || heads == 0) return;
+  const int64_t hd = heads * d_;
+  by_heads_.at(heads).run(qkv_g, qkv_g + hd, qkv_g + 2 * hd, out_g, nullptr);
 }
 
 // K and V of [B, Tg, 3, Hu, d] -> [B, Tg, 2, Hu, d].
@@ -259,25 +357,15 @@ void SequenceParallelAttention::ring_attention(const float* qkv_g, float* out_g)
 
 void SequenceParallelAttention::forward(const float* qkv, float* out) {
   DIT_CHECK(prepared_, "sequence-parallel attention: forward before prepare()");
-  const float* qkv_g = qkv;  // U == 1: the group is this rank
-  float* out_g = U_ > 1 ? out_g_.data() : out;
-  if (U_ > 1) {
-    ulysses_scatter_heads(qkv);
-    qkv_g = qkv_g_.data();
-  }
-  if (R_ > 1) {
-    ring_attention(qkv_g, out_g);
-  } else if (Tg_ > 0) {
-    local_.run(qkv_g, qkv_g + Hu_ * d_, qkv_g + 2 * Hu_ * d_, out_g, nullptr);
-  }
-  if (U_ > 1) ulysses_gather_heads(out);
+  if (U_ > 1) return ulysses_forward(qkv, out);
+  attend(qkv, out, Hu_);  // U == 1: the group is this rank, [B, T, 3, H, d] read in place
 }
 
 }  // namespace
 
 std::unique_ptr<SelfAttention> make_sequence_parallel_attention(std::shared_ptr<ProcessGroup> ulysses,
-                                                                std::shared_ptr<ProcessGroup> ring) {
-  return std::make_unique<SequenceParallelAttention>(std::move(ulysses), std::move(ring));
+                                                                std::shared_ptr<ProcessGroup> ring, int ulysses_chunks) {
+  return std::make_unique<SequenceParallelAttention>(std::move(ulysses), std::move(ring), ulysses_chunks);
 }
 
 }  // namespace dit

@@ -2,10 +2,15 @@
 // of a sequence-parallel group (runtime/token_split.h) and attention is computed
 // exactly, as if one process held them all.
 //
-//  - Ulysses (the `ulysses` group, U ranks): one packed all-to-all of Q, K and V turns the
-//    token split into a head split (rank u gets heads split_tokens(H, U, u) of all the
-//    group's tokens: H/U each, or one more for the first H mod U ranks when U does not
-//    divide H), attention runs on full-length heads, a second all-to-all turns it back.
+//  - Ulysses (the `ulysses` group, U ranks): an all-to-all of Q, K and V turns the token
+//    split into a head split (rank u gets heads split_tokens(H, U, u) of all the group's
+//    tokens: H/U each, or one more for the first H mod U ranks when U does not divide H),
+//    attention runs on full-length heads, a second all-to-all turns it back. Without a ring
+//    the heads go in `ulysses_chunks` chunks, pipelined: every chunk's Q, K, V are posted at
+//    once (point to point, chunk 0 first on every link); chunk c is computed as soon as it
+//    has arrived and its outputs are sent back at once, so chunk c+1's inputs and chunk c's
+//    outputs travel while chunk c+1 is computed. Only the first chunk's scatter and the last
+//    chunk's return are exposed (docs/overlap.md).
 //  - Ring (the `ring` group, R ranks): every rank keeps its queries; K/V blocks travel round
 //    the ring, each send/receive posted before computing on the current block (double
 //    buffered), and the partial results are merged exactly by log-sum-exp in float32.
@@ -28,9 +33,14 @@
 
 namespace dit {
 
+// Heads per Ulysses rank go in at most this many chunks (fewer when a rank has fewer heads).
+// 1: no pipelining. Every rank of a group must use the same value.
+constexpr int kDefaultUlyssesChunks = 4;
+
 // Groups of size 1 switch that axis off. Throws at prepare() when there are fewer heads
 // than Ulysses ranks.
 std::unique_ptr<SelfAttention> make_sequence_parallel_attention(std::shared_ptr<ProcessGroup> ulysses,
-                                                                std::shared_ptr<ProcessGroup> ring);
+                                                                std::shared_ptr<ProcessGroup> ring,
+                                                                int ulysses_chunks = kDefaultUlyssesChunks);
 
 }  // namespace dit

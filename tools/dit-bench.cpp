@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "models/make_model.h"
+#include "parallel/parallel_attention.h"
 #include "parallel/launcher.h"
 #include "parallel/mesh.h"
 #include "parallel/placement.h"
@@ -182,7 +183,8 @@ int run_driver(const Opts& o, const char* argv0) {
                                          std::to_string(o.guidance),  "--gemm",      o.gemm,
                                          "--gemm-runs",  std::to_string(o.gemm_runs), "--result-dir",
                                          rdir.string(),  "--qkv",     o.qkv,
-                                         "--sp-min-tokens", std::to_string(o.sp_min_tokens)};
+                                         "--sp-min-tokens", std::to_string(o.sp_min_tokens),
+                                         "--ulysses-chunks", std::to_string(o.ulysses_chunks)};
         if (o.no_pin) args.push_back("--no-pin");
         std::vector<char*> av;
         for (auto& a : args) av.push_back(a.data());
@@ -221,6 +223,8 @@ int run_driver(const Opts& o, const char* argv0) {
         const double gemm = r0[dtype == "bf16" ? "gemm_bf16_gflops" : "gemm_f32_gflops"].get<double>();
         const int rank_threads = r0["threads"].get<int>();
         run["threads_per_rank"] = rank_threads;
+        if (lay.deg[Axis::Ulysses] > 1 && lay.deg[Axis::Ring] == 1)  // USP runs unchunked
+          run["ulysses_chunks"] = o.ulysses_chunks > 0 ? o.ulysses_chunks : kDefaultUlyssesChunks;
         run["pinned"] = r0["pinned"];
         run["oversubscribed"] = r0["oversubscribed"];  // local ranks x threads > cores: core sets overlap
         if (o.nnodes > 1) run["ranks_here"] = nproc;
@@ -352,6 +356,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--sp-min-tokens", o.sp_min_tokens,
                  "tensor parallel: Megatron sequence parallelism from this many tokens x batch (default: dit-gen's)");
+  app.add_option("--ulysses-chunks", o.ulysses_chunks,
+                 "Ulysses: heads pipelined in up to this many chunks (1: no overlap; default: dit-gen's)");
   app.add_flag("--worker", o.worker)->group("");
   app.add_option("--layout", o.layout)->group("");
   app.add_option("--result-dir", o.result_dir)->group("");

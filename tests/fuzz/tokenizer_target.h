@@ -38,12 +38,20 @@ inline void tok_invariant(bool ok, const char* what) {
 
 inline std::string fixture_tokenizer() { return std::string(DIT_TEST_DATA) + "/pixart-tiny/tokenizer"; }
 
-// A private directory for the files under test (one per process, reused).
+// A private directory for the files under test (one per process, reused, removed at exit).
 inline const std::string& scratch_dir() {
   static const std::string dir = [] {
     char tmpl[] = "/tmp/dit-fuzz-tokenizer-XXXXXX";
     const char* d = ::mkdtemp(tmpl);
-    return std::string(d ? d : "/tmp");
+    if (!d) {
+      std::perror("fuzz_tokenizer: mkdtemp");
+      std::abort();
+    }
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(scratch_dir(), ec);
+    });
+    return std::string(d);
   }();
   return dir;
 }

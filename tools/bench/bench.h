@@ -12,6 +12,7 @@ namespace dit::bench {
 struct Opts {
   std::string model, preset, cache_dir, layouts = "serial", sizes, dtypes = "f32", output;
   int64_t sp_min_tokens = 0;
+  int ulysses_chunks = 0;  // 0: dit-gen's default
   int layers = 0, text_layers = 0, steps = 5, warmup = 1, threads = 1, gemm_runs = 5;
   bool no_pin = false;
   // several machines (or simulated ones, tools/netbench.sh): every machine runs the driver

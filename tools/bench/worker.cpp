@@ -84,6 +84,7 @@ int run_worker(const Opts& o) {
       mesh = std::make_shared<DeviceMesh>(world, lay.deg);
       DistributedOptions dopt;
       if (o.sp_min_tokens > 0) dopt.sp_min_tokens = o.sp_min_tokens;
+      if (o.ulysses_chunks > 0) dopt.ulysses_chunks = o.ulysses_chunks;
       po.parallel = make_distributed_context(mesh, dopt);
     }
     auto pipe = Pipeline::load(po);

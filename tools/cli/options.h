@@ -35,6 +35,7 @@ struct GenOptions {
   bool cfg_parallel = false;
   int ulysses = 1, ring = 1, tp = 1;
   int64_t sp_min_tokens = 0;  // 0: the default (parallel/distributed_context.h)
+  int ulysses_chunks = 0;     // 0: the default (parallel/parallel_attention.h)
   bool no_pin = false;  // --no-pin: leave the ranks' CPU affinity alone
   double timeout = 300;
   std::string rendezvous;
