@@ -4,6 +4,7 @@
 #include <sstream>
 #include <vector>
 
+#include "parallel/launcher.h"
 #include "parallel/mesh.h"
 #include "parallel/parallel_attention.h"
 #include "parallel/tensor_parallel.h"
@@ -181,6 +182,11 @@ class DistributedContext final : public ParallelContext {
 };
 
 }  // namespace
+
+int ulysses_chunks_for(const LaunchEnv& env, int requested) {
+  if (requested > 0) return requested;
+  return env.local_known && env.local_world < env.world ? kDefaultUlyssesChunks : 1;
+}
 
 std::shared_ptr<ParallelContext> make_distributed_context(std::shared_ptr<DeviceMesh> mesh,
                                                           const DistributedOptions& opt) {

@@ -19,15 +19,23 @@
 namespace dit {
 
 class DeviceMesh;
+struct LaunchEnv;
 
 struct DistributedOptions {
   // Megatron sequence parallelism in the transformer's tensor-parallel regions from this many
   // tokens × batch per TP group on (--sp-min-tokens; chosen from measurements, README).
   int64_t sp_min_tokens = kDefaultSpMinTokens;
   static constexpr int64_t kDefaultSpMinTokens = 512;  // measured: README "PixArt, tensor parallelism and memory"
-  // Ulysses: heads per rank pipelined in up to this many chunks (--ulysses-chunks; 1: no overlap).
-  int ulysses_chunks = kDefaultUlyssesChunks;
+  // Ulysses: heads per rank pipelined in up to this many chunks (--ulysses-chunks; 1: no overlap);
+  // see ulysses_chunks_for.
+  int ulysses_chunks = 1;
 };
+
+// --ulysses-chunks as given (> 0), else its default: kDefaultUlyssesChunks when the ranks span
+// machines (transfers then cross a network while the cores compute), 1 on one machine (the
+// kernel copies loopback traffic on the same cores, and smaller chunks only add calls):
+// measured in docs/overlap.md.
+int ulysses_chunks_for(const LaunchEnv& env, int requested);
 
 std::shared_ptr<ParallelContext> make_distributed_context(std::shared_ptr<DeviceMesh> mesh,
                                                           const DistributedOptions& opt = {});

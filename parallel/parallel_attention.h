@@ -34,7 +34,8 @@
 namespace dit {
 
 // Heads per Ulysses rank go in at most this many chunks (fewer when a rank has fewer heads).
-// 1: no pipelining. Every rank of a group must use the same value.
+// 1: no pipelining. Every rank of a group must use the same value. dit-gen's default across
+// machines (parallel/distributed_context.h: ulysses_chunks_for).
 constexpr int kDefaultUlyssesChunks = 4;
 
 // Groups of size 1 switch that axis off. Throws at prepare() when there are fewer heads

@@ -224,7 +224,7 @@ int run_driver(const Opts& o, const char* argv0) {
         const int rank_threads = r0["threads"].get<int>();
         run["threads_per_rank"] = rank_threads;
         if (lay.deg[Axis::Ulysses] > 1 && lay.deg[Axis::Ring] == 1)  // USP runs unchunked
-          run["ulysses_chunks"] = o.ulysses_chunks > 0 ? o.ulysses_chunks : kDefaultUlyssesChunks;
+          run["ulysses_chunks"] = r0["ulysses_chunks"];
         run["pinned"] = r0["pinned"];
         run["oversubscribed"] = r0["oversubscribed"];  // local ranks x threads > cores: core sets overlap
         if (o.nnodes > 1) run["ranks_here"] = nproc;
@@ -357,7 +357,8 @@ int main(int argc, char** argv) {
   app.add_option("--sp-min-tokens", o.sp_min_tokens,
                  "tensor parallel: Megatron sequence parallelism from this many tokens x batch (default: dit-gen's)");
   app.add_option("--ulysses-chunks", o.ulysses_chunks,
-                 "Ulysses: heads pipelined in up to this many chunks (1: no overlap; default: dit-gen's)");
+                 "Ulysses: heads pipelined in up to this many chunks (1: no overlap; default: dit-gen's: " +
+                     std::to_string(kDefaultUlyssesChunks) + " across machines, 1 on one)");
   app.add_flag("--worker", o.worker)->group("");
   app.add_option("--layout", o.layout)->group("");
   app.add_option("--result-dir", o.result_dir)->group("");

@@ -14,7 +14,7 @@ set -euo pipefail
 
 usage() {
   cat <<'EOF'
-usage: tools/netbench.sh [options]
+usage: tools/netbench.sh [options] [-- dit-bench options]
   --preset NAME     dit-bench preset (tiny, small, demo, xl, ...)       [tiny]
   --layers N        override the preset's depth                        [preset's]
   --size PIXELS     image sizes, comma-separated (DiT/2: tokens = (size/16)^2: 256 -> 256,
@@ -32,6 +32,7 @@ usage: tools/netbench.sh [options]
   --bin DIR         where dit-bench and dit-make-model are               [build/bin]
   --cache DIR       where preset models are created and reused        [dit-bench's]
   --keep-logs DIR   copy each node's JSON and log here
+  -- ARGS...        passed to every node's dit-bench as they are (e.g. -- --ulysses-chunks 1)
 EOF
 }
 
@@ -39,9 +40,11 @@ die() { echo "netbench: error: $*" >&2; exit 2; }
 
 preset=tiny layers=0 sizes="" nodes=2 rate=25gbit delay=80us layouts=cfg2,u2,r2,u2r2,tp2
 steps=3 warmup=1 threads=0 bin=build/bin cache="" keep=""
+extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
+    --) shift; extra=("$@"); break ;;
     --preset|--layers|--size|--nodes|--rate|--delay|--layouts|--steps|--warmup|--threads|--bin|--cache|--keep-logs)
       [ $# -ge 2 ] || die "$1 needs a value"
       case "$1" in
@@ -179,7 +182,7 @@ for ((k = 0; k < nodes; k++)); do
   setsid ip netns exec "$tag-n$k" env DIT_ADDR="$net.$((k + 1))" taskset -c "$cores" \
     "$bin/dit-bench" --model "$model" ${sizes:+--size "$sizes"} --layouts "serial,$layouts" --steps "$steps" \
     --warmup "$warmup" --threads "$t" --nnodes "$nodes" --node-rank "$k" \
-    --rendezvous "redis://$net.254:$port/$tag" > "$work/node$k.json" 2> "$work/node$k.log" &
+    --rendezvous "redis://$net.254:$port/$tag" ${extra[@]+"${extra[@]}"} > "$work/node$k.json" 2> "$work/node$k.log" &
   pids+=($!)
 done
 failed=""

@@ -18,6 +18,8 @@
 #include <random>
 #include <thread>
 
+#include "parallel/distributed_context.h"
+#include "parallel/launcher.h"
 #include "parallel/mesh.h"
 #include "parallel/parallel_attention.h"
 #include "runtime/token_split.h"
@@ -296,4 +298,20 @@ TEST_CASE("sequence-parallel attention: a failed peer becomes dit::Error, no han
     CHECK(errors[size_t(r)].find("rank 3 failed: rank 3 gave up") != std::string::npos);
   }
   CHECK(errors[2].find("on group 'ulysses'") != std::string::npos);
+}
+
+TEST_CASE("Ulysses chunks: as asked, else pipelined across machines and not on one", "[parallel][attention]") {
+  LaunchEnv one;  // 4 ranks, all on this machine
+  one.world = 4;
+  one.local_world = 4;
+  one.local_known = true;
+  LaunchEnv two = one;  // 2 machines of 2
+  two.local_world = 2;
+  LaunchEnv unknown = two;  // local ranks not given by the launcher: assume one machine
+  unknown.local_known = false;
+  CHECK(ulysses_chunks_for(one, 0) == 1);
+  CHECK(ulysses_chunks_for(two, 0) == kDefaultUlyssesChunks);
+  CHECK(ulysses_chunks_for(unknown, 0) == 1);
+  CHECK(ulysses_chunks_for(one, 3) == 3);
+  CHECK(ulysses_chunks_for(two, 1) == 1);
 }

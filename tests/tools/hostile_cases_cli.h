@@ -42,6 +42,8 @@ inline std::vector<Case> flag_cases() {
       {"--dtype f64", "dit-tiny", {}, P1 + "--dtype f64" + O, "dtype"},
       {"--sampler bogus", "dit-tiny", {}, P1 + "--sampler bogus" + O, "bogus"},
       {"--progress bogus", "dit-tiny", {}, P1 + "--progress bogus" + O, "progress"},
+      {"--ulysses-chunks 65", "dit-tiny", {}, P1 + "--ulysses 2 --ulysses-chunks 65" + O, "--ulysses-chunks"},
+      {"--ulysses-chunks -1", "dit-tiny", {}, P1 + "--ulysses 2 --ulysses-chunks -1" + O, "--ulysses-chunks"},
       {"--timeout 0", "dit-tiny", {}, P1 + "--timeout 0" + O, "--timeout"},
       {"--timeout -1", "dit-tiny", {}, P1 + "--timeout -1" + O, "--timeout"},
       {"--timeout 1e9", "dit-tiny", {}, P1 + "--timeout 1e9" + O, "--timeout"},

@@ -174,6 +174,12 @@ TEST_CASE("parallel layouts equal serial: PixArt-α (micro-conditions, binned 10
   check_layouts("pixart-alpha-tiny", "-W 150 -H 100", {"--cfg-parallel", "--ulysses 2", "--ring 3", "--cfg-parallel --ulysses 2 --ring 2"});
 }
 
+TEST_CASE("parallel layouts equal serial: Ulysses pipelined over head chunks", "[parallel][equivalence]") {
+  // dit-small: 6 heads, 3 per rank over u2 -> chunks of 1; 2 chunks over 3 heads: 2 + 1.
+  check_layouts("dit-small", "", {"--ulysses 2 --ulysses-chunks 3", "--cfg-parallel --ulysses 2 --ulysses-chunks 2"});
+  check_layouts("pixart-tiny", "", {"--ulysses 2 --ulysses-chunks 2", "--ulysses 4 --ulysses-chunks 4"});
+}
+
 TEST_CASE("tensor parallel layouts equal serial: DiT (6 heads: tp4 splits them 2, 2, 1, 1)", "[parallel][equivalence][tp]") {
   check_layouts("dit-small", "", {"--tp 2", "--tp 3", "--tp 4", "--cfg-parallel --tp 2", "--ulysses 2 --tp 2",
                                   "--ring 2 --tp 2", "--tp 2 --sp-min-tokens 1",

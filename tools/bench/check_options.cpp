@@ -36,7 +36,7 @@ void check_options(const Opts& o) {
   DIT_CHECK(o.layers >= 0 && o.layers <= 1024, "--layers must be in 0..1024 (0: the preset's)");
   DIT_CHECK(o.text_layers >= 0 && o.text_layers <= 1024, "--text-layers must be in 0..1024 (0: the preset's)");
   DIT_CHECK(o.sp_min_tokens >= 0, "--sp-min-tokens must be >= 0");
-  DIT_CHECK(o.ulysses_chunks >= 0 && o.ulysses_chunks <= 64, "--ulysses-chunks must be in 1..64");
+  DIT_CHECK(o.ulysses_chunks >= 0 && o.ulysses_chunks <= 64, "--ulysses-chunks must be in 1..64 (0: the default)");
   DIT_CHECK(o.nnodes <= 4096, "--nnodes must be in 1..4096");
   if (!o.preset.empty()) {
     const auto presets = model_presets();

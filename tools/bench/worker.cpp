@@ -84,7 +84,7 @@ int run_worker(const Opts& o) {
       mesh = std::make_shared<DeviceMesh>(world, lay.deg);
       DistributedOptions dopt;
       if (o.sp_min_tokens > 0) dopt.sp_min_tokens = o.sp_min_tokens;
-      if (o.ulysses_chunks > 0) dopt.ulysses_chunks = o.ulysses_chunks;
+      dopt.ulysses_chunks = ulysses_chunks_for(env, o.ulysses_chunks);
       po.parallel = make_distributed_context(mesh, dopt);
     }
     auto pipe = Pipeline::load(po);
@@ -134,6 +134,7 @@ int run_worker(const Opts& o) {
     r["rank"] = env.rank;
     r["local_rank"] = env.local_rank;
     r["threads"] = num_threads();
+    r["ulysses_chunks"] = ulysses_chunks_for(env, o.ulysses_chunks);
     r["cpus"] = place.cpus;
     r["pinned"] = place.pinned;
     r["oversubscribed"] = place.oversubscribed;

@@ -104,7 +104,7 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
   app.add_option("--ulysses-chunks", o.ulysses_chunks,
                  "Ulysses: pipeline each rank's heads in up to this many chunks, so the all-to-all of one chunk "
                  "travels while another is computed (1: no overlap; default: " +
-                     std::to_string(kDefaultUlyssesChunks) + ")")
+                     std::to_string(kDefaultUlyssesChunks) + " when the ranks span machines, 1 on one machine)")
       ->group(par);
   app.add_flag("--no-pin", o.no_pin,
                "do not pin the ranks: by default local rank r of a machine runs on its own cores (r*threads .. "
@@ -168,7 +168,7 @@ void validate(const GenOptions& o) {
   DIT_CHECK(o.threads >= 0 && o.threads <= 4096, "-t/--threads must be in 1..4096");
   DIT_CHECK(o.tp >= 1 && o.tp <= 1024, "--tensor-parallel must be in 1..1024");
   DIT_CHECK(o.sp_min_tokens >= 0, "--sp-min-tokens must be >= 0");
-  DIT_CHECK(o.ulysses_chunks >= 0 && o.ulysses_chunks <= 64, "--ulysses-chunks must be in 1..64");
+  DIT_CHECK(o.ulysses_chunks >= 0 && o.ulysses_chunks <= 64, "--ulysses-chunks must be in 1..64 (0: the default)");
   DIT_CHECK(o.nproc_per_node >= 0 && o.nproc_per_node <= 4096, "--nproc-per-node must be in 1..4096");
   DIT_CHECK(o.nnodes >= 1 && o.nnodes <= 4096, "--nnodes must be in 1..4096");
   DIT_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes,

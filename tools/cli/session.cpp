@@ -55,7 +55,7 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
     s.mesh = std::make_shared<DeviceMesh>(s.world, degrees);
     DistributedOptions dopt;
     if (o.sp_min_tokens > 0) dopt.sp_min_tokens = o.sp_min_tokens;
-    if (o.ulysses_chunks > 0) dopt.ulysses_chunks = o.ulysses_chunks;
+    dopt.ulysses_chunks = ulysses_chunks_for(s.env, o.ulysses_chunks);
     po.parallel = make_distributed_context(s.mesh, dopt);
   }
   s.pipe = Pipeline::load(po);
