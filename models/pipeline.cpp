@@ -312,7 +312,7 @@ std::vector<Result> Pipeline::generate_batch(const std::vector<Request>& reqs, c
     Result& r = res[j];
     r.latents = Tensor::empty({1, C, lh, lw});
     std::memcpy(r.latents.f32(), m.x.f32() + j * n, size_t(n) * 4);
-    if (rs[j].req.decode && m.ctx->is_output_rank()) m.decode(rs[j], r.latents.f32(), r);
+    if (rs[j].req.decode) m.ctx->run_output([&] { m.decode(rs[j], r.latents.f32(), r); });
     r.denoise_seconds = denoise / double(k);
     r.parameters = parameters(rs[j]);
   }

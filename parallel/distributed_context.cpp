@@ -5,9 +5,11 @@
 #include <vector>
 
 #include "parallel/launcher.h"
+#include "parallel/lent_cores.h"
 #include "parallel/mesh.h"
 #include "parallel/parallel_attention.h"
 #include "parallel/tensor_parallel.h"
+#include "runtime/engine.h"
 #include "runtime/error.h"
 #include "runtime/profile.h"
 
@@ -124,6 +126,17 @@ class DistributedContext final : public ParallelContext {
   LayerContext& layers() override { return layers_; }
   bool is_output_rank() const override { return mesh_->rank_in(Group::Replica) == 0; }
 
+  void run_output(const std::function<void()>& fn) override {
+    ProcessGroup& replica = mesh_->replica();
+    if (replica.size() == 1) return fn();
+    if (!cores_) cores_ = std::make_unique<LocalCores>(gather_local_cores(replica, num_threads()));
+    if (is_output_rank()) {
+      LentCores lent(*cores_);
+      fn();
+    }
+    replica.barrier();  // the lenders wait here (blocked in a receive, not spinning)
+  }
+
   void check_agreement(const float* x, int64_t n) override {
     ProcessGroup& replica = mesh_->replica();
     if (replica.size() == 1) return;
@@ -179,6 +192,7 @@ class DistributedContext final : public ParallelContext {
   MeshCfgSplit cfg_;
   MeshLayerContext layers_;
   std::vector<float> checks_;
+  std::unique_ptr<LocalCores> cores_;  // the replica's cores on this machine (first run_output)
 };
 
 }  // namespace

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -90,6 +91,9 @@ class ParallelContext {
   virtual LayerContext& layers() = 0;
   // Whether this rank decodes and writes the output (one rank per replica).
   virtual bool is_output_rank() const = 0;
+  // Every rank of the replica calls it at the same point: fn runs on the output rank, which
+  // may use the cores of the replica's other ranks on its machine meanwhile (they wait).
+  virtual void run_output(const std::function<void()>& fn) = 0;
   // Makes every rank of the replica agree that `x` is identical (cheap checksum); throws if not.
   virtual void check_agreement(const float* x, int64_t n) = 0;
   // One line describing this rank's share ("serial (1 process)", "rank 3: uncond branch, ...").
