@@ -1,6 +1,5 @@
 #include "runtime/attention.h"
 
-#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -16,6 +15,7 @@
 #include "runtime/error.h"
 #include "runtime/parallel_for.h"
 #include "runtime/simd_math.h"
+#include "runtime/softmax_row.h"
 
 namespace dit {
 
@@ -49,97 +49,15 @@ struct ThreadState {
   float* a = nullptr;   // [QB] rescale factor of this block
 };
 
-// Online-softmax update of one row of a block: s (logits, already scaled) -> p, running m/l, alpha.
-void softmax_row_generic(const float* s, float* p, int64_t cols, float* m, float* l, float* a) {
-  float mx = kNegInf;
-  for (int64_t j = 0; j < cols; ++j) mx = s[j] > mx ? s[j] : mx;
-  const float mnew = std::max(*m, mx);
-  float sum = 0.f;
-  for (int64_t j = 0; j < cols; ++j) {
-    float e = simd::exp_f(s[j] - mnew);
-    p[j] = e;
-    sum += e;
-  }
-  const float alpha = *m == kNegInf ? 0.f : simd::exp_f(*m - mnew);
-  *l = *l * alpha + sum;
-  *m = mnew;
-  *a = alpha;
-}
-
-#if defined(__GNUC__) && defined(__x86_64__)
-#define DIT_HAVE_AVX512_SOFTMAX 1
-// GCC 12's _mm512_reduce_* use _mm512_undefined_ps(), which trips -Wuninitialized.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-__attribute__((target("avx512f"))) static inline __m512 exp512(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(-87.3365447504f);
-  const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-  x = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.3762626647949f));
-  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500E-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
-  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.f)));
-  return _mm512_maskz_mov_ps(~under, _mm512_scalef_ps(p, n));
-}
-
-__attribute__((target("avx512f"))) void softmax_row_avx512(const float* s, float* p, int64_t cols, float* m, float* l,
-                                                           float* a) {
-  const __m512 ninf = _mm512_set1_ps(kNegInf);
-  __m512 vmax = ninf;
-  int64_t j = 0;
-  for (; j + 16 <= cols; j += 16) vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(s + j));
-  if (j < cols) {
-    const __mmask16 k = __mmask16((1u << (cols - j)) - 1);
-    vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(ninf, k, s + j));
-  }
-  const float mnew = std::max(*m, _mm512_reduce_max_ps(vmax));
-  const __m512 vm = _mm512_set1_ps(mnew);
-  __m512 vsum = _mm512_setzero_ps();
-  for (j = 0; j + 16 <= cols; j += 16) {
-    __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm));
-    _mm512_storeu_ps(p + j, e);
-    vsum = _mm512_add_ps(vsum, e);
-  }
-  if (j < cols) {
-    const __mmask16 k = __mmask16((1u << (cols - j)) - 1);
-    __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vm));
-    _mm512_mask_storeu_ps(p + j, k, e);
-    vsum = _mm512_add_ps(vsum, _mm512_maskz_mov_ps(k, e));
-  }
-  const float alpha = *m == kNegInf ? 0.f : simd::exp_f(*m - mnew);
-  *l = *l * alpha + _mm512_reduce_add_ps(vsum);
-  *m = mnew;
-  *a = alpha;
-}
-#pragma GCC diagnostic pop
-#endif
-
-const bool kHaveAvx512 = __builtin_cpu_supports("avx512f");
-
-inline void softmax_row_f32(const float* s, float* p, int64_t cols, float* m, float* l, float* a) {
-#ifdef DIT_HAVE_AVX512_SOFTMAX
-  if (kHaveAvx512) return softmax_row_avx512(s, p, cols, m, l, a);
-#endif
-  softmax_row_generic(s, p, cols, m, l, a);
-}
-
 void softmax_block(const float* S, float* P, int64_t rows, int64_t cols, int64_t ld, float* m, float* l, float* a) {
-  for (int64_t i = 0; i < rows; ++i) softmax_row_f32(S + i * ld, P + i * ld, cols, m + i, l + i, a + i);
+  for (int64_t i = 0; i < rows; ++i) softmax_row(S + i * ld, P + i * ld, cols, m + i, l + i, a + i);
 }
 
 DIT_MULTIVERSION void to_bf16_row(const float* x, uint16_t* y, int64_t n);
 // bf16: probabilities computed in f32 (in place in S), then rounded to bf16 for P·V.
 void softmax_block_bf16(float* S, uint16_t* P, int64_t rows, int64_t cols, int64_t ld, float* m, float* l, float* a) {
   for (int64_t i = 0; i < rows; ++i) {
-    softmax_row_f32(S + i * ld, S + i * ld, cols, m + i, l + i, a + i);
+    softmax_row(S + i * ld, S + i * ld, cols, m + i, l + i, a + i);
     to_bf16_row(S + i * ld, P + i * ld, cols);
   }
 }
