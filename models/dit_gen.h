@@ -28,6 +28,7 @@
 #include "models/diffusion_model.h"
 #include "runtime/parallel_context.h"
 #include "runtime/tensor.h"
+#include "runtime/weight_cache.h"
 
 namespace dit {
 
@@ -39,6 +40,9 @@ struct PipelineOptions {
   // Text-to-image: give back the text encoder's memory-mapped pages after each encoding, so a
   // single image does not keep T5 resident through the denoising loop. Batch mode keeps them.
   bool release_text_encoder = true;
+  // Half-precision checkpoints computed in f32: their float32 copy comes from (and goes to) this
+  // cache, mapped and shared by the machine's ranks (runtime/weight_cache.h). Default: off.
+  WeightCacheOption weight_cache;
 };
 
 struct Request {

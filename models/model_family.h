@@ -16,6 +16,7 @@
 #include "models/diffusion_model.h"
 #include "models/model_index.h"
 #include "runtime/dtype.h"
+#include "runtime/weight_cache.h"
 
 namespace dit {
 
@@ -51,6 +52,7 @@ struct LoadOptions {
   DType dtype = DType::F32;
   QkvProjection qkv = QkvProjection::Auto;
   bool release_text_encoder = true;  // drop the text encoder's resident pages after each encoding
+  WeightCacheOption weight_cache;     // half-precision checkpoints under f32 compute (runtime/weight_cache.h)
 };
 
 struct LoadedFamily {

@@ -209,6 +209,7 @@ std::unique_ptr<Pipeline> Pipeline::load(const PipelineOptions& opt) {
   lo.dtype = opt.dtype;
   lo.qkv = opt.qkv;
   lo.release_text_encoder = opt.release_text_encoder;
+  lo.weight_cache = opt.weight_cache;
   LoadedFamily f = family.load(lo, index, tcfg);
   m.rules = std::move(f.rules);
   m.model = std::move(f.model);
@@ -219,6 +220,7 @@ std::unique_ptr<Pipeline> Pipeline::load(const PipelineOptions& opt) {
                 << g.in_channels);
   m.dtype = opt.dtype;
   m.vstore = WeightStore::open_dir(dir + "/vae");
+  use_weight_cache(m.vstore, DType::F32, opt.weight_cache);  // the VAE computes in f32
   m.vae = std::make_unique<VaeDecoder>(m.vcfg, m.vstore);
 
   ModelInfo& i = m.info;

@@ -243,6 +243,8 @@ const SafeTensorInfo& SafeTensorsFile::info(const std::string& name) const {
   return it->second;
 }
 
+const void* SafeTensorsFile::data_of(const std::string& name) const { return data_ + info(name).begin; }
+
 Tensor SafeTensorsFile::get(const std::string& name) const {
   const SafeTensorInfo& ti = info(name);
   const uint8_t* src = data_ + ti.begin;

@@ -53,6 +53,8 @@ class SafeTensorsFile : public std::enable_shared_from_this<SafeTensorsFile> {
   // data is not aligned to the element size). F16: converted to a new F32 tensor. Other
   // dtypes (allowed in the file) throw here, naming the dtype and the tensor.
   Tensor get(const std::string& name) const;
+  // The tensor's bytes in the read-only mapping, in the file's dtype (info(name).dtype).
+  const void* data_of(const std::string& name) const;
   // I64, I32 or U8 tensors (e.g. token ids, masks and images of golden files) as int64 values in
   // row-major order; other dtypes throw, naming the tensor and the dtype.
   std::vector<int64_t> get_int64(const std::string& name) const;
@@ -97,6 +99,10 @@ class WeightStore {
   std::string describe() const { return describe_; }
   // The file holding `name` (throws like get() when missing).
   const SafeTensorsFile& file_of(const std::string& name) const;
+  // From now on, serve every F16 / BF16 tensor as float32 from the converted-weight cache in
+  // `dir` (runtime/weight_cache.h: created on first use, mapped read-only and shared by every
+  // process). For float32 compute; throws dit::Error naming the cache file on failure.
+  void use_f32_cache(const std::string& dir);
   // SafeTensorsFile::drop_pages() on every file: returns the bytes advised.
   size_t drop_pages() const;
   // Gives back the mapped pages of `t` (a tensor of this store) after it was copied; no-op
@@ -108,6 +114,7 @@ class WeightStore {
   std::string dir_;
   std::string describe_;
   std::vector<std::shared_ptr<SafeTensorsFile>> files_;
+  std::vector<std::shared_ptr<SafeTensorsFile>> f32_;  // files_[i]'s converted copy, or null
   std::map<std::string, size_t> where_;  // tensor name -> index in files_
 };
 

@@ -7,6 +7,7 @@
 #include "runtime/json_config.h"
 #include "runtime/printable.h"
 #include "runtime/safetensors.h"
+#include "runtime/weight_cache.h"
 
 namespace dit {
 namespace {
@@ -93,7 +94,14 @@ std::vector<std::string> WeightStore::names() const {
 Tensor WeightStore::get(const std::string& name) const {
   auto it = where_.find(name);
   if (it == where_.end()) throw Error("missing tensor '" + printable(name) + "' in " + (describe_.empty() ? dir_ : describe_));
+  if (!f32_.empty() && f32_[it->second] && f32_[it->second]->has(name)) return f32_[it->second]->get(name);
   return files_[it->second]->get(name);
+}
+
+void WeightStore::use_f32_cache(const std::string& dir) {
+  std::vector<std::shared_ptr<SafeTensorsFile>> conv;
+  for (const auto& f : files_) conv.push_back(f32_cache_for(*f, dir));
+  f32_ = std::move(conv);
 }
 
 const SafeTensorsFile& WeightStore::file_of(const std::string& name) const {
@@ -105,12 +113,16 @@ const SafeTensorsFile& WeightStore::file_of(const std::string& name) const {
 size_t WeightStore::drop(const Tensor& t) const {
   size_t n = 0;
   for (const auto& f : files_) n += f->drop_range(t.data(), t.nbytes());
+  for (const auto& f : f32_)
+    if (f) n += f->drop_range(t.data(), t.nbytes());
   return n;
 }
 
 size_t WeightStore::drop_pages() const {
   size_t n = 0;
   for (const auto& f : files_) n += f->drop_pages();
+  for (const auto& f : f32_)
+    if (f) n += f->drop_pages();
   return n;
 }
 

@@ -46,7 +46,8 @@ class ClassConditioner final : public Conditioner {
 
 LoadedFamily load_dit_family(const LoadOptions& opt, const ModelIndex& index, const Config& transformer_config) {
   const DiTConfig cfg = dit_config_from(transformer_config);
-  const WeightStore store = WeightStore::open_dir(opt.dir + "/transformer");
+  WeightStore store = WeightStore::open_dir(opt.dir + "/transformer");
+  use_weight_cache(store, opt.dtype, opt.weight_cache);
   LoadedFamily f;
   f.rules.family = "DiT";
   f.rules.prompt = PromptKind::ClassLabel;

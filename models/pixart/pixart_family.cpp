@@ -103,11 +103,13 @@ LoadedFamily load_pixart_family(const LoadOptions& opt, const ModelIndex& index,
   // it has heads), so their encoding work is shared, not repeated.
   const int64_t t5_heads = load_t5_config(opt.dir + "/text_encoder/config.json").num_heads;
   PromptEncoder pe = PromptEncoder::open(opt.dir, opt.dtype,
-                                         opt.parallel->layers().tensor_parallel(TpScope::TextEncoder, t5_heads));
+                                         opt.parallel->layers().tensor_parallel(TpScope::TextEncoder, t5_heads),
+                                         opt.weight_cache);
   DIT_CHECK(pe.config().d_model == cfg.caption_channels,
             transformer_config.source() << ": caption_channels " << cfg.caption_channels
                                         << " does not match the text encoder's d_model " << pe.config().d_model);
-  const WeightStore store = WeightStore::open_dir(opt.dir + "/transformer");
+  WeightStore store = WeightStore::open_dir(opt.dir + "/transformer");
+  use_weight_cache(store, opt.dtype, opt.weight_cache);
 
   LoadedFamily f;
   f.rules.family = sigma ? "PixArt-Σ" : "PixArt-α";

@@ -14,7 +14,8 @@ PromptEncoder::PromptEncoder(PromptEncoder&&) noexcept = default;
 PromptEncoder& PromptEncoder::operator=(PromptEncoder&&) noexcept = default;
 PromptEncoder::~PromptEncoder() = default;
 
-PromptEncoder PromptEncoder::open(const std::string& model_dir, DType compute, std::shared_ptr<TensorParallel> tp) {
+PromptEncoder PromptEncoder::open(const std::string& model_dir, DType compute, std::shared_ptr<TensorParallel> tp,
+                                  WeightCacheOption cache) {
   struct stat st;
   DIT_CHECK(::stat(model_dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode),
             model_dir << ": model directory does not exist");
@@ -22,6 +23,7 @@ PromptEncoder PromptEncoder::open(const std::string& model_dir, DType compute, s
   pe.dir_ = model_dir;
   pe.compute_ = compute;
   pe.tp_ = std::move(tp);
+  pe.cache_ = std::move(cache);
   const std::string index = model_dir + "/model_index.json";
   if (::stat(index.c_str(), &st) == 0) {
     pe.pipeline_class_ = Config::load(index).get_string("_class_name", "");
@@ -57,7 +59,7 @@ EncodedPrompts PromptEncoder::encode(const std::vector<std::string>& prompts, in
     mask.insert(mask.end(), e.tokens.back().mask.begin(), e.tokens.back().mask.end());
   }
   if (!enc_) {
-    auto w = std::make_shared<const T5Weights>(T5Weights::load(dir_ + "/text_encoder", compute_, tp_.get()));
+    auto w = std::make_shared<const T5Weights>(T5Weights::load(dir_ + "/text_encoder", compute_, tp_.get(), cache_));
     enc_ = std::make_unique<T5Encoder>(std::move(w), tp_);
   }
   if (enc_->batch() != B || enc_->seq_len() != L) enc_->prepare(B, L);

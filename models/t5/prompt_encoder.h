@@ -18,6 +18,7 @@
 #include "models/t5/t5_encoder.h"
 #include "models/t5/t5_tokenizer.h"
 #include "runtime/tensor.h"
+#include "runtime/weight_cache.h"
 
 namespace dit {
 
@@ -31,8 +32,9 @@ class PromptEncoder {
  public:
   // `tp` (optional): how the text encoder is split over ranks (TpScope::TextEncoder); made
   // from the config's head count by the caller, e.g. ctx.layers().tensor_parallel(...).
+  // `cache`: where f32 copies of a half-precision text encoder go (runtime/weight_cache.h).
   static PromptEncoder open(const std::string& model_dir, DType compute,
-                            std::shared_ptr<TensorParallel> tp = nullptr);
+                            std::shared_ptr<TensorParallel> tp = nullptr, WeightCacheOption cache = {});
   PromptEncoder(PromptEncoder&&) noexcept;
   PromptEncoder& operator=(PromptEncoder&&) noexcept;
   ~PromptEncoder();
@@ -63,6 +65,7 @@ class PromptEncoder {
   std::unique_ptr<T5Tokenizer> tok_;
   std::unique_ptr<T5Encoder> enc_;
   std::shared_ptr<TensorParallel> tp_;
+  WeightCacheOption cache_;
 };
 
 }  // namespace dit

@@ -43,13 +43,15 @@ const TpPlan& t5_tp_plan() {
   return plan;
 }
 
-T5Weights T5Weights::load(const std::string& dir, DType compute, const TensorParallel* tp_in) {
+T5Weights T5Weights::load(const std::string& dir, DType compute, const TensorParallel* tp_in,
+                          const WeightCacheOption& cache) {
   const std::unique_ptr<TensorParallel> serial = tp_in ? nullptr : make_serial_tensor_parallel();
   const TensorParallel& tp = tp_in ? *tp_in : *serial;
   T5Weights w;
   w.cfg = load_t5_config(dir + "/config.json");
   w.compute = compute;
   w.store = WeightStore::open_dir(dir, "model");
+  use_weight_cache(w.store, compute, cache);
   const T5Config& c = w.cfg;
   const WeightStore& s = w.store;
   check_no_stray_blocks(s, c);

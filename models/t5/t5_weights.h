@@ -22,6 +22,7 @@
 #include "runtime/linear.h"
 #include "runtime/safetensors.h"
 #include "runtime/tensor.h"
+#include "runtime/weight_cache.h"
 
 namespace dit {
 
@@ -54,7 +55,9 @@ struct T5Weights {
 
   // dir: the text_encoder directory (config.json and the safetensors files); `tp` says which
   // shard this rank holds (the default: all of it).
-  static T5Weights load(const std::string& dir, DType compute, const TensorParallel* tp = nullptr);
+  // `cache`: f32 copies of half-precision weights (runtime/weight_cache.h; default off).
+  static T5Weights load(const std::string& dir, DType compute, const TensorParallel* tp = nullptr,
+                        const WeightCacheOption& cache = {});
   // Drops the mapped files' resident pages (WeightStore::drop_pages): RSS falls by what the
   // encoder read in place; private copies (converted weights) are not affected.
   size_t drop_pages() const { return store.drop_pages(); }

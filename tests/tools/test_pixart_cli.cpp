@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -189,4 +191,39 @@ TEST_CASE("dit-gen -m pixart-demo creates the text-to-image demo on first use (P
   RunResult again = run(env + gen("-m pixart-demo -p 'a cat' --steps 1 --no-decode"));
   CHECK(again.code == 0);
   CHECK(again.err.find("creating the demo model") == std::string::npos);
+}
+
+TEST_CASE("dit-gen: half-precision weights come from the converted-weight cache, reused, same picture",
+          "[cli][pixart][cache]") {
+  // pixart-alpha-tiny's T5 is three BF16 shards: under f32 compute each becomes one cache file.
+  Scratch s;
+  const std::string wc = s.file("wc");
+  const std::string args = kAlpha + " -p 'a red fox' -s 3 --steps 2 -W 64 -H 64 --no-resolution-binning ";
+  auto cache_files = [&] {
+    std::map<std::string, fs::file_time_type> out;
+    if (!fs::exists(wc)) return out;
+    for (const auto& e : fs::directory_iterator(wc))
+      if (e.path().string().find(".f32.safetensors") != std::string::npos &&
+          e.path().extension() == ".safetensors")
+        out[e.path().filename().string()] = fs::last_write_time(e.path());
+    return out;
+  };
+  RunResult first = run(gen(args + "--weight-cache " + wc + " -o " + s.file("a.png")));
+  INFO(first.err);
+  REQUIRE(first.code == 0);
+  const auto made = cache_files();
+  CHECK(made.size() == 3);
+  RunResult again = run(gen(args + "--weight-cache " + wc + " -o " + s.file("b.png")));
+  REQUIRE(again.code == 0);
+  CHECK(cache_files() == made);  // mapped, not rewritten
+  RunResult off = run(gen(args + "--weight-cache off -o " + s.file("c.png")));
+  REQUIRE(off.code == 0);
+  int w = 0, h = 0;
+  const auto a = pixels(s.file("a.png"), w, h), b = pixels(s.file("b.png"), w, h), c = pixels(s.file("c.png"), w, h);
+  CHECK(a == b);
+  CHECK(a == c);
+  // A directory that cannot be created, named by the user, is an error (not a silent fallback).
+  std::ofstream(s.file("plain")) << "x";
+  expect_failure(args + "--weight-cache " + s.file("plain") + "/wc -o " + s.file("d.png"), "weight cache",
+                 s.file("d.png"));
 }

@@ -37,6 +37,7 @@ struct GenOptions {
   int64_t sp_min_tokens = 0;  // 0: the default (parallel/distributed_context.h)
   int ulysses_chunks = 0;     // 0: the default (parallel/parallel_attention.h)
   bool no_pin = false;  // --no-pin: leave the ranks' CPU affinity alone
+  std::string weight_cache;  // --weight-cache: "" = the default location, "off", or a directory
   double timeout = 300;
   std::string rendezvous;
   int nnodes = 1, node_rank = 0, nproc_per_node = 0;

@@ -10,6 +10,7 @@
 #include "runtime/engine.h"
 #include "runtime/error.h"
 #include "tools/cli/demo_model.h"
+#include "runtime/weight_cache.h"
 
 namespace dit::cli {
 
@@ -47,7 +48,11 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
   PipelineOptions po;
   po.model_dir = model_dir_of(o.model);
   po.dtype = parse_dtype(o.dtype);
-  po.release_text_encoder = o.batch.empty();  // a batch encodes prompts all along: keep T5 mapped in
+  po.release_text_encoder = o.batch.empty();
+  if (o.weight_cache.empty())
+    po.weight_cache = {default_weight_cache_dir(), true};  // the default: a failure warns, never stops the run
+  else if (o.weight_cache != "off")
+    po.weight_cache = {o.weight_cache, false};  // a batch encodes prompts all along: keep T5 mapped in
   if (degrees.world() > 1) {
     CommOptions co;
     co.timeout = std::chrono::milliseconds(int64_t(o.timeout * 1000));

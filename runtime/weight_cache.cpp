@@ -1,0 +1,206 @@
+#include "runtime/weight_cache.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/atomic_file.h"
+#include "runtime/dtype.h"
+#include "runtime/error.h"
+#include "runtime/parallel_for.h"
+#include "runtime/printable.h"
+#include "runtime/safetensors.h"
+
+namespace dit {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kVersion = "1";
+constexpr int64_t kPiece = int64_t(4) << 20;  // elements converted and written at a time (16 MB of f32)
+
+struct Source {
+  std::string path;  // canonical
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  std::vector<std::string> names;  // its F16 / BF16 tensors
+};
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::string hex16(uint64_t v) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+Source describe(const SafeTensorsFile& src) {
+  Source s;
+  std::error_code ec;
+  s.path = fs::canonical(src.path(), ec).string();
+  if (ec) s.path = src.path();
+  struct stat st {};
+  DIT_CHECK(::stat(src.path().c_str(), &st) == 0, src.path() << ": cannot stat: " << std::strerror(errno));
+  s.size = uint64_t(st.st_size);
+  s.mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  for (const std::string& n : src.names()) {
+    const std::string& dt = src.info(n).dtype;
+    if (dt == "F16" || dt == "BF16") s.names.push_back(n);
+  }
+  return s;
+}
+
+std::map<std::string, std::string> metadata_of(const Source& s) {
+  return {{"dit_cache_version", kVersion},
+          {"dit_source", s.path},
+          {"dit_source_size", std::to_string(s.size)},
+          {"dit_source_mtime_ns", std::to_string(s.mtime_ns)}};
+}
+
+// The cache file if it exists and is the float32 copy of exactly this source; null otherwise.
+std::shared_ptr<SafeTensorsFile> open_valid(const std::string& path, const SafeTensorsFile& src, const Source& s) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return nullptr;
+  std::shared_ptr<SafeTensorsFile> f;
+  try {
+    f = SafeTensorsFile::open(path);
+  } catch (const Error&) {
+    return nullptr;  // damaged (e.g. truncated by a full disk): rebuilt by the caller
+  }
+  if (f->metadata() != metadata_of(s) || f->names().size() != s.names.size()) return nullptr;
+  for (const std::string& n : s.names)
+    if (!f->has(n) || f->info(n).dtype != "F32" || f->info(n).shape != src.info(n).shape) return nullptr;
+  return f;
+}
+
+// Exclusive advisory lock on <path>.lock for the lifetime of this object.
+class FileLock {
+ public:
+  explicit FileLock(const std::string& path) : path_(path) {
+    fd_ = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    DIT_CHECK(fd_ >= 0, path << ": cannot create the weight-cache lock: " << std::strerror(errno));
+    while (::flock(fd_, LOCK_EX) != 0) {
+      DIT_CHECK(errno == EINTR, path << ": cannot lock: " << std::strerror(errno));
+    }
+  }
+  ~FileLock() {
+    if (fd_ >= 0) ::close(fd_);  // closing releases the lock
+  }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+// Converts n half-precision values to float32, on all threads.
+void to_f32(const uint16_t* src, float* dst, int64_t n, bool bf16) {
+  const int64_t block = 1 << 16;
+  parallel_for((n + block - 1) / block, n > block, [&](int64_t b) {
+    const int64_t lo = b * block, hi = std::min(n, lo + block);
+    if (bf16)
+      for (int64_t i = lo; i < hi; ++i) dst[i] = bf16_to_f32(src[i]);
+    else
+      for (int64_t i = lo; i < hi; ++i) dst[i] = f16_to_f32(src[i]);
+  });
+}
+
+void build(const std::string& path, const SafeTensorsFile& src, const Source& s) {
+  nlohmann::json header = nlohmann::json::object();
+  header["__metadata__"] = metadata_of(s);
+  uint64_t offset = 0;
+  for (const std::string& n : s.names) {  // sorted by name, all F32: aligned
+    const SafeTensorInfo& ti = src.info(n);
+    const uint64_t bytes = (ti.end - ti.begin) * 2;
+    header[n] = {{"dtype", "F32"}, {"shape", ti.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const nlohmann::json::exception& e) {  // a path or name that is not valid UTF-8
+    DIT_FAIL("cannot write the header: " << e.what());
+  }
+  text.append((8 - text.size() % 8) % 8, ' ');
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(text.size()) >> (8 * i));
+  AtomicFile f(path);
+  f.write(len, 8);
+  f.write(text.data(), text.size());
+  std::vector<float> piece;
+  for (const std::string& n : s.names) {
+    const SafeTensorInfo& ti = src.info(n);
+    const uint16_t* h = static_cast<const uint16_t*>(src.data_of(n));
+    const int64_t count = int64_t((ti.end - ti.begin) / 2);
+    for (int64_t at = 0; at < count; at += kPiece) {
+      const int64_t k = std::min(kPiece, count - at);
+      piece.resize(size_t(k));
+      to_f32(h + at, piece.data(), k, ti.dtype == "BF16");
+      f.write(piece.data(), size_t(k) * 4);
+    }
+  }
+  f.commit();
+}
+
+}  // namespace
+
+std::shared_ptr<SafeTensorsFile> f32_cache_for(const SafeTensorsFile& src, const std::string& dir) {
+  const Source s = describe(src);
+  if (s.names.empty()) return nullptr;
+  std::string stem = fs::path(src.path()).filename().string();
+  if (const size_t dot = stem.rfind(".safetensors"); dot != std::string::npos) stem.resize(dot);
+  const std::string key = hex16(fnv1a(s.path + "|" + std::to_string(s.size) + "|" + std::to_string(s.mtime_ns) + "|" +
+                                      kVersion));
+  const std::string path = dir + "/" + stem + "-" + key + ".f32.safetensors";
+  if (auto f = open_valid(path, src, s)) return f;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  DIT_CHECK(!ec, "weight cache " << dir << ": cannot create the directory: " << ec.message());
+  FileLock lock(dir + "/.lock");  // one lock per cache directory: conversions into it take turns
+  if (auto f = open_valid(path, src, s)) return f;  // another process made it while we waited
+  try {
+    build(path, src, s);
+  } catch (const Error& e) {
+    DIT_FAIL("weight cache " << path << ": cannot write the float32 copy of " << src.path() << ": " << e.what());
+  }
+  auto f = open_valid(path, src, s);
+  DIT_CHECK(f, "weight cache " << path << ": the file just written does not read back as the copy of " << src.path());
+  return f;
+}
+
+void use_weight_cache(WeightStore& store, DType compute, const WeightCacheOption& cache) {
+  if (compute != DType::F32 || cache.dir.empty()) return;
+  try {
+    store.use_f32_cache(cache.dir);
+  } catch (const Error& e) {
+    if (!cache.optional) throw;
+    std::fprintf(stderr, "warning: %s; converting in memory instead (--weight-cache off silences this)\n",
+                 printable(e.what()).c_str());
+  }
+}
+
+std::string default_weight_cache_dir() {
+  if (const char* d = std::getenv("DIT_WEIGHT_CACHE"); d && *d) return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/dit-gen/weights";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/dit-gen/weights";
+  return "";
+}
+
+}  // namespace dit

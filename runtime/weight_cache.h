@@ -1,0 +1,50 @@
+// Converted-weight cache: the float16 / bfloat16 tensors of a checkpoint file, converted to
+// float32 once and kept in a safetensors file under a cache directory. Every process that
+// computes in float32 maps that file read-only, so the ranks of a machine share one copy
+// through the page cache (instead of converting a private copy each), and a later run maps it
+// instead of converting again.
+//
+//   auto cached = f32_cache_for(*file, "/root/.cache/dit-gen/weights");   // null: nothing to convert
+//   Tensor w = cached && cached->has(name) ? cached->get(name) : file->get(name);
+//
+// File: <dir>/<source stem>-<key>.f32.safetensors, key = a hash of the source's canonical
+// path, size, modification time (ns) and this format's version, which are also kept in the
+// file's metadata and compared when it is opened: a changed checkpoint gets a new entry (the
+// old one is left; delete the directory to reclaim it). One process converts, under an
+// exclusive lock on <dir>/.lock, the others wait for it and map the result; the file is
+// written through AtomicFile (temporary + fsync + rename), so a crash leaves no half entry.
+// Conversion runs on all of the process's threads, tensor by tensor in 16 MB pieces.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "runtime/dtype.h"
+
+namespace dit {
+
+class SafeTensorsFile;
+class WeightStore;
+
+// Where converted weights go: `dir` empty = off. `optional`: the default location, whose
+// failure (read-only or full disk) prints one warning line and converts in memory instead;
+// a directory the user named must work (dit::Error otherwise).
+struct WeightCacheOption {
+  std::string dir;
+  bool optional = false;
+};
+
+// store.use_f32_cache(cache.dir) when the compute type is float32 and the cache is on; a
+// failure of an optional cache is reported on stderr and leaves the store as it was.
+void use_weight_cache(WeightStore& store, DType compute, const WeightCacheOption& cache);
+
+// The float32 copy of `src`'s F16 and BF16 tensors (the others are not in it), created under
+// `dir` if missing or stale; null when `src` has no such tensor. Throws dit::Error naming the
+// cache file when it cannot be created or read.
+std::shared_ptr<SafeTensorsFile> f32_cache_for(const SafeTensorsFile& src, const std::string& dir);
+
+// The default directory: $DIT_WEIGHT_CACHE, else $XDG_CACHE_HOME/dit-gen/weights, else
+// $HOME/.cache/dit-gen/weights; empty when none of them is set.
+std::string default_weight_cache_dir();
+
+}  // namespace dit
