@@ -39,19 +39,20 @@ inline void tok_invariant(bool ok, const char* what) {
 inline std::string fixture_tokenizer() { return std::string(DIT_TEST_DATA) + "/pixart-tiny/tokenizer"; }
 
 // A private directory for the files under test (one per process, reused, removed at exit).
+// The path lives in a plain array: a std::string's destructor would run before the exit
+// handler that removes the directory (it was registered first), which then read freed memory.
 inline const std::string& scratch_dir() {
+  static char path[] = "/tmp/dit-fuzz-tokenizer-XXXXXX";
   static const std::string dir = [] {
-    char tmpl[] = "/tmp/dit-fuzz-tokenizer-XXXXXX";
-    const char* d = ::mkdtemp(tmpl);
-    if (!d) {
+    if (!::mkdtemp(path)) {
       std::perror("fuzz_tokenizer: mkdtemp");
       std::abort();
     }
     std::atexit([] {
       std::error_code ec;
-      std::filesystem::remove_all(scratch_dir(), ec);
+      std::filesystem::remove_all(path, ec);
     });
-    return std::string(d);
+    return std::string(path);
   }();
   return dir;
 }
