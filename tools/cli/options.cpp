@@ -66,7 +66,7 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
   app.add_option("--weight-cache", o.weight_cache,
                  "f16/bf16 checkpoints computed in f32 are converted once into this directory and memory-mapped from "
                  "there, shared by every rank of the machine; 'off': convert in each process's memory (default: "
-                 "$DIT_WEIGHT_CACHE, else ~/.cache/dit-gen/weights)");
+                 "$DIT_WEIGHT_CACHE, else $XDG_CACHE_HOME/dit-gen/weights, else ~/.cache/dit-gen/weights)");
   app.add_option_function<int>(
       "-t,--threads", [&o](const int& v) { o.threads = v > 0 ? v : -1; },  // -1: given but not positive
       "threads per rank, 1..4096 (default: allowed cores / local ranks, at least 1)");
