@@ -18,6 +18,12 @@ namespace {
 
 using Buf = std::vector<float>;
 
+// rows × width floats from a matrix with src_stride floats per row into one with dst_stride
+// (the head block of every row, out of or into [.., H·d] rows).
+void copy_cols(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows, int64_t width) {
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_stride, src + r * src_stride, size_t(width) * 4);
+}
+
 class SequenceParallelAttention final : public SelfAttention {
  public:
   SequenceParallelAttention(std::shared_ptr<ProcessGroup> ulysses, std::shared_ptr<ProcessGroup> ring, int chunks)
@@ -203,9 +209,7 @@ void SequenceParallelAttention::post_scatter(const float* qkv, uint32_t tag0) {
       const size_t i = size_t(c * U_ + j);
       if (j == u_ || ss_off_[i + 1] == ss_off_[i]) continue;
       const int64_t h0 = chunk_heads(c, j).begin * d_, hjd = chunk_heads(c, j).size() * d_;
-      float* p = scatter_send_.data() + ss_off_[i];
-      for (int64_t bt = 0; bt < B_ * T_; ++bt)
-        for (int k = 0; k < 3; ++k, p += hjd) std::memcpy(p, qkv + (bt * 3 + k) * H_ * d_ + h0, size_t(hjd) * 4);
+      copy_cols(scatter_send_.data() + ss_off_[i], hjd, qkv + h0, H_ * d_, B_ * T_ * 3, hjd);  // rows (b, t, q|k|v)
       profile::add_bytes((ss_off_[i + 1] - ss_off_[i]) * 4);
       sends_[i] = uly_->isend(scatter_send_.data() + ss_off_[i], (ss_off_[i + 1] - ss_off_[i]) * 4, j, tag0 + c);
     }
@@ -221,11 +225,9 @@ void SequenceParallelAttention::unpack_chunk(const float* qkv, int c) {
     const TokenRange tj = tokens_of(j);
     const int64_t t0 = tj.begin - tokens_of(0).begin;
     if (j == u_) {
-      for (int64_t b = 0; b < B_; ++b)
-        for (int64_t t = 0; t < T_; ++t)
-          for (int k = 0; k < 3; ++k)
-            std::memcpy(chunk_qkv_.data() + (b * Tg_ + t0 + t) * row + k * hc * d_,
-                        qkv + ((b * T_ + t) * 3 + k) * H_ * d_ + h0, size_t(hc * d_) * 4);
+      for (int64_t b = 0; b < B_; ++b)  // rows (t, q|k|v) of batch b
+        copy_cols(chunk_qkv_.data() + (b * Tg_ + t0) * row, hc * d_, qkv + b * T_ * 3 * H_ * d_ + h0, H_ * d_, T_ * 3,
+                  hc * d_);
       continue;
     }
     if (sr_off_[i + 1] == sr_off_[i]) continue;
@@ -248,9 +250,7 @@ void SequenceParallelAttention::post_gather_chunk(int c, float* out, uint32_t ta
     const int64_t t0 = tj.begin - tokens_of(0).begin;
     if (j == u_) {
       for (int64_t b = 0; b < B_; ++b)
-        for (int64_t t = 0; t < T_; ++t)
-          std::memcpy(out + (b * T_ + t) * H_ * d_ + h0, chunk_out_.data() + (b * Tg_ + t0 + t) * hcd,
-                      size_t(hcd) * 4);
+        copy_cols(out + b * T_ * H_ * d_ + h0, H_ * d_, chunk_out_.data() + (b * Tg_ + t0) * hcd, hcd, T_, hcd);
       continue;
     }
     if (gs_off_[i + 1] == gs_off_[i]) continue;
@@ -277,8 +277,7 @@ void SequenceParallelAttention::finish_gather(float* out) {
         recvs_[n + i].wait();
       }
       const int64_t h0 = chunk_heads(c, j).begin * d_, hjd = chunk_heads(c, j).size() * d_;
-      const float* q = gather_recv_.data() + gr_off_[i];
-      for (int64_t bt = 0; bt < B_ * T_; ++bt, q += hjd) std::memcpy(out + bt * H_ * d_ + h0, q, size_t(hjd) * 4);
+      copy_cols(out + h0, H_ * d_, gather_recv_.data() + gr_off_[i], hjd, B_ * T_, hjd);
     }
   profile::Scope pw(profile::Cat::Waiting);
   for (P2PHandle& h : sends_) h.wait();
@@ -309,7 +308,7 @@ void SequenceParallelAttention::attend(const float* qkv_g, float* out_g, int64_t
 // K and V of [B, Tg, 3, Hu, d] -> [B, Tg, 2, Hu, d].
 void SequenceParallelAttention::pack_kv(const float* qkv_g, float* kv) const {
   const int64_t hd = Hu_ * d_;
-  for (int64_t bt = 0; bt < B_ * Tg_; ++bt) std::memcpy(kv + bt * 2 * hd, qkv_g + bt * 3 * hd + hd, size_t(2 * hd) * 4);
+  copy_cols(kv, 2 * hd, qkv_g + hd, 3 * hd, B_ * Tg_, 2 * hd);
 }
 
 void SequenceParallelAttention::ring_attention(const float* qkv_g, float* out_g) {

@@ -120,6 +120,10 @@ class WeightStore {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
+// A safetensors file's first bytes for its header JSON text: the length (8 bytes, little
+// endian) and the text padded with spaces to a multiple of 8, so the data that follows is aligned.
+std::string safetensors_prefix(std::string header_json);
+
 // Writes F32/BF16 tensors (per each tensor's dtype) to a safetensors file, atomically.
 // The header is padded with spaces to a multiple of 8; tensors are laid out by descending
 // element size, then by name (name order when all share one dtype), so data stays aligned.

@@ -32,12 +32,14 @@ std::vector<const std::pair<std::string, Tensor>*> layout_order(const std::strin
 
 std::string st_dtype(DType d) { return d == DType::F32 ? "F32" : "BF16"; }
 
-std::string pad8(std::string header) {
-  header.append((8 - header.size() % 8) % 8, ' ');
-  return header;
-}
-
 }  // namespace
+
+std::string safetensors_prefix(std::string header_json) {
+  header_json.append((8 - header_json.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[size_t(i)] = char(uint8_t(uint64_t(header_json.size()) >> (8 * i)));
+  return out + header_json;
+}
 
 void write_safetensors(const std::string& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata) {
@@ -50,17 +52,14 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
     header[nt->first] = {{"dtype", st_dtype(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {offset, offset + t.nbytes()}}};
     offset += t.nbytes();
   }
-  std::string text;
+  std::string prefix;
   try {
-    text = pad8(header.dump());
+    prefix = safetensors_prefix(header.dump());
   } catch (const nlohmann::json::exception& e) {  // e.g. a name that is not valid UTF-8
     DIT_FAIL(path << ": cannot write header: " << e.what());
   }
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(text.size()) >> (8 * i));
   AtomicFile f(path);
-  f.write(len, 8);
-  f.write(text.data(), text.size());
+  f.write(prefix.data(), prefix.size());
   for (const auto* nt : order) f.write(nt->second.data(), nt->second.nbytes());
   f.commit();
 }

@@ -132,18 +132,14 @@ void build(const std::string& path, const SafeTensorsFile& src, const Source& s)
     header[n] = {{"dtype", "F32"}, {"shape", ti.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
-  std::string text;
+  std::string prefix;
   try {
-    text = header.dump();
+    prefix = safetensors_prefix(header.dump());
   } catch (const nlohmann::json::exception& e) {  // a path or name that is not valid UTF-8
     DIT_FAIL("cannot write the header: " << e.what());
   }
-  text.append((8 - text.size() % 8) % 8, ' ');
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(text.size()) >> (8 * i));
   AtomicFile f(path);
-  f.write(len, 8);
-  f.write(text.data(), text.size());
+  f.write(prefix.data(), prefix.size());
   std::vector<float> piece;
   for (const std::string& n : s.names) {
     const SafeTensorInfo& ti = src.info(n);
