@@ -84,8 +84,11 @@ struct Result {
   Tensor latents;     // [1, C, h, w] final latents before VAE scaling, at the generation size
   Tensor image;       // [1, 3, H, W] in [0, 1] at the requested size (undefined when not decoded or not the output rank)
   Tensor first_noise_pred;  // [1, C, h, w] guided noise prediction of step 1 (Request::keep_first_noise_pred)
-  double seconds = 0;           // whole generation
-  double denoise_seconds = 0;   // the denoising loop only
+  double seconds = 0;             // whole generation
+  double encode_seconds = 0;      // prompts -> conditioning (the text encoder), per item
+  double denoise_seconds = 0;     // the denoising loop only, per item
+  double first_step_seconds = 0;  // of the loop: step 1 (first-touch of weights, caches)
+  double decode_seconds = 0;      // VAE decode (and, on first use of a size, its preparation)
   std::string parameters;       // AUTOMATIC1111-style text embedded in the PNG (format_parameters)
 };
 

@@ -286,7 +286,9 @@ std::vector<Result> Pipeline::generate_batch(const std::vector<Request>& reqs, c
   m.cfg_split = r0.cfg && branch != -1;
   const std::vector<CondRow> rows = m.rows(rs, branch);
   m.ensure_shape(int64_t(rows.size()), k, lh, lw, r0.max_sequence_length);
+  const auto t_encode = Clock::now();
   m.conditioner->encode(rows, r0.max_sequence_length, m.cond);
+  const double encode = since(t_encode);
   m.cond.image_height = r0.gen_height;
   m.cond.image_width = r0.gen_width;
   m.model->begin(m.cond);
@@ -302,7 +304,11 @@ std::vector<Result> Pipeline::generate_batch(const std::vector<Request>& reqs, c
   }
 
   const auto t_loop = Clock::now();
-  m.denoise(rs, samplers, res, progress);
+  double first_step = 0;
+  m.denoise(rs, samplers, res, [&](const StepInfo& st) {
+    if (st.step == 1) first_step = st.step_seconds;
+    if (progress) progress(st);
+  });
   m.ctx->check_agreement(m.x.f32(), k * n);
   const double denoise = since(t_loop);
   for (int64_t e = 0; e < k * n; ++e)
@@ -314,8 +320,12 @@ std::vector<Result> Pipeline::generate_batch(const std::vector<Request>& reqs, c
     Result& r = res[j];
     r.latents = Tensor::empty({1, C, lh, lw});
     std::memcpy(r.latents.f32(), m.x.f32() + j * n, size_t(n) * 4);
+    const auto t_decode = Clock::now();
     if (rs[j].req.decode) m.ctx->run_output([&] { m.decode(rs[j], r.latents.f32(), r); });
+    r.decode_seconds = since(t_decode);
+    r.encode_seconds = encode / double(k);
     r.denoise_seconds = denoise / double(k);
+    r.first_step_seconds = first_step / double(k);
     r.parameters = parameters(rs[j]);
   }
   const double total = since(t_start);

@@ -52,6 +52,12 @@ TEST_CASE("dit-gen writes a PNG of the right size with the parameters chunk", "[
   CHECK(r.err.find("class 3") != std::string::npos);  // which class was used
   dit::Tensor lat = dit::read_npy(npy);
   CHECK(lat.shape() == dit::Shape{1, 4, 8, 8});
+  CHECK(r.err.find("times:") == std::string::npos);  // the phase times only with -v
+  r = run(gen(kTiny + " -p 3 --steps 2 -v -o " + png));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  for (const char* phase : {"times: connect ", ", load ", ", encode ", ", denoise ", "(step 1 ", ", decode ", ", write "})
+    CHECK(r.err.find(phase) != std::string::npos);
 }
 
 TEST_CASE("dit-gen: same seed, identical files - another seed, another image", "[cli]") {

@@ -53,6 +53,9 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
     po.weight_cache = {default_weight_cache_dir(), true};  // the default: a failure warns, never stops the run
   else if (o.weight_cache != "off")
     po.weight_cache = {o.weight_cache, false};  // a batch encodes prompts all along: keep T5 mapped in
+  using Clock = std::chrono::steady_clock;
+  const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  const auto t_connect = Clock::now();
   if (degrees.world() > 1) {
     CommOptions co;
     co.timeout = std::chrono::milliseconds(int64_t(o.timeout * 1000));
@@ -63,7 +66,10 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
     dopt.ulysses_chunks = ulysses_chunks_for(s.env, o.ulysses_chunks);
     po.parallel = make_distributed_context(s.mesh, dopt);
   }
+  s.connect_seconds = seconds_since(t_connect);
+  const auto t_load = Clock::now();
   s.pipe = Pipeline::load(po);
+  s.load_seconds = seconds_since(t_load);
   const ModelInfo& info = s.pipe->info();
   if (o.verbose) {
     if (s.env.rank == 0)

@@ -16,6 +16,8 @@ struct Session {
   std::shared_ptr<ProcessGroup> world;  // null for one process
   std::shared_ptr<DeviceMesh> mesh;     // null for one process
   std::unique_ptr<Pipeline> pipe;
+  double connect_seconds = 0;  // rendezvous and the mesh (0 for one process)
+  double load_seconds = 0;     // Pipeline::load: configs, weights mapped or converted, VAE
 };
 
 // Sets threads, connects the ranks (when world > 1), builds the mesh and loads the pipeline.

@@ -1,5 +1,6 @@
 #include "tools/cli/single.h"
 
+#include <chrono>
 #include <cstdio>
 
 #include "runtime/error.h"
@@ -40,9 +41,17 @@ int run_single(const GenOptions& o, Session& s) {
   progress.finish();
 
   if (s.pipe->parallel().is_output_rank()) {
+    const auto t_write = std::chrono::steady_clock::now();
     if (!o.save_latents.empty()) write_npy(o.save_latents, res.latents);
     if (!o.save_noise_pred.empty()) write_npy(o.save_noise_pred, res.first_noise_pred);
     if (!o.no_decode) save_png(res, o.output);
+    if (o.verbose)
+      std::fprintf(stderr,
+                   "dit-gen: times: connect %.2f s, load %.2f s, encode %.2f s, denoise %.2f s (step 1 %.2f s), decode "
+                   "%.2f s, write %.2f s\n",
+                   s.connect_seconds, s.load_seconds, res.encode_seconds, res.denoise_seconds, res.first_step_seconds,
+                   res.decode_seconds,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t_write).count());
     const ResolvedRequest& r = res.request;
     std::fprintf(stderr, "dit-gen: %s, %dx%d, %d %s steps, guidance %g, seed %llu: %.2f s (%.3f s/step)%s%s\n",
                  describe_prompt(r).c_str(), r.width, r.height, r.steps, r.sampler.c_str(), r.guidance,
