@@ -99,10 +99,19 @@ class WeightStore {
   std::string describe() const { return describe_; }
   // The file holding `name` (throws like get() when missing).
   const SafeTensorsFile& file_of(const std::string& name) const;
-  // From now on, serve every F16 / BF16 tensor as float32 from the converted-weight cache in
-  // `dir` (runtime/weight_cache.h: created on first use, mapped read-only and shared by every
-  // process). For float32 compute; throws dit::Error naming the cache file on failure.
-  void use_f32_cache(const std::string& dir);
+  // `name` as `dtype`, shape-checked: the stored tensor when it is of that type (a view into
+  // the mapping); else the converted-weight cache's copy when one of that type is on (a view
+  // into the cache's mapping, shared by every process); else a private converted copy, after
+  // which the source's mapped pages are given back. For weights used in the compute type.
+  Tensor get_as(const std::string& name, DType dtype, const Shape& expected) const;
+  // Whether get_as(name, dtype) is a view (no private copy): what QkvProjection::Auto asks.
+  bool in_place(const std::string& name, DType dtype) const;
+  // From now on, serve the checkpoint's tensors of other types than `compute` from the
+  // converted-weight cache in `dir` (runtime/weight_cache.h: created on first use, mapped
+  // read-only and shared by every process). float32: get() returns every F16 / BF16 tensor
+  // as F32 from it; bfloat16: get_as(name, BF16) reads F32 / F16 weights from it, get() is
+  // unchanged. Throws dit::Error naming the cache file on failure.
+  void use_converted_cache(const std::string& dir, DType compute);
   // SafeTensorsFile::drop_pages() on every file: returns the bytes advised.
   size_t drop_pages() const;
   // Gives back the mapped pages of `t` (a tensor of this store) after it was copied; no-op
@@ -114,7 +123,9 @@ class WeightStore {
   std::string dir_;
   std::string describe_;
   std::vector<std::shared_ptr<SafeTensorsFile>> files_;
-  std::vector<std::shared_ptr<SafeTensorsFile>> f32_;  // files_[i]'s converted copy, or null
+  const SafeTensorsFile* cached(const std::string& name, DType dtype) const;  // the cache holding it, or null
+  std::vector<std::shared_ptr<SafeTensorsFile>> converted_;  // files_[i]'s converted copy, or null
+  DType converted_dtype_ = DType::F32;                       // the type of converted_
   std::map<std::string, size_t> where_;  // tensor name -> index in files_
 };
 

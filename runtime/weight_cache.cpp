@@ -35,8 +35,17 @@ struct Source {
   std::string path;  // canonical
   uint64_t size = 0;
   int64_t mtime_ns = 0;
-  std::vector<std::string> names;  // its F16 / BF16 tensors
+  DType to = DType::F32;           // the cache's element type
+  std::vector<std::string> names;  // the tensors it converts
 };
+
+const char* st_name(DType t) { return t == DType::F32 ? "F32" : "BF16"; }
+
+// Whether a tensor stored as `dtype` is converted into a cache of `to`: F16 / BF16 into f32;
+// F32 and F16 into bf16 (a BF16 tensor is bf16 already).
+bool converts(const std::string& dtype, DType to) {
+  return to == DType::F32 ? (dtype == "F16" || dtype == "BF16") : (dtype == "F32" || dtype == "F16");
+}
 
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 1469598103934665603ull;
@@ -50,8 +59,9 @@ std::string hex16(uint64_t v) {
   return b;
 }
 
-Source describe(const SafeTensorsFile& src) {
+Source describe(const SafeTensorsFile& src, DType to) {
   Source s;
+  s.to = to;
   std::error_code ec;
   s.path = fs::canonical(src.path(), ec).string();
   if (ec) s.path = src.path();
@@ -60,8 +70,7 @@ Source describe(const SafeTensorsFile& src) {
   s.size = uint64_t(st.st_size);
   s.mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   for (const std::string& n : src.names()) {
-    const std::string& dt = src.info(n).dtype;
-    if (dt == "F16" || dt == "BF16") s.names.push_back(n);
+    if (converts(src.info(n).dtype, to)) s.names.push_back(n);
   }
   return s;
 }
@@ -73,7 +82,7 @@ std::map<std::string, std::string> metadata_of(const Source& s) {
           {"dit_source_mtime_ns", std::to_string(s.mtime_ns)}};
 }
 
-// The cache file if it exists and is the float32 copy of exactly this source; null otherwise.
+// The cache file if it exists and is the converted copy of exactly this source; null otherwise.
 std::shared_ptr<SafeTensorsFile> open_valid(const std::string& path, const SafeTensorsFile& src, const Source& s) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) return nullptr;
@@ -85,7 +94,7 @@ std::shared_ptr<SafeTensorsFile> open_valid(const std::string& path, const SafeT
   }
   if (f->metadata() != metadata_of(s) || f->names().size() != s.names.size()) return nullptr;
   for (const std::string& n : s.names)
-    if (!f->has(n) || f->info(n).dtype != "F32" || f->info(n).shape != src.info(n).shape) return nullptr;
+    if (!f->has(n) || f->info(n).dtype != st_name(s.to) || f->info(n).shape != src.info(n).shape) return nullptr;
   return f;
 }
 
@@ -110,27 +119,46 @@ class FileLock {
   int fd_ = -1;
 };
 
-// Converts n half-precision values to float32, on all threads.
-void to_f32(const uint16_t* src, float* dst, int64_t n, bool bf16) {
+// Element i of a source tensor, read with memcpy: a checkpoint's data need not be aligned.
+template <class T>
+T load(const char* p, int64_t i) {
+  T v;
+  std::memcpy(&v, p + i * int64_t(sizeof(T)), sizeof(T));
+  return v;
+}
+
+// Converts n values stored as `from` (F16, BF16 or F32) to `to`, on all threads: f32 values
+// round to the nearest bf16 as Tensor::to does (F16 goes through its exact f32 value).
+void convert(const char* src, const std::string& from, void* dst, DType to, int64_t n) {
   const int64_t block = 1 << 16;
   parallel_for((n + block - 1) / block, n > block, [&](int64_t b) {
     const int64_t lo = b * block, hi = std::min(n, lo + block);
-    if (bf16)
-      for (int64_t i = lo; i < hi; ++i) dst[i] = bf16_to_f32(src[i]);
-    else
-      for (int64_t i = lo; i < hi; ++i) dst[i] = f16_to_f32(src[i]);
+    if (to == DType::F32) {
+      float* d = static_cast<float*>(dst);
+      if (from == "BF16")
+        for (int64_t i = lo; i < hi; ++i) d[i] = bf16_to_f32(load<uint16_t>(src, i));
+      else
+        for (int64_t i = lo; i < hi; ++i) d[i] = f16_to_f32(load<uint16_t>(src, i));
+    } else {
+      uint16_t* d = static_cast<uint16_t*>(dst);
+      if (from == "F32")
+        for (int64_t i = lo; i < hi; ++i) d[i] = f32_to_bf16(load<float>(src, i));
+      else
+        for (int64_t i = lo; i < hi; ++i) d[i] = f32_to_bf16(f16_to_f32(load<uint16_t>(src, i)));
+    }
   });
 }
 
 void build(const std::string& path, const SafeTensorsFile& src, const Source& s) {
+  const uint64_t out_size = s.to == DType::F32 ? 4 : 2;
   nlohmann::json header = nlohmann::json::object();
   header["__metadata__"] = metadata_of(s);
   uint64_t offset = 0;
-  for (const std::string& n : s.names) {  // sorted by name, all F32: aligned
+  for (const std::string& n : s.names) {  // sorted by name, all of one element type: aligned
     const SafeTensorInfo& ti = src.info(n);
-    const uint64_t bytes = (ti.end - ti.begin) * 2;
-    header[n] = {{"dtype", "F32"}, {"shape", ti.shape}, {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
+    const uint64_t count = (ti.end - ti.begin) / (ti.dtype == "F32" ? 4 : 2);
+    header[n] = {{"dtype", st_name(s.to)}, {"shape", ti.shape}, {"data_offsets", {offset, offset + count * out_size}}};
+    offset += count * out_size;
   }
   std::string prefix;
   try {
@@ -140,16 +168,17 @@ void build(const std::string& path, const SafeTensorsFile& src, const Source& s)
   }
   AtomicFile f(path);
   f.write(prefix.data(), prefix.size());
-  std::vector<float> piece;
+  std::vector<char> piece;
   for (const std::string& n : s.names) {
     const SafeTensorInfo& ti = src.info(n);
-    const uint16_t* h = static_cast<const uint16_t*>(src.data_of(n));
-    const int64_t count = int64_t((ti.end - ti.begin) / 2);
+    const uint64_t in_size = ti.dtype == "F32" ? 4 : 2;
+    const char* data = static_cast<const char*>(src.data_of(n));
+    const int64_t count = int64_t((ti.end - ti.begin) / in_size);
     for (int64_t at = 0; at < count; at += kPiece) {
       const int64_t k = std::min(kPiece, count - at);
-      piece.resize(size_t(k));
-      to_f32(h + at, piece.data(), k, ti.dtype == "BF16");
-      f.write(piece.data(), size_t(k) * 4);
+      piece.resize(size_t(k) * out_size);
+      convert(data + uint64_t(at) * in_size, ti.dtype, piece.data(), s.to, k);
+      f.write(piece.data(), piece.size());
     }
   }
   f.commit();
@@ -157,14 +186,15 @@ void build(const std::string& path, const SafeTensorsFile& src, const Source& s)
 
 }  // namespace
 
-std::shared_ptr<SafeTensorsFile> f32_cache_for(const SafeTensorsFile& src, const std::string& dir) {
-  const Source s = describe(src);
+std::shared_ptr<SafeTensorsFile> converted_cache_for(const SafeTensorsFile& src, const std::string& dir, DType to) {
+  const Source s = describe(src, to);
   if (s.names.empty()) return nullptr;
   std::string stem = fs::path(src.path()).filename().string();
   if (const size_t dot = stem.rfind(".safetensors"); dot != std::string::npos) stem.resize(dot);
+  // The f32 key is the one of the first version of this cache (no dtype in it), so entries made then stay valid.
   const std::string key = hex16(fnv1a(s.path + "|" + std::to_string(s.size) + "|" + std::to_string(s.mtime_ns) + "|" +
-                                      kVersion));
-  const std::string path = dir + "/" + stem + "-" + key + ".f32.safetensors";
+                                      kVersion + (to == DType::F32 ? "" : "|bf16")));
+  const std::string path = dir + "/" + stem + "-" + key + "." + dtype_name(to) + ".safetensors";
   if (auto f = open_valid(path, src, s)) return f;
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -174,17 +204,22 @@ std::shared_ptr<SafeTensorsFile> f32_cache_for(const SafeTensorsFile& src, const
   try {
     build(path, src, s);
   } catch (const Error& e) {
-    DIT_FAIL("weight cache " << path << ": cannot write the float32 copy of " << src.path() << ": " << e.what());
+    DIT_FAIL("weight cache " << path << ": cannot write the " << dtype_name(to) << " copy of " << src.path() << ": "
+                             << e.what());
   }
   auto f = open_valid(path, src, s);
   DIT_CHECK(f, "weight cache " << path << ": the file just written does not read back as the copy of " << src.path());
   return f;
 }
 
+std::shared_ptr<SafeTensorsFile> f32_cache_for(const SafeTensorsFile& src, const std::string& dir) {
+  return converted_cache_for(src, dir, DType::F32);
+}
+
 void use_weight_cache(WeightStore& store, DType compute, const WeightCacheOption& cache) {
-  if (compute != DType::F32 || cache.dir.empty()) return;
+  if (cache.dir.empty()) return;
   try {
-    store.use_f32_cache(cache.dir);
+    store.use_converted_cache(cache.dir, compute);
   } catch (const Error& e) {
     if (!cache.optional) throw;
     std::fprintf(stderr, "warning: %s; converting in memory instead (--weight-cache off silences this)\n",

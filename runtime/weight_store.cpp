@@ -94,14 +94,40 @@ std::vector<std::string> WeightStore::names() const {
 Tensor WeightStore::get(const std::string& name) const {
   auto it = where_.find(name);
   if (it == where_.end()) throw Error("missing tensor '" + printable(name) + "' in " + (describe_.empty() ? dir_ : describe_));
-  if (!f32_.empty() && f32_[it->second] && f32_[it->second]->has(name)) return f32_[it->second]->get(name);
+  if (const SafeTensorsFile* c = cached(name, DType::F32)) return c->get(name);
   return files_[it->second]->get(name);
 }
 
-void WeightStore::use_f32_cache(const std::string& dir) {
+const SafeTensorsFile* WeightStore::cached(const std::string& name, DType dtype) const {
+  auto it = where_.find(name);
+  if (it == where_.end() || converted_.empty() || converted_dtype_ != dtype) return nullptr;
+  const SafeTensorsFile* c = converted_[it->second].get();
+  return c && c->has(name) ? c : nullptr;
+}
+
+bool WeightStore::in_place(const std::string& name, DType dtype) const {
+  if (cached(name, dtype)) return true;
+  const std::string& stored = file_of(name).info(name).dtype;
+  return stored == (dtype == DType::F32 ? "F32" : "BF16");
+}
+
+Tensor WeightStore::get_as(const std::string& name, DType dtype, const Shape& expected) const {
+  if (const SafeTensorsFile* c = cached(name, dtype)) {
+    get(name, expected);  // the shape check, with the source's message
+    return c->get(name);
+  }
+  Tensor t = get(name, expected);
+  if (t.dtype() == dtype) return t;
+  Tensor converted = t.to(dtype);
+  drop(t);  // the mapped source pages just read are not needed again
+  return converted;
+}
+
+void WeightStore::use_converted_cache(const std::string& dir, DType compute) {
   std::vector<std::shared_ptr<SafeTensorsFile>> conv;
-  for (const auto& f : files_) conv.push_back(f32_cache_for(*f, dir));
-  f32_ = std::move(conv);
+  for (const auto& f : files_) conv.push_back(converted_cache_for(*f, dir, compute));
+  converted_ = std::move(conv);
+  converted_dtype_ = compute;
 }
 
 const SafeTensorsFile& WeightStore::file_of(const std::string& name) const {
@@ -113,7 +139,7 @@ const SafeTensorsFile& WeightStore::file_of(const std::string& name) const {
 size_t WeightStore::drop(const Tensor& t) const {
   size_t n = 0;
   for (const auto& f : files_) n += f->drop_range(t.data(), t.nbytes());
-  for (const auto& f : f32_)
+  for (const auto& f : converted_)
     if (f) n += f->drop_range(t.data(), t.nbytes());
   return n;
 }
@@ -121,7 +147,7 @@ size_t WeightStore::drop(const Tensor& t) const {
 size_t WeightStore::drop_pages() const {
   size_t n = 0;
   for (const auto& f : files_) n += f->drop_pages();
-  for (const auto& f : f32_)
+  for (const auto& f : converted_)
     if (f) n += f->drop_pages();
   return n;
 }

@@ -29,7 +29,7 @@ QkvWeights QkvWeights::load(const WeightStore& s, const std::string& a, int64_t 
                             const TpPlan& plan, const TensorParallel& tp, int64_t head_dim) {
   QkvWeights w;
   const bool fuse = how == QkvProjection::Fused ||
-                    (how == QkvProjection::Auto && s.get(a + "to_q.weight", {D, D}).dtype() != compute);
+                    (how == QkvProjection::Auto && !s.in_place(a + "to_q.weight", compute));
   LinearWeight* parts[] = {&w.q, &w.k, &w.v};
   const char* names[] = {"to_q", "to_k", "to_v"};
   for (int i = 0; i < 3; ++i) *parts[i] = load_linear(s, a + names[i], D, D, compute, plan, tp, head_dim).w;

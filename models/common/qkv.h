@@ -23,9 +23,9 @@ class WeightStore;
 //         weights per block per process (DiT-XL/2: 445 MB f32).
 //  Split: three [D, D] matmuls writing the column blocks of one [rows, 3D] buffer, over the
 //         checkpoint's weights in place (memory-mapped, shared by every process on the machine).
-//  Auto:  Split when the checkpoint's dtype is the compute dtype (the weights are used in
-//         place, so they can be shared), else Fused (the weights are converted: a private
-//         copy either way). Same results bit for bit; same speed within noise on DiT-XL.
+//  Auto:  Split when the weights are read in the compute dtype in place (the checkpoint's
+//         dtype, or the converted-weight cache: WeightStore::in_place), so they can be
+//         shared, else Fused (the weights are converted: a private copy either way). Same results bit for bit; same speed within noise on DiT-XL.
 enum class QkvProjection { Auto, Fused, Split };
 
 struct QkvWeights {

@@ -35,7 +35,10 @@ const TpRule* find_rule(const TpPlan& plan, const std::string& name) {
 
 ShardedLinear load_linear(const WeightStore& s, const std::string& name, int64_t out, int64_t in, DType compute,
                           const TpPlan& plan, const TensorParallel& tp, int64_t head_dim, bool bias) {
-  const Tensor w = s.get(name + ".weight", {out, in});
+  // In the compute type when that is a view (stored so, or in the converted-weight cache);
+  // else as stored, so that a shard converts its own part only.
+  const std::string wn = name + ".weight";
+  const Tensor w = s.in_place(wn, compute) ? s.get_as(wn, compute, {out, in}) : s.get(wn, {out, in});
   const Tensor b = bias ? s.get(name + ".bias", {out}) : Tensor();
   const TpRule* rule = find_rule(plan, name);
   ShardedLinear sl;

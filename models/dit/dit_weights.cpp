@@ -9,9 +9,9 @@ namespace dit {
 
 namespace {
 
-// Loads "<name>.weight" [out, in] and "<name>.bias" [out] as a prepared linear weight.
+// Loads "<name>.weight" [out, in] (in the compute type) and "<name>.bias" [out] as a prepared linear weight.
 LinearWeight linear(const WeightStore& s, const std::string& name, int64_t out, int64_t in, DType compute) {
-  return LinearWeight::prepare(s.get(name + ".weight", {out, in}), s.get(name + ".bias", {out}), compute);
+  return LinearWeight::prepare(s.get_as(name + ".weight", compute, {out, in}), s.get(name + ".bias", {out}), compute);
 }
 
 Tensor as_f32(const Tensor& t) { return t.dtype() == DType::F32 ? t : t.to(DType::F32); }
@@ -38,7 +38,7 @@ DiTWeights DiTWeights::load(const DiTConfig& cfg, const WeightStore& s, DType co
   w.compute = compute;
   const int64_t D = cfg.hidden(), C = cfg.in_channels, p = cfg.patch;
 
-  Tensor pw = s.get("pos_embed.proj.weight", {D, C, p, p});
+  Tensor pw = s.get_as("pos_embed.proj.weight", compute, {D, C, p, p});
   w.patch = LinearWeight::prepare(pw.reshape({D, C * p * p}), s.get("pos_embed.proj.bias", {D}), compute);
 
   // The converter copies the timestep MLP and class table into every block. A block whose
@@ -67,8 +67,8 @@ DiTWeights DiTWeights::load(const DiTConfig& cfg, const WeightStore& s, DType co
       bw.class_table = b0.class_table;
       for (const Tensor& t : mine) s.drop(t);
     } else {
-      bw.t_fc1 = LinearWeight::prepare(mine[0], mine[1], compute);
-      bw.t_fc2 = LinearWeight::prepare(mine[2], mine[3], compute);
+      bw.t_fc1 = LinearWeight::prepare(s.get_as(e + "timestep_embedder.linear_1.weight", compute, {D, 256}), mine[1], compute);
+      bw.t_fc2 = LinearWeight::prepare(s.get_as(e + "timestep_embedder.linear_2.weight", compute, {D, D}), mine[3], compute);
       bw.class_table = as_f32(mine[4]);
     }
     const TpPlan& plan = dit_tp_plan();

@@ -7,9 +7,9 @@ namespace dit {
 
 namespace {
 
-// "<name>.weight" [out, in] and "<name>.bias" [out] as a prepared linear weight.
+// "<name>.weight" [out, in] (in the compute type) and "<name>.bias" [out] as a prepared linear weight.
 LinearWeight linear(const WeightStore& s, const std::string& name, int64_t out, int64_t in, DType compute) {
-  return LinearWeight::prepare(s.get(name + ".weight", {out, in}), s.get(name + ".bias", {out}), compute);
+  return LinearWeight::prepare(s.get_as(name + ".weight", compute, {out, in}), s.get(name + ".bias", {out}), compute);
 }
 
 EmbedderWeights embedder(const WeightStore& s, const std::string& name, int64_t out, DType compute) {
@@ -43,7 +43,7 @@ PixArtWeights PixArtWeights::load(const PixArtConfig& cfg, const WeightStore& s,
   w.compute = compute;
   const int64_t D = cfg.hidden(), C = cfg.in_channels, p = cfg.patch;
 
-  const Tensor pw = s.get("pos_embed.proj.weight", {D, C, p, p});
+  const Tensor pw = s.get_as("pos_embed.proj.weight", compute, {D, C, p, p});
   w.patch = LinearWeight::prepare(pw.reshape({D, C * p * p}), s.get("pos_embed.proj.bias", {D}), compute);
   const std::string e = "adaln_single.emb.";
   w.t_embed = embedder(s, e + "timestep_embedder", D, compute);

@@ -95,7 +95,7 @@ TEST_CASE("weight cache: F16 and BF16 tensors served as float32 from one cache f
   const auto ts = sample(1);
   write_raw(src, ts);
   WeightStore ws = WeightStore::open_dir(d.path() + "/m");
-  ws.use_f32_cache(wc);
+  ws.use_converted_cache(wc, DType::F32);
   check_values(ws, ts);
   const auto files = cache_files(wc);
   REQUIRE(files.size() == 1);
@@ -106,7 +106,7 @@ TEST_CASE("weight cache: F16 and BF16 tensors served as float32 from one cache f
   const auto before = fs::last_write_time(files[0]);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   WeightStore ws2 = WeightStore::open_dir(d.path() + "/m");
-  ws2.use_f32_cache(wc);
+  ws2.use_converted_cache(wc, DType::F32);
   check_values(ws2, ts);
   CHECK(cache_files(wc) == files);
   CHECK(fs::last_write_time(files[0]) == before);
@@ -119,7 +119,7 @@ TEST_CASE("weight cache: a changed checkpoint gets a new entry, a damaged entry 
   write_raw(src, sample(1));
   {
     WeightStore ws = WeightStore::open_dir(dir);
-    ws.use_f32_cache(wc);
+    ws.use_converted_cache(wc, DType::F32);
   }
   const auto first = cache_files(wc);
   REQUIRE(first.size() == 1);
@@ -130,7 +130,7 @@ TEST_CASE("weight cache: a changed checkpoint gets a new entry, a damaged entry 
   REQUIRE(::utimensat(AT_FDCWD, src.c_str(), times, 0) == 0);
   {
     WeightStore ws = WeightStore::open_dir(dir);
-    ws.use_f32_cache(wc);
+    ws.use_converted_cache(wc, DType::F32);
     check_values(ws, ts2);
   }
   const auto second = cache_files(wc);
@@ -142,7 +142,7 @@ TEST_CASE("weight cache: a changed checkpoint gets a new entry, a damaged entry 
   REQUIRE(!current.empty());
   fs::resize_file(current, 100);
   WeightStore ws = WeightStore::open_dir(dir);
-  ws.use_f32_cache(wc);
+  ws.use_converted_cache(wc, DType::F32);
   check_values(ws, ts2);
   CHECK(fs::file_size(current) > 100);
 }
@@ -161,7 +161,7 @@ TEST_CASE("weight cache: several processes at once make one file and all read it
       int rc = 0;
       try {
         WeightStore ws = WeightStore::open_dir(dir);
-        ws.use_f32_cache(wc);
+        ws.use_converted_cache(wc, DType::F32);
         const Tensor b = ws.get("b.weight");
         for (size_t i = 0; i < ts[1].half.size(); ++i)
           if (b.f32()[i] != bf16_to_f32(ts[1].half[i])) rc = 3;
@@ -183,16 +183,20 @@ TEST_CASE("weight cache: several processes at once make one file and all read it
     CHECK(e.path().string().find(".dit-tmp.") == std::string::npos);
 }
 
-TEST_CASE("weight cache: off for bf16 compute and for all-F32 files; failures as the option says", "[runtime][cache]") {
+TEST_CASE("weight cache: nothing to convert, nothing made; failures as the option says", "[runtime][cache]") {
   dit_test::TempDir d;
   const std::string dir = d.path() + "/m";
   fs::create_directories(dir);
   const auto ts = sample(4);
   write_raw(dir + "/diffusion_pytorch_model.safetensors", ts);
   {
-    WeightStore ws = WeightStore::open_dir(dir);
-    use_weight_cache(ws, DType::BF16, {d.path() + "/wc", false});  // bf16 compute uses the BF16 tensors in place
+    const std::string bdir = d.path() + "/b";  // all BF16: bf16 compute reads it in place
+    fs::create_directories(bdir);
+    write_raw(bdir + "/diffusion_pytorch_model.safetensors", {ts[1]});
+    WeightStore ws = WeightStore::open_dir(bdir);
+    use_weight_cache(ws, DType::BF16, {d.path() + "/wc", false});
     CHECK(ws.get("b.weight").dtype() == DType::BF16);
+    CHECK(ws.in_place("b.weight", DType::BF16));
     CHECK_FALSE(fs::exists(d.path() + "/wc"));
   }
   {
@@ -208,7 +212,85 @@ TEST_CASE("weight cache: off for bf16 compute and for all-F32 files; failures as
     fs::create_directories(f32dir);
     write_raw(f32dir + "/diffusion_pytorch_model.safetensors", {ts[2]});
     WeightStore ws = WeightStore::open_dir(f32dir);
-    ws.use_f32_cache(d.path() + "/wc2");
+    ws.use_converted_cache(d.path() + "/wc2", DType::F32);
     CHECK_FALSE(fs::exists(d.path() + "/wc2"));  // nothing to convert: no cache, no directory
   }
+}
+
+namespace {
+
+// float32 -> bfloat16, round to nearest even, written out here apart from runtime/dtype.h
+// (finite inputs only).
+uint16_t rne_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t lsb = (u >> 16) & 1u;
+  return uint16_t((u + 0x7fffu + lsb) >> 16);
+}
+
+}  // namespace
+
+TEST_CASE("weight cache: bf16 compute reads F32 and F16 weights as bf16 from one shared file", "[runtime][cache]") {
+  dit_test::TempDir d;
+  const std::string dir = d.path() + "/m", wc = d.path() + "/wc";
+  fs::create_directories(dir);
+  auto ts = sample(5);
+  Raw w{"d.weight", "F32", {64, 128}, {}, {}};
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int i = 0; i < 64 * 128; ++i) w.f32.push_back(nd(rng));
+  // Exact ties between two bf16 values (low half 0x8000): even neighbour, either direction.
+  for (uint32_t bits : {0x3f808000u, 0x3f818000u, 0xbf808000u, 0x40490fdbu}) {
+    float f;
+    std::memcpy(&f, &bits, 4);
+    w.f32.push_back(f);
+    w.f32.erase(w.f32.begin());
+  }
+  ts.push_back(w);
+  write_raw(dir + "/diffusion_pytorch_model.safetensors", ts);
+
+  WeightStore plain = WeightStore::open_dir(dir);  // no cache: a private converted copy
+  CHECK_FALSE(plain.in_place("d.weight", DType::BF16));
+  CHECK(plain.in_place("d.weight", DType::F32));
+  const Tensor copy = plain.get_as("d.weight", DType::BF16, {64, 128});
+
+  WeightStore ws = WeightStore::open_dir(dir);
+  ws.use_converted_cache(wc, DType::BF16);
+  const auto files = cache_files(wc);
+  REQUIRE(files.size() == 1);
+  CHECK(files[0].find(".bf16.safetensors") != std::string::npos);
+  auto cached = SafeTensorsFile::open(files[0]);
+  CHECK(cached->names() == std::vector<std::string>{"a.weight", "c.bias", "d.weight"});  // F16 and F32; not BF16
+  CHECK(ws.in_place("d.weight", DType::BF16));
+  CHECK(ws.in_place("a.weight", DType::BF16));
+
+  const Tensor got = ws.get_as("d.weight", DType::BF16, {64, 128});
+  REQUIRE(got.dtype() == DType::BF16);
+  for (size_t i = 0; i < w.f32.size(); ++i)
+    if (got.bf16()[i] != rne_bf16(w.f32[i]) || copy.bf16()[i] != got.bf16()[i])
+      FAIL("d.weight[" << i << "]: " << got.bf16()[i] << " / " << copy.bf16()[i] << " != " << rne_bf16(w.f32[i]));
+  // A view into the store's mapping of the cache file (16 KB: whole pages to give back), where
+  // the uncached read is a private copy (nothing of a mapping).
+  CHECK(ws.drop(got) >= 4096);
+  CHECK(plain.drop(copy) == 0);
+  const Tensor a = ws.get_as("a.weight", DType::BF16, {3, 5});
+  for (size_t i = 0; i < ts[0].half.size(); ++i) CHECK(a.bf16()[i] == rne_bf16(f16_to_f32(ts[0].half[i])));
+  // What is not asked for in bf16 stays as it was: f32 reads, the BF16 tensor in place.
+  CHECK(ws.get("d.weight").dtype() == DType::F32);
+  CHECK(ws.get("d.weight").f32()[3] == w.f32[3]);
+  CHECK(ws.get("b.weight").dtype() == DType::BF16);
+  CHECK(ws.get_as("b.weight", DType::BF16, {1000}).data() == ws.get("b.weight").data());
+  REQUIRE_THROWS_WITH(ws.get_as("d.weight", DType::BF16, {128, 64}), Catch::Contains("wrong shape"));
+
+  // The float32 cache of the same checkpoint is another file beside it.
+  WeightStore ws32 = WeightStore::open_dir(dir);
+  ws32.use_converted_cache(wc, DType::F32);
+  check_values(ws32, ts);
+  CHECK(cache_files(wc).size() == 2);
+  // A second bf16 store maps the same file: not rewritten.
+  const auto before = fs::last_write_time(files[0]);
+  WeightStore again = WeightStore::open_dir(dir);
+  use_weight_cache(again, DType::BF16, {wc, false});
+  CHECK(again.get_as("d.weight", DType::BF16, {64, 128}).bf16()[5] == rne_bf16(w.f32[5]));
+  CHECK(fs::last_write_time(files[0]) == before);
 }

@@ -64,8 +64,9 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
   app.add_flag("--no-decode", o.no_decode, "skip the VAE decode and the PNG");
   app.add_option("--dtype", o.dtype, "matmul compute type: f32|bf16 (bf16 needs an AVX-512 CPU)")->capture_default_str();
   app.add_option("--weight-cache", o.weight_cache,
-                 "f16/bf16 checkpoints computed in f32 are converted once into this directory and memory-mapped from "
-                 "there, shared by every rank of the machine; 'off': convert in each process's memory (default: "
+                 "weights stored in another type than --dtype (f16/bf16 checkpoints in f32, f32/f16 linear weights in "
+                 "bf16) are converted once into this directory and memory-mapped from there, shared by every rank of "
+                 "the machine; 'off': convert in each process's memory (default: "
                  "$DIT_WEIGHT_CACHE, else $XDG_CACHE_HOME/dit-gen/weights, else ~/.cache/dit-gen/weights)");
   app.add_option_function<int>(
       "-t,--threads", [&o](const int& v) { o.threads = v > 0 ? v : -1; },  // -1: given but not positive
