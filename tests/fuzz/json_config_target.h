@@ -3,8 +3,7 @@
 // is read with every typed getter, with and without a default, so each type mismatch
 // path runs. Only dit::Error may come out.
 //
-//   build-fuzz/bin/fuzz_json_config -dict=tests/data/fuzz/json_config/dict \
-//       corpus/json_config tests/data/fuzz/json_config/seeds
+//   build-fuzz/bin/fuzz_json_config -dict=tests/data/fuzz/json_config/dict corpus/json_config tests/data/fuzz/json_config/seeds
 //
 // The harness body, shared by the libFuzzer binary (fuzz_<target>.cpp) and the normal
 // suite, which runs every seed and regression input through it (test_fuzz_inputs.cpp).

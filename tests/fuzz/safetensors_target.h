@@ -3,8 +3,7 @@
 // tensor is read with get(), its bytes touched (a view past the mapping would be caught by
 // ASan only as a SEGV, so each element is summed).
 //
-//   build-fuzz/bin/fuzz_safetensors -dict=tests/data/fuzz/safetensors/dict \
-//       corpus/safetensors tests/data/fuzz/safetensors/seeds
+//   build-fuzz/bin/fuzz_safetensors -dict=tests/data/fuzz/safetensors/dict corpus/safetensors tests/data/fuzz/safetensors/seeds
 //
 // The harness body, shared by the libFuzzer binary (fuzz_<target>.cpp) and the normal
 // suite, which runs every seed and regression input through it (test_fuzz_inputs.cpp).

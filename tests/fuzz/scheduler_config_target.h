@@ -5,8 +5,7 @@
 // latent with a synthetic noise prediction. Only dit::Error may come out, and no
 // undefined behaviour (a NaN beta converted to an int timestep is a finding).
 //
-//   build-fuzz/bin/fuzz_scheduler_config -dict=tests/data/fuzz/scheduler_config/dict \
-//       corpus/scheduler_config tests/data/fuzz/scheduler_config/seeds
+//   build-fuzz/bin/fuzz_scheduler_config -dict=tests/data/fuzz/scheduler_config/dict corpus/scheduler_config tests/data/fuzz/scheduler_config/seeds
 //
 // The harness body, shared by the libFuzzer binary (fuzz_<target>.cpp) and the normal
 // suite, which runs every seed and regression input through it (test_fuzz_inputs.cpp).
