@@ -124,6 +124,7 @@ class WeightStore {
   std::string describe_;
   std::vector<std::shared_ptr<SafeTensorsFile>> files_;
   const SafeTensorsFile* cached(const std::string& name, DType dtype) const;  // the cache holding it, or null
+  void check_shape(const std::string& name, const Shape& expected) const;     // "wrong shape" naming the file
   std::vector<std::shared_ptr<SafeTensorsFile>> converted_;  // files_[i]'s converted copy, or null
   DType converted_dtype_ = DType::F32;                       // the type of converted_
   std::map<std::string, size_t> where_;  // tensor name -> index in files_

@@ -112,11 +112,9 @@ bool WeightStore::in_place(const std::string& name, DType dtype) const {
 }
 
 Tensor WeightStore::get_as(const std::string& name, DType dtype, const Shape& expected) const {
-  if (const SafeTensorsFile* c = cached(name, dtype)) {
-    get(name, expected);  // the shape check, with the source's message
-    return c->get(name);
-  }
-  Tensor t = get(name, expected);
+  check_shape(name, expected);
+  if (const SafeTensorsFile* c = cached(name, dtype)) return c->get(name);
+  Tensor t = get(name);
   if (t.dtype() == dtype) return t;
   Tensor converted = t.to(dtype);
   drop(t);  // the mapped source pages just read are not needed again
@@ -152,12 +150,17 @@ size_t WeightStore::drop_pages() const {
   return n;
 }
 
+void WeightStore::check_shape(const std::string& name, const Shape& expected) const {
+  const SafeTensorsFile& f = file_of(name);
+  const Shape& found = f.info(name).shape;
+  if (found != expected)
+    throw Error(f.path() + ": tensor '" + printable(name) + "': wrong shape (expected " + shape_str(expected) +
+                ", found " + shape_str(found) + ")");
+}
+
 Tensor WeightStore::get(const std::string& name, const Shape& expected) const {
-  Tensor t = get(name);
-  if (t.shape() != expected)
-    throw Error(files_[where_.at(name)]->path() + ": tensor '" + printable(name) + "': wrong shape (expected " +
-                shape_str(expected) + ", found " + shape_str(t.shape()) + ")");
-  return t;
+  check_shape(name, expected);
+  return get(name);
 }
 
 }  // namespace dit
