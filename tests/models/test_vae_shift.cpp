@@ -72,7 +72,7 @@ double unclamped_fraction(const std::vector<float>& img) {
 
 }  // namespace
 
-TEST_CASE("VAE shift_factor: decode(z; a, s) == decode(z + s*a; a, no shift)", "[models][vae][shift]") {
+TEST_CASE("VAE shift_factor: decode(z, a, s) == decode(z + s*a, a, no shift)", "[models][vae][shift]") {
   const int64_t C = 4, h = 8, w = 6;
   struct AS {
     double a, s;

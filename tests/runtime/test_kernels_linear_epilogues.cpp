@@ -72,7 +72,7 @@ TEST_CASE("Linear multiply: y = act(xW^T + b) * m (T5's gated GELU)", "[kernels]
     }
 }
 
-TEST_CASE("Linear epilogues exclude each other; multiply needs its operand", "[kernels][linear]") {
+TEST_CASE("Linear epilogues exclude each other - multiply needs its operand", "[kernels][linear]") {
   Tensor w = Tensor::empty({5, 3});
   LinearWeight lw = LinearWeight::prepare(w, Tensor(), DType::F32);
   LinearSpec s;

@@ -183,7 +183,7 @@ TEST_CASE("weight cache: several processes at once make one file and all read it
     CHECK(e.path().string().find(".dit-tmp.") == std::string::npos);
 }
 
-TEST_CASE("weight cache: nothing to convert, nothing made; failures as the option says", "[runtime][cache]") {
+TEST_CASE("weight cache: nothing to convert, nothing made - failures as the option says", "[runtime][cache]") {
   dit_test::TempDir d;
   const std::string dir = d.path() + "/m";
   fs::create_directories(dir);

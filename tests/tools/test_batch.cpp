@@ -89,7 +89,7 @@ TEST_CASE("batch: a text file gives one PNG per prompt, seeds --seed + index, an
   CHECK(slurp(s.file("one.png")) == slurp(out + "/00001-goldfish.png"));
 }
 
-TEST_CASE("batch: JSONL keys override the command line; standard input", "[cli][batch]") {
+TEST_CASE("batch: JSONL keys override the command line - standard input", "[cli][batch]") {
   Scratch s;
   const std::string out = s.file("out");
   write(s.file("b.jsonl"),

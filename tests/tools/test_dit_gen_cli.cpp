@@ -155,7 +155,7 @@ TEST_CASE("dit-gen --progress json emits one parsable event per step", "[cli]") 
   CHECK(steps == 4);
 }
 
-TEST_CASE("dit-gen without --model creates the demo model on first use; the presets' dimensions", "[cli]") {
+TEST_CASE("dit-gen without --model creates the demo model on first use - the presets' dimensions", "[cli]") {
   Scratch s;
   const std::string demo = s.file("demo");
   RunResult r = run("DIT_DEMO_MODEL=" + demo + " " + gen("-p \"golden retriever\" --steps 1 -W 64 -H 64 -o " + s.file("d.png")));

@@ -26,7 +26,7 @@ TEST_CASE("command-line parse errors are one line naming the tool", "[cli]") {
   CHECK(r.err.find("--help for more information") == std::string::npos);
 }
 
-TEST_CASE("--help still prints the usage and exits 0", "[cli]") {
+TEST_CASE("dit-make-model prints its usage for --help and exits 0", "[cli]") {
   const RunResult r = run(bin("dit-make-model") + " --help");
   CHECK(r.code == 0);
   CHECK(r.out.find("--preset") != std::string::npos);
