@@ -227,6 +227,12 @@ void use_weight_cache(WeightStore& store, DType compute, const WeightCacheOption
   }
 }
 
+WeightCacheOption weight_cache_option(const std::string& flag_value) {
+  if (flag_value.empty()) return {default_weight_cache_dir(), true};  // the default: a failure warns, never stops a run
+  if (flag_value == "off") return {};
+  return {flag_value, false};
+}
+
 std::string default_weight_cache_dir() {
   if (const char* d = std::getenv("DIT_WEIGHT_CACHE"); d && *d) return d;
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/dit-gen/weights";

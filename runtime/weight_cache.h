@@ -50,6 +50,10 @@ std::shared_ptr<SafeTensorsFile> converted_cache_for(const SafeTensorsFile& src,
 // converted_cache_for(src, dir, DType::F32).
 std::shared_ptr<SafeTensorsFile> f32_cache_for(const SafeTensorsFile& src, const std::string& dir);
 
+// The option for a --weight-cache flag's value: "" = the default directory, optional (a
+// failure warns); "off" = none; anything else = that directory, required.
+WeightCacheOption weight_cache_option(const std::string& flag_value);
+
 // The default directory: $DIT_WEIGHT_CACHE, else $XDG_CACHE_HOME/dit-gen/weights, else
 // $HOME/.cache/dit-gen/weights; empty when none of them is set.
 std::string default_weight_cache_dir();

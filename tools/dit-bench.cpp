@@ -111,6 +111,22 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(num / std::max(den, 1e-300));
 }
 
+// Every rank's memory: peak RSS, RSS and PSS now, and the PSS summed (shared pages once).
+void add_memory_summary(json& run, const std::vector<json>& ranks) {
+  double pss_sum = 0;
+  json rss = json::array(), pss = json::array(), cur_rss = json::array();
+  for (const json& r : ranks) {
+    pss_sum += r["pss_mb"].get<double>();
+    rss.push_back(r["peak_rss_mb"]);
+    pss.push_back(r["pss_mb"]);
+    cur_rss.push_back(r["rss_mb"]);
+  }
+  run["peak_rss_mb_per_rank"] = rss;
+  run["rss_mb_per_rank"] = cur_rss;
+  run["pss_mb_per_rank"] = pss;
+  run["pss_mb_sum"] = pss_sum;
+}
+
 int run_driver(const Opts& o, const char* argv0) {
   const std::string model = ensure_model(o);
   const Config tcfg = Config::load(model + "/transformer/config.json");
@@ -123,7 +139,6 @@ int run_driver(const Opts& o, const char* argv0) {
     DIT_CHECK(w == 1 || w % o.nnodes == 0, "layout '" << l << "' has " << w << " ranks, which --nnodes " << o.nnodes
                                                       << " machines cannot share evenly");
   }
-  for (auto& d : dtypes) parse_compute_type("--dtype", d);
 
   const fs::path tmp = fs::temp_directory_path() / ("dit-bench-" + std::to_string(getpid()));
   fs::create_directories(tmp);
@@ -142,6 +157,8 @@ int run_driver(const Opts& o, const char* argv0) {
     doc["node_rank"] = o.node_rank;
     doc["rendezvous"] = o.rendezvous;
   }
+  if (o.load_only) doc["load_only"] = true;
+  doc["weight_cache"] = o.weight_cache.empty() ? "default" : o.weight_cache;
   doc["steps"] = o.steps;
   doc["warmup"] = o.warmup;
   doc["threads_per_rank"] = o.threads;
@@ -154,7 +171,7 @@ int run_driver(const Opts& o, const char* argv0) {
   for (int size : sizes)
     for (const std::string& dtype : dtypes) {
       std::vector<float> serial_latents, f32_latents;
-      double serial_step = 0;
+      double serial_step = 0, serial_pss = 0;
       for (const std::string& lname : layouts) {
         const Layout lay = parse_layout(lname);
         const int world = lay.deg.world();
@@ -186,6 +203,8 @@ int run_driver(const Opts& o, const char* argv0) {
                                          "--sp-min-tokens", std::to_string(o.sp_min_tokens),
                                          "--ulysses-chunks", std::to_string(o.ulysses_chunks)};
         if (o.no_pin) args.push_back("--no-pin");
+        if (o.load_only) args.push_back("--load-only");
+        if (!o.weight_cache.empty()) args.insert(args.end(), {"--weight-cache", o.weight_cache});
         std::vector<char*> av;
         for (auto& a : args) av.push_back(a.data());
         av.push_back(nullptr);
@@ -215,6 +234,15 @@ int run_driver(const Opts& o, const char* argv0) {
         std::vector<json> ranks;
         for (int r = first_rank; r < first_rank + nproc; ++r) ranks.push_back(read_json((rdir / ("rank" + std::to_string(r) + ".json")).string()));
         const json& r0 = ranks[0];
+        if (o.load_only) {  // memory after loading: PSS against the first serial run of this dtype
+          run["load_s_rank0"] = r0["load_s"];
+          add_memory_summary(run, ranks);
+          if (lname == "serial" && serial_pss == 0) serial_pss = run["pss_mb_sum"].get<double>();
+          else if (serial_pss > 0) run["pss_sum_vs_serial"] = run["pss_mb_sum"].get<double>() / serial_pss;
+          runs.push_back(run);
+          fs::remove_all(rdir);
+          continue;
+        }
         const double step = r0["step_median_s"].get<double>();
         const json& F = r0["flops"];
         const double fa = F["attention"].get<double>(), flin = F["linear"].get<double>();
@@ -255,15 +283,8 @@ int run_driver(const Opts& o, const char* argv0) {
           run["linear_gflops_rank0"] = flin / world / tl / 1e9;
           run["linear_utilisation"] = flin / world / tl / 1e9 / gemm;
         }
-        double bytes = 0, pss_sum = 0;
-        json rss = json::array(), pss = json::array(), cur_rss = json::array();
-        for (const json& r : ranks) {
-          bytes += r["bytes_sent_per_step"].get<double>();
-          pss_sum += r["pss_mb"].get<double>();
-          rss.push_back(r["peak_rss_mb"]);
-          pss.push_back(r["pss_mb"]);
-          cur_rss.push_back(r["rss_mb"]);
-        }
+        double bytes = 0;
+        for (const json& r : ranks) bytes += r["bytes_sent_per_step"].get<double>();
         run["bytes_sent_per_step_all_ranks"] = bytes;
         if (world > 1) {  // each rank's own view: who waits for whom
           json per = json::array();
@@ -273,10 +294,7 @@ int run_driver(const Opts& o, const char* argv0) {
                            {"breakdown_s", r["breakdown_s"]}});
           run["per_rank"] = per;
         }
-        run["peak_rss_mb_per_rank"] = rss;
-        run["rss_mb_per_rank"] = cur_rss;
-        run["pss_mb_per_rank"] = pss;
-        run["pss_mb_sum"] = pss_sum;
+        add_memory_summary(run, ranks);
         const std::vector<float> lat = read_latents((rdir / "latents.f32").string());
         if (lname == "serial" && serial_step == 0) {  // the baseline of the layouts after it
           serial_latents = lat;
@@ -359,6 +377,12 @@ int main(int argc, char** argv) {
   app.add_option("--ulysses-chunks", o.ulysses_chunks,
                  "Ulysses: heads pipelined in up to this many chunks (1: no overlap; default: dit-gen's: " +
                      std::to_string(kDefaultUlyssesChunks) + " across machines, 1 on one)");
+  app.add_option("--weight-cache", o.weight_cache,
+                 "converted-weight cache as dit-gen's --weight-cache: DIR, or off (default: dit-gen's default "
+                 "directory)");
+  app.add_flag("--load-only", o.load_only,
+               "measure memory after loading only (every rank's RSS and PSS, their sum against serial): no GEMM, no "
+               "steps, so --dtype bf16 is accepted on CPUs that cannot compute it");
   app.add_flag("--worker", o.worker)->group("");
   app.add_option("--layout", o.layout)->group("");
   app.add_option("--result-dir", o.result_dir)->group("");

@@ -12,7 +12,7 @@ TEST_CASE("dit-bench runs serial and parallel layouts and reports JSON", "[tools
   Scratch s;
   RunResult r = run(bin("dit-bench") + " --preset tiny --cache " + s.path() +
                     " --steps 2 --warmup 1 --gemm 64,64,64 --gemm-runs 1 --dtype " + compute_type_list() +
-                    " --layouts serial,cfg2,u2,r2");
+                    " --layouts serial,cfg2,u2,r2 --weight-cache " + s.file("wc"));
   INFO(r.err);
   REQUIRE(r.code == 0);
   const auto doc = nlohmann::json::parse(r.out);
@@ -58,6 +58,31 @@ TEST_CASE("dit-bench: --dtype bf16 where the CPU has no bf16 is one clear line",
   CHECK(count_lines(r.err) == 1);
   CHECK_THAT(r.err, Catch::StartsWith("dit-bench: error: --dtype: bf16 compute is not available on this CPU"));
   CHECK(r.out.empty());
+}
+
+TEST_CASE("dit-bench --load-only: memory after loading for any dtype, through the weight cache", "[tools][bench]") {
+  Scratch s;
+  RunResult r = run(bin("dit-bench") + " --preset tiny --cache " + s.path() +
+                    " --load-only --layouts serial,cfg2 --dtype f32,bf16 --weight-cache " + s.file("wc"));
+  INFO(r.err);
+  REQUIRE(r.code == 0);  // bf16 included: nothing is computed, so CPUs without bf16 run it too
+  const auto doc = nlohmann::json::parse(r.out);
+  CHECK(doc["load_only"] == true);
+  REQUIRE(doc["runs"].size() == 4);
+  for (const auto& run : doc["runs"]) {
+    INFO(run.dump());
+    CHECK_FALSE(run.contains("error"));
+    CHECK_FALSE(run.contains("step_s"));  // no steps were run
+    CHECK(run["load_s_rank0"].get<double>() >= 0);
+    CHECK(run["pss_mb_per_rank"].size() == run["ranks"].get<size_t>());
+    CHECK(run["pss_mb_sum"].get<double>() > 0);
+    CHECK(run.contains("pss_sum_vs_serial") == (run["layout"] == "cfg2"));
+  }
+  // The f32 preset loaded for bf16 compute: its bf16 copy is in the cache the ranks were given.
+  int bf16_entries = 0;
+  for (const auto& e : std::filesystem::directory_iterator(s.file("wc")))
+    bf16_entries += e.path().string().find(".bf16.safetensors") != std::string::npos;
+  CHECK(bf16_entries == 1);
 }
 
 TEST_CASE("dit-bench rejects a bad layout", "[tools][bench]") {

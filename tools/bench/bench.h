@@ -15,6 +15,8 @@ struct Opts {
   int ulysses_chunks = 0;  // 0: dit-gen's default
   int layers = 0, text_layers = 0, steps = 5, warmup = 1, threads = 1, gemm_runs = 5;
   bool no_pin = false;
+  std::string weight_cache;  // --weight-cache as dit-gen takes it: "" = the default directory, "off", or DIR
+  bool load_only = false;    // memory after loading only: no GEMM reference, no steps (any --dtype)
   // several machines (or simulated ones, tools/netbench.sh): every machine runs the driver
   std::string rendezvous;
   int nnodes = 1, node_rank = 0;
@@ -41,8 +43,8 @@ void check_options(const Opts& o);
 double median(std::vector<double> v);                       // 0 for none
 
 // One rank of a measured run (--worker): places itself, loads the model, times the GEMM
-// reference and the denoising steps, and writes rank<R>.json (and rank 0's final latents)
-// into --result-dir. Returns the process's exit code.
+// reference and the denoising steps (not with --load-only), and writes rank<R>.json (and
+// rank 0's final latents) into --result-dir. Returns the process's exit code.
 int run_worker(const Opts& o);
 
 }  // namespace dit::bench

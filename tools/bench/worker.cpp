@@ -1,6 +1,7 @@
 // dit-bench's worker: one rank of a measured run (tools/bench/bench.h).
 #include <sys/resource.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -19,6 +20,7 @@
 #include "runtime/gemm_probe.h"
 #include "runtime/profile.h"
 #include "runtime/tensor.h"
+#include "runtime/weight_cache.h"
 #include "tools/bench/bench.h"
 
 namespace dit::bench {
@@ -51,6 +53,22 @@ double maxrss_mb() {
   return double(ru.ru_maxrss) / 1024.0;  // kB on Linux
 }
 
+void add_memory(json& r) {
+  r["peak_rss_mb"] = maxrss_mb();
+  r["pss_mb"] = pss_mb();
+  r["rss_mb"] = rss_mb();
+}
+
+void write_result(const Opts& o, int rank, const json& r) {
+  if (o.result_dir.empty()) {
+    std::printf("%s\n", r.dump(1).c_str());
+    return;
+  }
+  std::ofstream out(o.result_dir + "/rank" + std::to_string(rank) + ".json");
+  out << r.dump() << "\n";
+  DIT_CHECK(out.good(), "cannot write the result to " << o.result_dir);
+}
+
 }  // namespace
 
 int run_worker(const Opts& o) {
@@ -78,6 +96,7 @@ int run_worker(const Opts& o) {
     po.model_dir = o.model;
     po.dtype = parse_dtype(o.dtype);
     po.qkv = o.qkv == "fused" ? QkvProjection::Fused : o.qkv == "split" ? QkvProjection::Split : QkvProjection::Auto;
+    po.weight_cache = weight_cache_option(o.weight_cache);
     std::shared_ptr<DeviceMesh> mesh;
     if (lay.deg.world() > 1) {
       world = connect_world(env);
@@ -87,7 +106,22 @@ int run_worker(const Opts& o) {
       dopt.ulysses_chunks = ulysses_chunks_for(env, o.ulysses_chunks);
       po.parallel = make_distributed_context(mesh, dopt);
     }
+    const auto t_load = std::chrono::steady_clock::now();
     auto pipe = Pipeline::load(po);
+    if (o.load_only) {  // memory once every rank has loaded (the weights: mapped, converted or cached)
+      json r;
+      r["rank"] = env.rank;
+      r["cpus"] = place.cpus;
+      r["pinned"] = place.pinned;
+      r["load_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+      if (world) world->barrier();
+      add_memory(r);
+      if (world) world->barrier();  // every rank has measured before any exits
+      write_result(o, env.rank, r);
+      mesh.reset();
+      if (world) world->shutdown();
+      return 0;
+    }
 
     // GEMM throughput on these threads, all ranks at once (as they run the model).
     std::vector<int64_t> mkn;
@@ -152,9 +186,7 @@ int run_worker(const Opts& o) {
     br["other"] = std::max(0.0, median(step_s) - claimed);  // sampler, unpatchify, guidance, loop
     r["breakdown_s"] = br;
     r["bytes_sent_per_step"] = double(tot.bytes_sent) / n;
-    r["peak_rss_mb"] = maxrss_mb();
-    r["pss_mb"] = pss_mb();
-    r["rss_mb"] = rss_mb();
+    add_memory(r);
     const ModelInfo& info = pipe->info();
     const int64_t m = info.size_multiple, tokens = int64_t(res.request.gen_height / m) * (res.request.gen_width / m);
     r["tokens"] = tokens;
@@ -180,13 +212,7 @@ int run_worker(const Opts& o) {
       lf.write(static_cast<const char*>(res.latents.data()), std::streamsize(res.latents.nbytes()));
     }
     if (world) world->barrier();  // every rank has measured its memory before any exits
-    if (!o.result_dir.empty()) {
-      std::ofstream out(o.result_dir + "/rank" + std::to_string(env.rank) + ".json");
-      out << r.dump() << "\n";
-      DIT_CHECK(out.good(), "cannot write the result to " << o.result_dir);
-    } else {
-      std::printf("%s\n", r.dump(1).c_str());
-    }
+    write_result(o, env.rank, r);
     mesh.reset();
     if (world) world->shutdown();
     return 0;

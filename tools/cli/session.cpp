@@ -49,10 +49,7 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
   po.model_dir = model_dir_of(o.model);
   po.dtype = parse_dtype(o.dtype);
   po.release_text_encoder = o.batch.empty();
-  if (o.weight_cache.empty())
-    po.weight_cache = {default_weight_cache_dir(), true};  // the default: a failure warns, never stops the run
-  else if (o.weight_cache != "off")
-    po.weight_cache = {o.weight_cache, false};  // a batch encodes prompts all along: keep T5 mapped in
+  po.weight_cache = weight_cache_option(o.weight_cache);
   using Clock = std::chrono::steady_clock;
   const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   const auto t_connect = Clock::now();
