@@ -235,6 +235,7 @@ int run_driver(const Opts& o, const char* argv0) {
         for (int r = first_rank; r < first_rank + nproc; ++r) ranks.push_back(read_json((rdir / ("rank" + std::to_string(r) + ".json")).string()));
         const json& r0 = ranks[0];
         if (o.load_only) {  // memory after loading: PSS against the first serial run of this dtype
+          run["size"] = size;  // as asked (0: the model's default); loading does not depend on it
           run["load_s_rank0"] = r0["load_s"];
           add_memory_summary(run, ranks);
           if (lname == "serial" && serial_pss == 0) serial_pss = run["pss_mb_sum"].get<double>();
@@ -311,11 +312,12 @@ int run_driver(const Opts& o, const char* argv0) {
         fs::remove_all(rdir);
       }
     }
-  // Pair bf16 runs with the f32 run of the same layout and size.
+  // Pair bf16 runs with the f32 run of the same layout and size (timed runs only: a const
+  // json's operator[] on a missing key is undefined behaviour, so every key read is there).
   for (json& r : runs) {
-    if (!r.contains("dtype") || r["dtype"] != "bf16" || r.contains("error")) continue;
+    if (r["dtype"] != "bf16" || !r.contains("step_s")) continue;
     for (const json& f : runs)
-      if (f["dtype"] == "f32" && !f.contains("error") && f["layout"] == r["layout"] && f["size"] == r["size"])
+      if (f["dtype"] == "f32" && f.contains("step_s") && f["layout"] == r["layout"] && f["size"] == r["size"])
         r["speedup_vs_f32"] = f["step_s"].get<double>() / r["step_s"].get<double>();
   }
   doc["runs"] = runs;
