@@ -43,8 +43,19 @@ class Scratch {
   std::string path_;
 };
 
+// The tools' default converted-weight cache ($DIT_WEIGHT_CACHE, else ~/.cache/dit-gen/weights)
+// points into a directory of this test process, removed when it exits: the suite never writes
+// into the user's cache (it used to leave an entry there per run). A value set by whoever runs
+// the tests is kept; a test that names --weight-cache or sets the variable itself still wins.
+inline void isolate_weight_cache() {
+  static const Scratch dir;
+  static const bool set = ::setenv("DIT_WEIGHT_CACHE", dir.file("weight-cache").c_str(), /*overwrite=*/0) == 0;
+  (void)set;
+}
+
 // Runs `cmd` through the shell with stdout/stderr captured; returns the exit code.
 inline RunResult run(const std::string& cmd) {
+  isolate_weight_cache();
   static int counter = 0;
   Scratch s;
   const std::string o = s.file("out" + std::to_string(counter)), e = s.file("err" + std::to_string(counter++));
