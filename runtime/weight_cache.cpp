@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -201,6 +202,14 @@ std::shared_ptr<SafeTensorsFile> converted_cache_for(const SafeTensorsFile& src,
   DIT_CHECK(!ec, "weight cache " << dir << ": cannot create the directory: " << ec.message());
   FileLock lock(dir + "/.lock");  // one lock per cache directory: conversions into it take turns
   if (auto f = open_valid(path, src, s)) return f;  // another process made it while we waited
+  uint64_t out_bytes = 0;
+  for (const std::string& n : s.names) {
+    const SafeTensorInfo& ti = src.info(n);
+    out_bytes += (ti.end - ti.begin) / (ti.dtype == "F32" ? 4 : 2) * (to == DType::F32 ? 4 : 2);
+  }
+  // One line, from the one process that converts: a first run can take a while on a large checkpoint.
+  std::fprintf(stderr, "weight cache: converting %s to %s once (%.0f MB) into %s; later runs map it\n",
+               printable(src.path()).c_str(), dtype_name(to), double(out_bytes) / 1e6, printable(dir).c_str());
   try {
     build(path, src, s);
   } catch (const Error& e) {

@@ -213,8 +213,10 @@ TEST_CASE("dit-gen: half-precision weights come from the converted-weight cache,
   REQUIRE(first.code == 0);
   const auto made = cache_files();
   CHECK(made.size() == 3);
+  CHECK(first.err.find("weight cache: converting ") != std::string::npos);  // said once per file converted
   RunResult again = run(gen(args + "--weight-cache " + wc + " -o " + s.file("b.png")));
   REQUIRE(again.code == 0);
+  CHECK(again.err.find("weight cache: converting ") == std::string::npos);  // mapped: nothing to say
   CHECK(cache_files() == made);  // mapped, not rewritten
   RunResult off = run(gen(args + "--weight-cache off -o " + s.file("c.png")));
   REQUIRE(off.code == 0);
