@@ -132,6 +132,9 @@ class WeightStore {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
+// The safetensors dtype string of a compute type: "F32" or "BF16".
+const char* safetensors_dtype(DType t);
+
 // A safetensors file's first bytes for its header JSON text: the length (8 bytes, little
 // endian) and the text padded with spaces to a multiple of 8, so the data that follows is aligned.
 std::string safetensors_prefix(std::string header_json);

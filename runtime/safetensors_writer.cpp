@@ -30,9 +30,9 @@ std::vector<const std::pair<std::string, Tensor>*> layout_order(const std::strin
   return order;
 }
 
-std::string st_dtype(DType d) { return d == DType::F32 ? "F32" : "BF16"; }
-
 }  // namespace
+
+const char* safetensors_dtype(DType t) { return t == DType::F32 ? "F32" : "BF16"; }
 
 std::string safetensors_prefix(std::string header_json) {
   header_json.append((8 - header_json.size() % 8) % 8, ' ');
@@ -49,7 +49,7 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
   uint64_t offset = 0;
   for (const auto* nt : order) {
     const Tensor& t = nt->second;
-    header[nt->first] = {{"dtype", st_dtype(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {offset, offset + t.nbytes()}}};
+    header[nt->first] = {{"dtype", safetensors_dtype(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {offset, offset + t.nbytes()}}};
     offset += t.nbytes();
   }
   std::string prefix;

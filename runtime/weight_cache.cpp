@@ -38,9 +38,12 @@ struct Source {
   int64_t mtime_ns = 0;
   DType to = DType::F32;           // the cache's element type
   std::vector<std::string> names;  // the tensors it converts
+  uint64_t bytes = 0;              // their size converted
 };
 
-const char* st_name(DType t) { return t == DType::F32 ? "F32" : "BF16"; }
+// Bytes per element and elements of a tensor stored as F32, F16 or BF16 (the types a cache converts).
+uint64_t stored_size(const SafeTensorInfo& ti) { return ti.dtype == "F32" ? 4 : 2; }
+uint64_t elements(const SafeTensorInfo& ti) { return (ti.end - ti.begin) / stored_size(ti); }
 
 // Whether a tensor stored as `dtype` is converted into a cache of `to`: F16 / BF16 into f32;
 // F32 and F16 into bf16 (a BF16 tensor is bf16 already).
@@ -71,7 +74,9 @@ Source describe(const SafeTensorsFile& src, DType to) {
   s.size = uint64_t(st.st_size);
   s.mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   for (const std::string& n : src.names()) {
-    if (converts(src.info(n).dtype, to)) s.names.push_back(n);
+    if (!converts(src.info(n).dtype, to)) continue;
+    s.names.push_back(n);
+    s.bytes += elements(src.info(n)) * dtype_size(to);
   }
   return s;
 }
@@ -95,7 +100,7 @@ std::shared_ptr<SafeTensorsFile> open_valid(const std::string& path, const SafeT
   }
   if (f->metadata() != metadata_of(s) || f->names().size() != s.names.size()) return nullptr;
   for (const std::string& n : s.names)
-    if (!f->has(n) || f->info(n).dtype != st_name(s.to) || f->info(n).shape != src.info(n).shape) return nullptr;
+    if (!f->has(n) || f->info(n).dtype != safetensors_dtype(s.to) || f->info(n).shape != src.info(n).shape) return nullptr;
   return f;
 }
 
@@ -151,15 +156,15 @@ void convert(const char* src, const std::string& from, void* dst, DType to, int6
 }
 
 void build(const std::string& path, const SafeTensorsFile& src, const Source& s) {
-  const uint64_t out_size = s.to == DType::F32 ? 4 : 2;
+  const uint64_t out_size = dtype_size(s.to);
   nlohmann::json header = nlohmann::json::object();
   header["__metadata__"] = metadata_of(s);
   uint64_t offset = 0;
   for (const std::string& n : s.names) {  // sorted by name, all of one element type: aligned
     const SafeTensorInfo& ti = src.info(n);
-    const uint64_t count = (ti.end - ti.begin) / (ti.dtype == "F32" ? 4 : 2);
-    header[n] = {{"dtype", st_name(s.to)}, {"shape", ti.shape}, {"data_offsets", {offset, offset + count * out_size}}};
-    offset += count * out_size;
+    const uint64_t bytes = elements(ti) * out_size;
+    header[n] = {{"dtype", safetensors_dtype(s.to)}, {"shape", ti.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
   }
   std::string prefix;
   try {
@@ -172,9 +177,9 @@ void build(const std::string& path, const SafeTensorsFile& src, const Source& s)
   std::vector<char> piece;
   for (const std::string& n : s.names) {
     const SafeTensorInfo& ti = src.info(n);
-    const uint64_t in_size = ti.dtype == "F32" ? 4 : 2;
+    const int64_t count = int64_t(elements(ti));
+    const uint64_t in_size = stored_size(ti);
     const char* data = static_cast<const char*>(src.data_of(n));
-    const int64_t count = int64_t((ti.end - ti.begin) / in_size);
     for (int64_t at = 0; at < count; at += kPiece) {
       const int64_t k = std::min(kPiece, count - at);
       piece.resize(size_t(k) * out_size);
@@ -202,14 +207,9 @@ std::shared_ptr<SafeTensorsFile> converted_cache_for(const SafeTensorsFile& src,
   DIT_CHECK(!ec, "weight cache " << dir << ": cannot create the directory: " << ec.message());
   FileLock lock(dir + "/.lock");  // one lock per cache directory: conversions into it take turns
   if (auto f = open_valid(path, src, s)) return f;  // another process made it while we waited
-  uint64_t out_bytes = 0;
-  for (const std::string& n : s.names) {
-    const SafeTensorInfo& ti = src.info(n);
-    out_bytes += (ti.end - ti.begin) / (ti.dtype == "F32" ? 4 : 2) * (to == DType::F32 ? 4 : 2);
-  }
   // One line, from the one process that converts: a first run can take a while on a large checkpoint.
   std::fprintf(stderr, "weight cache: converting %s to %s once (%.0f MB) into %s; later runs map it\n",
-               printable(src.path()).c_str(), dtype_name(to), double(out_bytes) / 1e6, printable(dir).c_str());
+               printable(src.path()).c_str(), dtype_name(to), double(s.bytes) / 1e6, printable(dir).c_str());
   try {
     build(path, src, s);
   } catch (const Error& e) {

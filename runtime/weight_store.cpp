@@ -107,8 +107,7 @@ const SafeTensorsFile* WeightStore::cached(const std::string& name, DType dtype)
 
 bool WeightStore::in_place(const std::string& name, DType dtype) const {
   if (cached(name, dtype)) return true;
-  const std::string& stored = file_of(name).info(name).dtype;
-  return stored == (dtype == DType::F32 ? "F32" : "BF16");
+  return file_of(name).info(name).dtype == safetensors_dtype(dtype);
 }
 
 Tensor WeightStore::get_as(const std::string& name, DType dtype, const Shape& expected) const {

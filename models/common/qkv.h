@@ -25,7 +25,8 @@ class WeightStore;
 //         checkpoint's weights in place (memory-mapped, shared by every process on the machine).
 //  Auto:  Split when the weights are read in the compute dtype in place (the checkpoint's
 //         dtype, or the converted-weight cache: WeightStore::in_place), so they can be
-//         shared, else Fused (the weights are converted: a private copy either way). Same results bit for bit; same speed within noise on DiT-XL.
+//         shared, else Fused (the weights are converted: a private copy either way).
+//         Same results bit for bit; same speed within noise on DiT-XL.
 enum class QkvProjection { Auto, Fused, Split };
 
 struct QkvWeights {

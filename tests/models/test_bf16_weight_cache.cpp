@@ -31,14 +31,25 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
 // The rows [r0, r0 + rows) of a [R, C] bf16 weight.
 Tensor rows_of(const Tensor& w, int64_t r0, int64_t rows) { return w.slice0(r0, r0 + rows); }
 
-struct Stores {
+// A model's transformer weights loaded for bf16 compute twice: `a` converted in memory from
+// the `plain` store, `b` read from the bf16 weight cache under `cache` through the `cached` one.
+template <class Weights>
+struct BothWays {
   dit::WeightStore plain, cached;
+  Weights a, b;
 };
 
-Stores open_both(const std::string& dir, const std::string& cache) {
-  Stores s{dit::WeightStore::open_dir(dir), dit::WeightStore::open_dir(dir)};
-  dit::use_weight_cache(s.cached, DType::BF16, {cache, false});
-  return s;
+template <class Weights, class ConfigFrom>
+BothWays<Weights> load_both(const std::string& model, const std::string& cache, ConfigFrom config_from) {
+  const std::string dir = dit_test::data_path(model) + "/transformer";
+  const auto cfg = config_from(dit::Config::load(dir + "/config.json"));
+  BothWays<Weights> w{dit::WeightStore::open_dir(dir), dit::WeightStore::open_dir(dir), {}, {}};
+  dit::use_weight_cache(w.cached, DType::BF16, {cache, false});
+  const auto tp = dit::make_serial_tensor_parallel();
+  w.a = Weights::load(cfg, w.plain, DType::BF16, dit::QkvProjection::Auto, *tp);
+  w.b = Weights::load(cfg, w.cached, DType::BF16, dit::QkvProjection::Auto, *tp);
+  REQUIRE(w.a.blocks.size() == w.b.blocks.size());
+  return w;
 }
 
 // Split Q/K/V from the cache against the fused private copy made without it: same values.
@@ -57,13 +68,8 @@ void check_qkv(const dit::QkvWeights& plain, const dit::QkvWeights& cached) {
 
 TEST_CASE("bf16 weight cache: DiT reads its linears from the shared cache, same values", "[models][cache]") {
   dit_test::TempDir tmp;
-  const std::string dir = dit_test::data_path("dit-tiny") + "/transformer";
-  const dit::DiTConfig cfg = dit::dit_config_from(dit::Config::load(dir + "/config.json"));
-  Stores s = open_both(dir, tmp.path() + "/wc");
-  const auto tp = dit::make_serial_tensor_parallel();
-  const dit::DiTWeights a = dit::DiTWeights::load(cfg, s.plain, DType::BF16, dit::QkvProjection::Auto, *tp);
-  const dit::DiTWeights b = dit::DiTWeights::load(cfg, s.cached, DType::BF16, dit::QkvProjection::Auto, *tp);
-  REQUIRE(a.blocks.size() == b.blocks.size());
+  const auto w = load_both<dit::DiTWeights>("dit-tiny", tmp.path() + "/wc", dit::dit_config_from);
+  const dit::DiTWeights &a = w.a, &b = w.b;
   for (size_t i = 0; i < a.blocks.size(); ++i) {
     INFO("block " << i);
     check_qkv(a.blocks[i].qkv, b.blocks[i].qkv);
@@ -84,19 +90,14 @@ TEST_CASE("bf16 weight cache: DiT reads its linears from the shared cache, same 
   }
   // fc1 of block 0 ([4D, D] bf16, 8 KB: whole pages) lies in the cache's mapping, the
   // in-memory conversion in private memory.
-  CHECK(s.cached.drop(b.blocks[0].fc1.w.weight) >= 4096);
-  CHECK(s.plain.drop(a.blocks[0].fc1.w.weight) == 0);
+  CHECK(w.cached.drop(b.blocks[0].fc1.w.weight) >= 4096);
+  CHECK(w.plain.drop(a.blocks[0].fc1.w.weight) == 0);
 }
 
 TEST_CASE("bf16 weight cache: PixArt reads its linears from the shared cache, same values", "[models][cache]") {
   dit_test::TempDir tmp;
-  const std::string dir = dit_test::data_path("pixart-tiny") + "/transformer";
-  const dit::PixArtConfig cfg = dit::pixart_config_from(dit::Config::load(dir + "/config.json"));
-  Stores s = open_both(dir, tmp.path() + "/wc");
-  const auto tp = dit::make_serial_tensor_parallel();
-  const dit::PixArtWeights a = dit::PixArtWeights::load(cfg, s.plain, DType::BF16, dit::QkvProjection::Auto, *tp);
-  const dit::PixArtWeights b = dit::PixArtWeights::load(cfg, s.cached, DType::BF16, dit::QkvProjection::Auto, *tp);
-  REQUIRE(a.blocks.size() == b.blocks.size());
+  const auto w = load_both<dit::PixArtWeights>("pixart-tiny", tmp.path() + "/wc", dit::pixart_config_from);
+  const dit::PixArtWeights &a = w.a, &b = w.b;
   for (size_t i = 0; i < a.blocks.size(); ++i) {
     INFO("block " << i);
     check_qkv(a.blocks[i].qkv, b.blocks[i].qkv);
