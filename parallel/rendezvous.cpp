@@ -260,6 +260,10 @@ void note_peer_failure() noexcept { g_peer_failure_seen.store(true); }
 
 void report_rank_failure(const std::string& spec, int rank, int world_size,
                          const std::string& message) noexcept {
+  // A failure that is a peer's (read from its abort, or a stalled peer this rank posted
+  // for) is already posted where every rank of the run looks; joining again would find
+  // that generation abandoned, open a new one and linger there for peers that never come.
+  if (g_peer_failure_seen.load()) return;
   try {
     // Our launcher joined for its workers; a rank started otherwise joins now (without
     // waiting for the others), posts, and on leaving lingers for late peers of its run.

@@ -230,6 +230,8 @@ void note_peer_failure() noexcept;
 
 // Opens the store named by `spec` and posts an abort for `rank`. For a rank that fails
 // before it has connected (bad flag, missing model file). Best effort, never throws.
+// Does nothing once this process has seen a peer fail (note_peer_failure): that failure
+// is already posted in the generation the run's ranks share.
 void report_rank_failure(const std::string& spec, int rank, int world_size,
                          const std::string& message) noexcept;
 

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -89,21 +90,33 @@ class FileBackend : public RendezvousBackend {
       if (it->path().filename() != keep) std::filesystem::remove_all(it->path(), ec);
   }
 
+  // Written whole under a private name, then linked into place: link() fails if the
+  // marker exists, and a reader never sees it empty (an O_EXCL create followed by a write
+  // let a rank read "world" as "" and leave the generation its peer had just made).
   bool create_marker(int64_t g, const std::string& name, const std::string& value) override {
-    const std::string p = gen_dir(g) + "/" + name;
-    const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    const std::string p = gen_dir(g) + "/" + name, tmp = private_name(g, name);
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
-      DIT_CHECK(errno == EEXIST || errno == ENOENT,
-                "rendezvous '" << spec_ << "': cannot create " << p << ": " << std::strerror(errno));
-      return false;  // taken, or the generation was removed meanwhile
+      DIT_CHECK(errno == ENOENT, "rendezvous '" << spec_ << "': cannot create " << tmp << ": " << std::strerror(errno));
+      return false;  // the generation was removed meanwhile
     }
     const bool ok = ::write(fd, value.data(), value.size()) == ssize_t(value.size());
     ::close(fd);
-    DIT_CHECK(ok, "rendezvous '" << spec_ << "': cannot write " << p);
-    return true;
+    const int linked = ok ? ::link(tmp.c_str(), p.c_str()) : -1;
+    const int link_errno = errno;
+    ::unlink(tmp.c_str());
+    DIT_CHECK(ok, "rendezvous '" << spec_ << "': cannot write " << tmp);
+    if (linked == 0) return true;
+    DIT_CHECK(link_errno == EEXIST || link_errno == ENOENT,
+              "rendezvous '" << spec_ << "': cannot create " << p << ": " << std::strerror(link_errno)
+                             << (link_errno == EPERM || link_errno == ENOTSUP || link_errno == EOPNOTSUPP
+                                     ? " (file: rendezvous needs a file system with hard links; use another "
+                                       "directory or redis://HOST:PORT)"
+                                     : ""));
+    return false;  // taken, or the generation was removed meanwhile
   }
   void put_marker(int64_t g, const std::string& name, const std::string& value) override {
-    const std::string p = gen_dir(g) + "/" + name, tmp = gen_dir(g) + "/.tmp-" + name + "." + std::to_string(::getpid());
+    const std::string p = gen_dir(g) + "/" + name, tmp = private_name(g, name);
     {
       std::ofstream f(tmp, std::ios::trunc);
       f << value;
@@ -121,12 +134,17 @@ class FileBackend : public RendezvousBackend {
 
  private:
   std::string gen_dir(int64_t g) const { return dir_ + "/gen-" + std::to_string(g); }
+  // Unique to this process and call (threads share a pid); not a marker or key name.
+  std::string private_name(int64_t g, const std::string& name) {
+    return gen_dir(g) + "/.tmp-" + name + "." + std::to_string(::getpid()) + "." + std::to_string(++tmp_count_);
+  }
   CheckableFileStore& fs() {
     if (!fs_) fs_ = std::make_unique<CheckableFileStore>(gen_dir(selected_));
     return *fs_;
   }
   std::string dir_, spec_;
   int64_t selected_ = 0;
+  std::atomic<uint64_t> tmp_count_{0};
   std::unique_ptr<CheckableFileStore> fs_;
 };
 

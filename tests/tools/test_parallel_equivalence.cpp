@@ -239,7 +239,10 @@ TEST_CASE("parallel: --cfg-parallel without guidance is an error that says why",
 
 TEST_CASE("parallel: a rank that cannot load its model stops the others, which name it", "[parallel][cli]") {
   // Ranks started by hand (as mpirun or a script would), rank 1 with a model path that does
-  // not exist on its machine: rank 0 has connected and must not wait for the timeout.
+  // not exist on its machine: rank 0 has connected and must not wait for the timeout, nor
+  // linger after it has read rank 1's failure (it once re-posted it in a new generation
+  // and waited 5 s there; and once, misreading a half-written marker, waited out the 60 s
+  // timeout in a generation of its own).
   Scratch s;
   const std::string env = "DIT_WORLD_SIZE=2 DIT_RENDEZVOUS=file:" + s.file("rdzv") + " ";
   const std::string args = " --progress none -p 1 --ulysses 2 --timeout 60 -o " + s.file("x.png");
@@ -252,7 +255,7 @@ TEST_CASE("parallel: a rank that cannot load its model stops the others, which n
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   INFO(r.err << "\nrank 1: " << slurp(s.file("r1.err")));
   CHECK(r.code == 1);
-  CHECK(seconds < 30);
+  CHECK(seconds < 4);  // about 0.1 s
   CHECK(r.err.find("rank 1 failed: model directory '" + s.file("nope") + "' does not exist") != std::string::npos);
   CHECK(slurp(s.file("r1.code")) == "1\n");
   CHECK(slurp(s.file("r1.err")).find("does not exist") != std::string::npos);
