@@ -26,7 +26,9 @@
 //   hb.<r>     rank r's heartbeat ("<counter> <host> <pid>", rewritten every second)
 // A rank (or a launcher, for all its local ranks at once) joins like this:
 //   1. g = the newest generation. If g is *joinable* and every wanted slot claim.<r> can be
-//      created exclusively (O_EXCL file / SET NX), those ranks are in g.
+//      created exclusively (SET NX; for files: written whole under a private name, then
+//      link()ed into place, so no reader sees a marker that exists but is empty), those
+//      ranks are in g.
 //   2. Else (or when a claim is taken: a rank of an earlier run holds it) create g+1
 //      atomically (mkdir / a compare-and-set of dit/RUN/generation; losing the race is
 //      fine) and go to 1 — with the newest generation, whoever created it.
@@ -39,6 +41,7 @@
 // Ending: every owner writes left.<r> for its ranks. A rank that fails before its
 // generation has formed first lingers (up to 5 s) for the rest to join, so that ranks of
 // the same run starting a little later still see its abort instead of a fresh generation.
+// A rank that fails because it read a peer's abort posts nothing more (report_rank_failure).
 // After a clean run rank 0 writes `closed` (the next run takes g+1) and deletes the older
 // generations that are finished (closed, abandoned, or never joined); a generation with
 // live claims (a run still going under the same name) is left alone. So a name holds the
