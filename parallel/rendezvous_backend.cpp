@@ -20,6 +20,7 @@
 
 #include "parallel/rendezvous.h"
 #include "runtime/error.h"
+#include "runtime/process_identity.h"
 
 namespace dit {
 namespace detail {
@@ -95,7 +96,7 @@ class FileBackend : public RendezvousBackend {
   // let a rank read "world" as "" and leave the generation its peer had just made).
   bool create_marker(int64_t g, const std::string& name, const std::string& value) override {
     const std::string p = gen_dir(g) + "/" + name, tmp = private_name(g, name);
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) {
       DIT_CHECK(errno == ENOENT, "rendezvous '" << spec_ << "': cannot create " << tmp << ": " << std::strerror(errno));
       return false;  // the generation was removed meanwhile
@@ -134,15 +135,17 @@ class FileBackend : public RendezvousBackend {
 
  private:
   std::string gen_dir(int64_t g) const { return dir_ + "/gen-" + std::to_string(g); }
-  // Unique to this process and call (threads share a pid); not a marker or key name.
+  // Unique to this process (its machine too: the directory may be shared) and call
+  // (threads share a pid); never a marker or key name.
   std::string private_name(int64_t g, const std::string& name) {
-    return gen_dir(g) + "/.tmp-" + name + "." + std::to_string(::getpid()) + "." + std::to_string(++tmp_count_);
+    return gen_dir(g) + "/.tmp-" + name + "." + owner_ + "." + std::to_string(++tmp_count_);
   }
   CheckableFileStore& fs() {
     if (!fs_) fs_ = std::make_unique<CheckableFileStore>(gen_dir(selected_));
     return *fs_;
   }
   std::string dir_, spec_;
+  const std::string owner_ = process_table_tag() + "-" + std::to_string(::getpid());
   int64_t selected_ = 0;
   std::atomic<uint64_t> tmp_count_{0};
   std::unique_ptr<CheckableFileStore> fs_;
