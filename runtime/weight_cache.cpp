@@ -41,9 +41,10 @@ struct Source {
   uint64_t bytes = 0;              // their size converted
 };
 
-// Bytes per element and elements of a tensor stored as F32, F16 or BF16 (the types a cache converts).
+// Bytes per element of a tensor stored as F32, F16 or BF16 (the types a cache converts).
 uint64_t stored_size(const SafeTensorInfo& ti) { return ti.dtype == "F32" ? 4 : 2; }
-uint64_t elements(const SafeTensorInfo& ti) { return (ti.end - ti.begin) / stored_size(ti); }
+// Its elements (the reader checked the byte span against the shape).
+uint64_t elements(const SafeTensorInfo& ti) { return uint64_t(shape_numel(ti.shape)); }
 
 // Whether a tensor stored as `dtype` is converted into a cache of `to`: F16 / BF16 into f32;
 // F32 and F16 into bf16 (a BF16 tensor is bf16 already).
