@@ -30,6 +30,10 @@ struct Conditioning {
   Tensor text;                     // text-to-image: encoder states [batch, L, C]
   Tensor text_mask;                // [batch, L] f32: 1 a token, 0 padding
   int image_height = 0, image_width = 0;  // pixels of the generated image (size micro-conditions)
+  // The timesteps forward() will be called with, in order (the sampler's; empty: unknown). A
+  // model may compute ahead what depends on them and the conditioning alone; forward() gives
+  // the same result for a timestep outside it.
+  std::vector<double> schedule;
 };
 
 // The patch geometry and size of a transformer, as the pipeline needs it.

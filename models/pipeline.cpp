@@ -291,6 +291,7 @@ std::vector<Result> Pipeline::generate_batch(const std::vector<Request>& reqs, c
   const double encode = since(t_encode);
   m.cond.image_height = r0.gen_height;
   m.cond.image_width = r0.gen_width;
+  m.cond.schedule = samplers[0]->timesteps();
   m.model->begin(m.cond);
 
   std::vector<Result> res(reqs.size());

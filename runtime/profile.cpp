@@ -18,6 +18,7 @@ const char* cat_name(Cat c) {
     case Cat::NormElementwise: return "norm_elementwise";
     case Cat::Communication: return "communication";
     case Cat::Waiting: return "waiting";
+    case Cat::Conditioning: return "conditioning";
     default: return "?";
   }
 }
@@ -38,9 +39,9 @@ Totals totals() {
 void add_seconds(Cat c, double s) { g_totals.seconds[int(c)] += s; }
 
 void Scope::start(Cat c) {
-  cat_ = c;
   active_ = true;
   parent_ = t_current;
+  cat_ = parent_ && parent_->cat_ == Cat::Conditioning ? Cat::Conditioning : c;
   t_current = this;
   t0_ = now_ns();
 }

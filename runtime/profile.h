@@ -6,7 +6,8 @@
 //   dit::profile::Totals t = dit::profile::totals();  // exclusive seconds per category
 //
 // Scopes nest and times are exclusive: a Communication scope inside an Attention scope is
-// taken out of Attention, so the categories add up to the instrumented time. When the
+// taken out of Attention, so the categories add up to the instrumented time. A Conditioning
+// scope (timestep embedding and modulation) claims everything inside it, linears included. When the
 // profiler is off a Scope costs one predictable branch (no clock read). One thread per
 // process records (the forward's caller); OpenMP workers inside kernels are not scoped.
 #pragma once
@@ -17,9 +18,9 @@
 
 namespace dit::profile {
 
-enum class Cat : int { Linear = 0, Attention, CrossAttention, NormElementwise, Communication, Waiting, Count };
+enum class Cat : int { Linear = 0, Attention, CrossAttention, NormElementwise, Communication, Waiting, Conditioning, Count };
 constexpr int kCats = int(Cat::Count);
-// "linear", "attention", "cross_attention", "norm_elementwise", "communication", "waiting"
+// "linear", "attention", "cross_attention", "norm_elementwise", "communication", "waiting", "conditioning"
 const char* cat_name(Cat c);
 
 struct Totals {

@@ -1,6 +1,5 @@
 #include "models/dit/dit_transformer.h"
 
-#include <cstring>
 
 #include "models/common/embeddings.h"
 #include "models/common/patch_grid.h"
@@ -9,16 +8,6 @@
 #include "runtime/profile.h"
 
 namespace dit {
-
-namespace {
-
-// [B, n·D] rows -> [n, B, D] (chunk k of batch b at out[(k·B + b)·D]).
-void split_chunks(const float* m, int64_t batch, int64_t n, int64_t dim, float* out) {
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t k = 0; k < n; ++k) std::memcpy(out + (k * batch + b) * dim, m + (b * n + k) * dim, dim * 4);
-}
-
-}  // namespace
 
 DiTTransformer::DiTTransformer(DiTWeights w, std::unique_ptr<TensorParallel> tp)
     : w_(std::move(w)), tp_(std::move(tp)), geo_(geometry_of(w_.cfg)) {}
@@ -33,7 +22,6 @@ void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   tokens_ = ctx.sequence().range(N);
   out_ = ctx.sequence().output_range(N);
   if (!attn_) attn_ = ctx.layers().self_attention();  // once: it may hold communication state
-  y_.assign(size_t(B_), 0);
   const int64_t B = B_, T = tokens_.size(), D = c.hidden();
   tp_->prepare(B, tokens_, D);
   res_ = tp_->residual();
@@ -57,9 +45,6 @@ void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   if (R > 0) patch_ = make_linear(w_.patch, B * R);
   for (const DiTBlockWeights& bw : w_.blocks) {
     BlockOps o;
-    o.t_fc1 = make_linear(bw.t_fc1, B, Act::Silu);
-    o.t_fc2 = make_linear(bw.t_fc2, B);
-    o.ada = par(bw.ada, 1, B, D, 6 * D, false);
     if (T > 0) {
       o.qkv = QkvLinear(bw.qkv, B * T);
       o.attn_out = par(bw.attn_out, B, T, D, D, true);
@@ -68,7 +53,7 @@ void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
     }
     ops_.push_back(std::move(o));
   }
-  final_ada_ = make_linear(w_.final_ada, B);
+  cond_.prepare(w_, B, *tp_);
   if (R > 0) {
     ln_attn_ = LayerNormModulate(B, R, D, 1e-6f);
     ln_mlp_ = LayerNormModulate(B, R, D, c.norm_eps);
@@ -83,13 +68,6 @@ void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   qkv_ = Tensor::empty({B, T, 3 * Dl});
   attn_out_ = Tensor::empty({B, T, Dl});
   mlp_ = Tensor::empty({B, T, Ml});
-  tfreq_ = Tensor::empty({B, 256});
-  temb_ = Tensor::empty({B, D});
-  cond_ = Tensor::empty({B, D});
-  mod_ = Tensor::empty({B, 6 * D});
-  chunks_ = Tensor::empty({6, B, D});
-  final_mod_ = Tensor::empty({B, 2 * D});
-  final_chunks_ = Tensor::empty({2, B, D});
 
   pos_embed_2d(int(D), grid_h_, grid_w_, double(c.sample_size / c.patch), c.interpolation_scale, res_.begin, res_.end,
                pos_.f32());
@@ -106,33 +84,18 @@ void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
 
 void DiTTransformer::begin(const Conditioning& cond) {
   DIT_CHECK(int64_t(cond.class_ids.size()) == B_, "DiT: " << cond.class_ids.size() << " class ids for a batch of " << B_);
-  for (int64_t b = 0; b < B_; ++b) {
-    const int64_t y = cond.class_ids[size_t(b)];
+  for (const int64_t y : cond.class_ids)
     DIT_CHECK(y >= 0 && y <= w_.cfg.num_classes, "DiT: class id " << y << " out of range 0.." << w_.cfg.num_classes);
-    y_[size_t(b)] = y;
-  }
-}
-
-// cond_ = SiLU(TimestepEmbedding(t) + class_table[y])   [B, D]
-void DiTTransformer::conditioning(const DiTBlockWeights& bw, size_t block, const double* t) {
-  const int64_t B = B_, D = w_.cfg.hidden();
-  const int64_t* y = y_.data();
-  for (int64_t b = 0; b < B; ++b) timestep_embedding(t[b], 256, 1.0f, tfreq_.f32() + b * 256);
-  ops_[block].t_fc1.run(tfreq_.f32(), temb_.f32());  // linear_1 + SiLU   [B, D]
-  ops_[block].t_fc2.run(temb_.f32(), cond_.f32());   // linear_2          [B, D]
-  for (int64_t b = 0; b < B; ++b) add(cond_.f32() + b * D, bw.class_table.f32() + y[b] * D, cond_.f32() + b * D, D);
-  silu(cond_.f32(), cond_.f32(), B * D);
+  cond_.begin(cond.class_ids, cond.schedule);
 }
 
 // One block on the residual rows x [B, R, D]:
 //   x += gate_msa ⊙ Attn(LN(x)(1 + scale_msa) + shift_msa);  x += gate_mlp ⊙ FF(LN(x)(1 + scale_mlp) + shift_mlp)
 void DiTTransformer::block(size_t l, float* x) {
-  const int64_t B = B_, R = res_.size(), T = tokens_.size(), D = w_.cfg.hidden();
+  const int64_t R = res_.size(), T = tokens_.size();
   const BlockOps& o = ops_[l];
   float* h = h_.f32();
-  auto chunk = [&](int k) { return chunks_.f32() + k * B * D; };
-  o.ada->run(cond_.f32(), mod_.f32());  // [B, 6D]
-  split_chunks(mod_.f32(), B, 6, D, chunks_.f32());
+  auto chunk = [&](int k) { return cond_.block_chunk(l, k); };  // [B, D] each (DiTConditioning)
   // 0 shift_msa, 1 scale_msa, 2 gate_msa, 3 shift_mlp, 4 scale_mlp, 5 gate_mlp
   if (R > 0) ln_attn_.run(x, h, chunk(0), chunk(1));  // h = LN(x)(1 + scale_msa) + shift_msa   [B, R, D]
   const float* hf = tp_->gather(h);                   // [B, T, D] (Megatron SP: from every TP rank)
@@ -150,14 +113,12 @@ void DiTTransformer::block(size_t l, float* x) {
   }
 }
 
-// Conditioning of block 0, shift/scale = proj_out_1(SiLU(c)), out = proj_out_2(LN(x)·(1+scale)+shift)
+// shift, scale = proj_out_1(SiLU(c_0)) (DiTConditioning), out = proj_out_2(LN(x)·(1+scale)+shift)
 // on this rank's output rows.
 void DiTTransformer::final_layer(float* out) {
   const int64_t B = B_, D = w_.cfg.hidden(), R = res_.size(), O = out_.size();
-  final_ada_.run(cond_.f32(), final_mod_.f32());
-  split_chunks(final_mod_.f32(), B, 2, D, final_chunks_.f32());
   if (O == 0) return;
-  ln_attn_.run(x_.f32(), h_.f32(), final_chunks_.f32(), final_chunks_.f32() + B * D);
+  ln_attn_.run(x_.f32(), h_.f32(), cond_.final_chunk(0), cond_.final_chunk(1));
   const float* h = h_.f32();
   if (O < R) {  // tensor parallel without Megatron SP: this rank outputs a share of the rows
     copy_rows(h_.f32(), B, R, out_.begin - res_.begin, O, D, hout_.f32());
@@ -180,11 +141,8 @@ void DiTTransformer::forward(const float* latents, const double* t, float* out) 
     patch_.run(patches_.f32(), x);
     for (int64_t b = 0; b < B; ++b) add(x + b * R * D, pos_.f32(), x + b * R * D, R * D);
   }
-  for (size_t l = 0; l < w_.blocks.size(); ++l) {
-    conditioning(w_.blocks[l], l, t);
-    block(l, x);
-  }
-  conditioning(w_.blocks[0], 0, t);
+  cond_.select(t);  // the modulation of every block at t (computed once per window of steps)
+  for (size_t l = 0; l < w_.blocks.size(); ++l) block(l, x);
   final_layer(out);
 }
 

@@ -7,7 +7,8 @@
 //   DiTTransformer dit(DiTWeights::load(cfg, store, DType::F32, QkvProjection::Auto, *tp), std::move(tp));
 //   ModelShape shape;  shape.batch = 2;  shape.latent_h = shape.latent_w = 32;
 //   dit.prepare(shape, *ctx);                // primitives, buffers, attention (ctx: runtime/parallel_context.h)
-//   dit.begin(cond);                         // cond.class_ids [batch] (num_classes = null/unconditional)
+//   dit.begin(cond);                         // cond.class_ids [batch] (num_classes = null/unconditional),
+//                                            // cond.schedule: the timesteps to come (conditioning computed ahead)
 //   dit.forward(latents, t, out);            // many times, allocation-free
 //
 // latents: [batch, C, H, W] (the full latents: every rank holds them), t: [batch] timesteps;
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "models/diffusion_model.h"
+#include "models/dit/dit_conditioning.h"
 #include "models/dit/dit_weights.h"
 #include "runtime/linear.h"
 #include "runtime/norm.h"
@@ -40,7 +42,6 @@ class DiTTransformer final : public DiffusionModel {
   const DiTWeights& weights() const { return w_; }
 
  private:
-  void conditioning(const DiTBlockWeights& bw, size_t block, const double* t);
   void block(size_t l, float* x);
   void final_layer(float* out);
 
@@ -51,17 +52,17 @@ class DiTTransformer final : public DiffusionModel {
   TokenRange tokens_;                         // this rank's attention tokens of the grid_h·grid_w sequence
   TokenRange res_, out_;                      // its residual rows (⊆ tokens_) and output rows (⊆ res_)
   std::unique_ptr<SelfAttention> attn_;
-  std::vector<int64_t> y_;                    // class id per batch row (begin)
+  DiTConditioning cond_;                      // c and the adaLN modulation, a window of steps at a time
 
   // Primitives (created in prepare).
   Linear patch_;
   struct BlockOps {
-    Linear t_fc1, t_fc2, fc1;
-    std::unique_ptr<ParallelLinear> ada, attn_out, fc2;
+    Linear fc1;
+    std::unique_ptr<ParallelLinear> attn_out, fc2;
     QkvLinear qkv;
   };
   std::vector<BlockOps> ops_;
-  Linear final_ada_, final_out_;
+  Linear final_out_;
   LayerNormModulate ln_attn_, ln_mlp_, ln_final_;
 
   // Activations (allocated in prepare). T attention tokens, R residual rows, O output rows;
@@ -74,13 +75,6 @@ class DiTTransformer final : public DiffusionModel {
   Tensor qkv_;       // [B, T, 3D']
   Tensor attn_out_;  // [B, T, D']
   Tensor mlp_;       // [B, T, M']
-  Tensor tfreq_;     // [B, 256]
-  Tensor temb_;      // [B, D]
-  Tensor cond_;      // [B, D]  c = t_emb + class_emb, then SiLU(c)
-  Tensor mod_;       // [B, 6D] adaLN output
-  Tensor chunks_;    // [6, B, D] the six modulation vectors, each [B, D] contiguous
-  Tensor final_mod_; // [B, 2D]
-  Tensor final_chunks_;  // [2, B, D]
 };
 
 }  // namespace dit

@@ -175,6 +175,7 @@ void PixArtTransformer::begin(const Conditioning& cond) {
 
 // emb_ = TimestepEmbedding(t) (+ micro-conditions); t6_ = ada(SiLU(emb_)).
 void PixArtTransformer::embed_timestep(const double* t) {
+  profile::Scope prof(profile::Cat::Conditioning);
   const int64_t B = B_, D = w_.cfg.hidden();
   for (int64_t b = 0; b < B; ++b) timestep_embedding(t[b], 256, 0.0f, tfreq_.f32() + b * 256);
   t_fc1_.run(tfreq_.f32(), temb_.f32());  // linear_1 + SiLU

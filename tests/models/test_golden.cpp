@@ -77,3 +77,10 @@ TEST_CASE("golden: small DiT at a non-default non-square size (pos-embed rescali
 TEST_CASE("golden: wide DiT without learned sigma, 8 heads", "[golden][models]") {
   check_case({"dit-wide", "dit-wide.ddim8.label2.seed11.g1.5.h24w16.safetensors", "2", 11, 8, 1.5, "ddim", 16, 24});
 }
+
+// Block 1 with its own timestep MLP and class table (tests/data/derive_own_embedders.py), over
+// 20 steps: two windows of precomputed conditioning (models/dit/dit_conditioning.h).
+TEST_CASE("golden: tiny DiT whose blocks have their own embedders, 20 DPM steps", "[golden][models]") {
+  check_case({"dit-tiny-own-embedders", "dit-tiny-own-embedders.dpm20.label4.seed13.g3.safetensors", "4", 13, 20, 3.0,
+              "dpm++2m", 0, 0});
+}

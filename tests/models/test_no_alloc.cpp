@@ -178,7 +178,9 @@ TEST_CASE("the denoising loop allocates nothing after the first step", "[models]
   auto pipe = dit::Pipeline::load(po);
   dit::Request req;
   req.prompt = "1";
-  req.steps = 6;
+  // 40 steps: DiT's conditioning is computed in windows of steps (models/dit/dit_conditioning.h):
+  // 3 windows of 14 steps at batch 2, 2 of 20 at batch 1, so windows after the first are counted.
+  req.steps = 40;
   req.sampler = sampler;
   for (double g : {4.0, 1.0}) {  // CFG (batch 2) and one branch
     req.guidance_scale = g;

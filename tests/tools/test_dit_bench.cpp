@@ -33,7 +33,7 @@ TEST_CASE("dit-bench runs serial and parallel layouts and reports JSON", "[tools
     CHECK(run["size"] == 16);
     CHECK(run["utilisation"].get<double>() > 0);
     CHECK(run["step_s_all"].size() == 2);
-    for (const char* k : {"linear", "attention", "norm_elementwise", "communication", "waiting", "other"})
+    for (const char* k : {"linear", "attention", "norm_elementwise", "communication", "waiting", "conditioning", "other"})
       CHECK(run["breakdown_s_rank0"].contains(k));
     CHECK(run["pss_mb_per_rank"].size() == run["ranks"].get<size_t>());
     if (run["layout"] != "serial") {
