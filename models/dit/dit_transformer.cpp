@@ -1,6 +1,5 @@
 #include "models/dit/dit_transformer.h"
 
-
 #include "models/common/embeddings.h"
 #include "models/common/patch_grid.h"
 #include "runtime/elementwise.h"
