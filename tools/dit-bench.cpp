@@ -18,6 +18,10 @@
 // layout's ranks are shared out evenly over the machines, `serial` runs on machine 0 alone,
 // and machine 0's JSON has the step times.
 //
+// --rounds N runs the list of layouts N times in turn; "summary" has, per layout, dtype and
+// size, the median step and the median of the speedups each round measured against its own
+// serial run (machines are noisy: ratios within a round, medians over rounds).
+//
 // Per run: step time (median of --steps after --warmup untimed steps), model FLOPs per step
 // (matmuls and attention, the whole model), achieved GFLOP/s, a oneDNN f32/bf16 GEMM
 // (--gemm M,K,N, prepacked weights) timed in the same processes on the same threads (all
@@ -127,6 +131,186 @@ void add_memory_summary(json& run, const std::vector<json>& ranks) {
   run["pss_mb_sum"] = pss_sum;
 }
 
+// The step's figures from rank 0's result (and every local rank's memory and breakdown).
+void add_step_figures(json& run, const Layout& lay, const json& r0, const std::vector<json>& ranks, int ranks_here) {
+  const int world = lay.deg.world();
+  const std::string dtype = run["dtype"];
+  const double step = r0["step_median_s"].get<double>();
+  const json& F = r0["flops"];
+  const double fa = F["attention"].get<double>(), flin = F["linear"].get<double>();
+  const double fx = F["cross_attention"].get<double>();
+  const double fl = flin + fa + fx + F["conditioning"].get<double>();
+  const double gemm = r0[dtype == "bf16" ? "gemm_bf16_gflops" : "gemm_f32_gflops"].get<double>();
+  const int rank_threads = r0["threads"].get<int>();
+  run["threads_per_rank"] = rank_threads;
+  if (lay.deg[Axis::Ulysses] > 1 && lay.deg[Axis::Ring] == 1)  // USP runs unchunked
+    run["ulysses_chunks"] = r0["ulysses_chunks"];
+  run["pinned"] = r0["pinned"];
+  run["oversubscribed"] = r0["oversubscribed"];  // local ranks x threads > cores: core sets overlap
+  if (ranks_here > 0) run["ranks_here"] = ranks_here;
+  run["size"] = r0["size"];
+  run["tokens"] = r0["tokens"];
+  run["step_s"] = step;
+  run["step_s_all"] = r0["step_seconds"];
+  run["model_gflop_per_step"] = fl / 1e9;
+  run["achieved_gflops"] = fl / step / 1e9;
+  run["gemm_f32_gflops_per_rank"] = r0["gemm_f32_gflops"];
+  run["gemm_bf16_gflops_per_rank"] = r0["gemm_bf16_gflops"];
+  run["utilisation"] = fl / step / 1e9 / (gemm * world);
+  json br = r0["breakdown_s"];
+  run["breakdown_s_rank0"] = br;
+  const double ta = br["attention"].get<double>(), tl = br["linear"].get<double>();
+  const double tx = br["cross_attention"].get<double>();
+  // Per-rank work is 1/world of the model's (every layout splits the work evenly).
+  if (ta > 0) {
+    run["attention_gflops_rank0"] = fa / world / ta / 1e9;
+    run["attention_utilisation"] = fa / world / ta / 1e9 / gemm;
+  }
+  if (tx > 0) {  // text cross-attention (PixArt), reported on its own
+    run["cross_attention_gflop_per_step"] = fx / 1e9;
+    run["cross_attention_gflops_rank0"] = fx / world / tx / 1e9;
+    run["cross_attention_utilisation"] = fx / world / tx / 1e9 / gemm;
+  }
+  if (tl > 0) {
+    run["linear_gflops_rank0"] = flin / world / tl / 1e9;
+    run["linear_utilisation"] = flin / world / tl / 1e9 / gemm;
+  }
+  double bytes = 0;
+  for (const json& r : ranks) bytes += r["bytes_sent_per_step"].get<double>();
+  run["bytes_sent_per_step_all_ranks"] = bytes;
+  if (world > 1) {  // each rank's own view: who waits for whom
+    json per = json::array();
+    for (const json& r : ranks)
+      per.push_back({{"rank", r["rank"]}, {"cpus", r["cpus"]},
+                     {"step_s", r["step_median_s"]}, {"gemm_f32_gflops", r["gemm_f32_gflops"]},
+                     {"breakdown_s", r["breakdown_s"]}});
+    run["per_rank"] = per;
+  }
+  add_memory_summary(run, ranks);
+}
+
+// One measured run: a layout's ranks on this machine for one size, dtype and round.
+struct RunPlan {
+  std::string model, layout, dtype;
+  int size = 0, round = 0;
+  fs::path tmp;  // the driver's scratch directory
+};
+
+bool interrupted(int rc) { return rc == 128 + SIGINT || rc == 128 + SIGTERM || rc == 128 + SIGHUP; }
+
+// Launches the plan's local ranks and reads their results into the run's JSON (nothing that
+// compares it with other runs) and rank 0's final latents. rc: the workers' exit code (the
+// JSON then says only what failed).
+json measure(const Opts& o, const char* argv0, const RunPlan& p, std::vector<float>& latents, int& rc) {
+  const Layout lay = parse_layout(p.layout);
+  const int world = lay.deg.world();
+  // Several machines: a layout's ranks are shared out evenly, ranks K*nproc.. on machine K; a
+  // one-rank layout (the single-machine baseline) runs on machine 0 alone.
+  const int nproc = world == 1 ? 1 : world / o.nnodes;
+  const int first_rank = world == 1 ? 0 : o.node_rank * nproc;
+  const std::string name = p.layout + "-" + p.dtype + "-" + std::to_string(p.size) + "-r" + std::to_string(p.round);
+  std::string rendezvous;
+  if (o.nnodes > 1 && world > 1) {  // a name of its own per run: redis run name, or file: subdirectory
+    if (parse_rendezvous(o.rendezvous).kind == RendezvousSpec::Kind::File) {
+      rendezvous = o.rendezvous + "/" + name;
+      fs::create_directories(rendezvous.substr(5));
+    } else {
+      rendezvous = o.rendezvous + "-" + name;
+    }
+  }
+  const fs::path rdir = p.tmp / name;
+  fs::create_directories(rdir);
+  std::vector<std::string> args = {argv0,          "--worker",  "--model",     p.model,
+                                   "--layout",     p.layout,    "--dtype",     p.dtype,
+                                   "--size",       std::to_string(p.size),     "--steps",
+                                   std::to_string(o.steps),     "--warmup",    std::to_string(o.warmup),
+                                   "--threads",    std::to_string(o.threads),  "--guidance",
+                                   std::to_string(o.guidance),  "--gemm",      o.gemm,
+                                   "--gemm-runs",  std::to_string(o.gemm_runs), "--result-dir",
+                                   rdir.string(),  "--qkv",     o.qkv,
+                                   "--sp-min-tokens", std::to_string(o.sp_min_tokens),
+                                   "--ulysses-chunks", std::to_string(o.ulysses_chunks)};
+  if (o.no_pin) args.push_back("--no-pin");
+  if (o.load_only) args.push_back("--load-only");
+  if (!o.weight_cache.empty()) args.insert(args.end(), {"--weight-cache", o.weight_cache});
+  std::vector<char*> av;
+  for (auto& a : args) av.push_back(a.data());
+  av.push_back(nullptr);
+  LaunchOptions lo;
+  lo.world_size = world;
+  lo.threads = lay.all_cores ? int(allowed_cpus().size()) : o.threads;
+  lo.announce = false;
+  lo.program = "dit-bench";
+  std::fprintf(stderr, "dit-bench: %s, %s, size %s, %d rank(s)%s...\n", p.layout.c_str(), p.dtype.c_str(),
+               p.size > 0 ? std::to_string(p.size).c_str() : "default", world,
+               o.rounds > 1 ? (", round " + std::to_string(p.round + 1) + " of " + std::to_string(o.rounds)).c_str() : "");
+  rc = launch_local_workers(int(args.size()), av.data(), nproc, first_rank, world, rendezvous, lo);
+  json run;
+  run["layout"] = p.layout;
+  run["ranks"] = world;
+  run["dtype"] = p.dtype;
+  run["round"] = p.round;
+  if (rc != 0) {
+    run["error"] = "workers exited with code " + std::to_string(rc);
+    fs::remove_all(rdir);
+    return run;
+  }
+  std::vector<json> ranks;
+  for (int r = first_rank; r < first_rank + nproc; ++r) ranks.push_back(read_json((rdir / ("rank" + std::to_string(r) + ".json")).string()));
+  const json& r0 = ranks[0];
+  if (o.load_only) {  // memory after loading
+    run["size"] = p.size;  // as asked (0: the model's default); loading does not depend on it
+    run["load_s_rank0"] = r0["load_s"];
+    add_memory_summary(run, ranks);
+    fs::remove_all(rdir);
+    return run;
+  }
+  add_step_figures(run, lay, r0, ranks, o.nnodes > 1 ? nproc : 0);
+  latents = read_latents((rdir / "latents.f32").string());
+  fs::remove_all(rdir);
+  return run;
+}
+
+// Per layout, dtype and size, the medians over the rounds of the step and of each round's
+// speedup over that round's serial run (ratios taken within a round: the same machine state),
+// with every round's value. Runs that failed are left out (the runs array has their error).
+json summarize(const json& runs) {
+  json out = json::array();
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<const json*>> groups;
+  for (const json& r : runs) {
+    if (r.contains("error")) continue;
+    const std::string key = r["layout"].get<std::string>() + " " + r["dtype"].get<std::string>() + " " +
+                            std::to_string(r["size"].get<int>());
+    if (!groups.count(key)) order.push_back(key);
+    groups[key].push_back(&r);
+  }
+  for (const std::string& key : order) {
+    const std::vector<const json*>& g = groups[key];
+    json s;
+    s["layout"] = (*g[0])["layout"];
+    s["dtype"] = (*g[0])["dtype"];
+    s["size"] = (*g[0])["size"];
+    s["ranks"] = (*g[0])["ranks"];
+    s["rounds"] = g.size();
+    auto add = [&](const char* field, const std::string& name) {  // median and every round's value
+      std::vector<double> v;
+      for (const json* r : g)
+        if (r->contains(field)) v.push_back((*r)[field].get<double>());
+      if (v.empty()) return;
+      s[name + "_median"] = median(v);
+      s[name + "_rounds"] = v;
+    };
+    add("step_s", "step_s");
+    add("speedup_vs_serial", "speedup_vs_serial");
+    add("speedup_vs_f32", "speedup_vs_f32");
+    add("pss_mb_sum", "pss_mb_sum");
+    add("pss_sum_vs_serial", "pss_sum_vs_serial");
+    out.push_back(s);
+  }
+  return out;
+}
+
 int run_driver(const Opts& o, const char* argv0) {
   const std::string model = ensure_model(o);
   const Config tcfg = Config::load(model + "/transformer/config.json");
@@ -166,160 +350,54 @@ int run_driver(const Opts& o, const char* argv0) {
   doc["gemm_mkn"] = o.gemm;
   doc["qkv"] = o.qkv;
   json runs = json::array();
-  std::map<std::string, std::vector<float>> latents_of;  // "layout size" -> f32 run's final latents
+  std::map<std::string, std::vector<float>> latents_of;  // "layout size round" -> f32 run's final latents
   int rc_all = 0;
   for (int size : sizes)
-    for (const std::string& dtype : dtypes) {
-      std::vector<float> serial_latents, f32_latents;
-      double serial_step = 0, serial_pss = 0;
-      for (const std::string& lname : layouts) {
-        const Layout lay = parse_layout(lname);
-        const int world = lay.deg.world();
-        // Several machines: a layout's ranks are shared out evenly, ranks K*nproc.. on machine
-        // K; a one-rank layout (the single-machine baseline) runs on machine 0 alone.
-        const int nproc = world == 1 ? 1 : world / o.nnodes;
-        const int first_rank = world == 1 ? 0 : o.node_rank * nproc;
-        if (world == 1 && o.node_rank != 0) continue;
-        std::string rendezvous;
-        if (o.nnodes > 1 && world > 1) {  // a name of its own per run: redis run name, or file: subdirectory
-          const std::string name = lname + "-" + dtype + "-" + std::to_string(size);
-          if (parse_rendezvous(o.rendezvous).kind == RendezvousSpec::Kind::File) {
-            rendezvous = o.rendezvous + "/" + name;
-            fs::create_directories(rendezvous.substr(5));
-          } else {
-            rendezvous = o.rendezvous + "-" + name;
+    for (const std::string& dtype : dtypes)
+      for (int round = 0; round < o.rounds; ++round) {  // rounds alternate the layouts in time
+        std::vector<float> serial_latents;
+        double serial_step = 0, serial_pss = 0;
+        for (const std::string& lname : layouts) {
+          if (parse_layout(lname).deg.world() == 1 && o.node_rank != 0) continue;  // serial: machine 0 alone
+          std::vector<float> lat;
+          int rc = 0;
+          json run = measure(o, argv0, {model, lname, dtype, size, round, tmp}, lat, rc);
+          if (interrupted(rc)) {  // Ctrl-C or kill: stop here
+            fs::remove_all(tmp);
+            std::fprintf(stderr, "dit-bench: interrupted during %s\n", lname.c_str());
+            return rc;
           }
-        }
-        const fs::path rdir = tmp / (lname + "-" + dtype + "-" + std::to_string(size));
-        fs::create_directories(rdir);
-        std::vector<std::string> args = {argv0,          "--worker",  "--model",     model,
-                                         "--layout",     lname,       "--dtype",     dtype,
-                                         "--size",       std::to_string(size),       "--steps",
-                                         std::to_string(o.steps),     "--warmup",    std::to_string(o.warmup),
-                                         "--threads",    std::to_string(o.threads),  "--guidance",
-                                         std::to_string(o.guidance),  "--gemm",      o.gemm,
-                                         "--gemm-runs",  std::to_string(o.gemm_runs), "--result-dir",
-                                         rdir.string(),  "--qkv",     o.qkv,
-                                         "--sp-min-tokens", std::to_string(o.sp_min_tokens),
-                                         "--ulysses-chunks", std::to_string(o.ulysses_chunks)};
-        if (o.no_pin) args.push_back("--no-pin");
-        if (o.load_only) args.push_back("--load-only");
-        if (!o.weight_cache.empty()) args.insert(args.end(), {"--weight-cache", o.weight_cache});
-        std::vector<char*> av;
-        for (auto& a : args) av.push_back(a.data());
-        av.push_back(nullptr);
-        LaunchOptions lo;
-        lo.world_size = world;
-        lo.threads = lay.all_cores ? int(allowed_cpus().size()) : o.threads;
-        lo.announce = false;
-        lo.program = "dit-bench";
-        std::fprintf(stderr, "dit-bench: %s, %s, size %s, %d rank(s)...\n", lname.c_str(), dtype.c_str(),
-                     size > 0 ? std::to_string(size).c_str() : "default", world);
-        const int rc = launch_local_workers(int(args.size()), av.data(), nproc, first_rank, world, rendezvous, lo);
-        if (rc == 128 + SIGINT || rc == 128 + SIGTERM || rc == 128 + SIGHUP) {  // Ctrl-C or kill: stop here
-          fs::remove_all(tmp);
-          std::fprintf(stderr, "dit-bench: interrupted during %s\n", lname.c_str());
-          return rc;
-        }
-        json run;
-        run["layout"] = lname;
-        run["ranks"] = world;
-        run["dtype"] = dtype;
-        if (rc != 0) {
-          run["error"] = "workers exited with code " + std::to_string(rc);
+          if (rc != 0) {
+            rc_all = rc;
+          } else if (o.load_only) {  // PSS against the first serial run of this dtype and round
+            if (lname == "serial" && serial_pss == 0) serial_pss = run["pss_mb_sum"].get<double>();
+            else if (serial_pss > 0) run["pss_sum_vs_serial"] = run["pss_mb_sum"].get<double>() / serial_pss;
+          } else {
+            if (lname == "serial" && serial_step == 0) {  // the baseline of the layouts after it, this round
+              serial_latents = lat;
+              serial_step = run["step_s"].get<double>();
+            } else if (serial_step > 0) {
+              run["speedup_vs_serial"] = serial_step / run["step_s"].get<double>();
+              run["latents_rel_diff_vs_serial"] = rel_diff(lat, serial_latents);
+            }
+            // bf16 vs the f32 run of the same layout, size and round, when both were asked for.
+            const std::string key = lname + " " + std::to_string(size) + " " + std::to_string(round);
+            if (dtype == "f32") latents_of[key] = lat;
+            else if (latents_of.count(key)) run["latents_rel_diff_vs_f32"] = rel_diff(lat, latents_of[key]);
+          }
           runs.push_back(run);
-          rc_all = rc;
-          continue;
         }
-        std::vector<json> ranks;
-        for (int r = first_rank; r < first_rank + nproc; ++r) ranks.push_back(read_json((rdir / ("rank" + std::to_string(r) + ".json")).string()));
-        const json& r0 = ranks[0];
-        if (o.load_only) {  // memory after loading: PSS against the first serial run of this dtype
-          run["size"] = size;  // as asked (0: the model's default); loading does not depend on it
-          run["load_s_rank0"] = r0["load_s"];
-          add_memory_summary(run, ranks);
-          if (lname == "serial" && serial_pss == 0) serial_pss = run["pss_mb_sum"].get<double>();
-          else if (serial_pss > 0) run["pss_sum_vs_serial"] = run["pss_mb_sum"].get<double>() / serial_pss;
-          runs.push_back(run);
-          fs::remove_all(rdir);
-          continue;
-        }
-        const double step = r0["step_median_s"].get<double>();
-        const json& F = r0["flops"];
-        const double fa = F["attention"].get<double>(), flin = F["linear"].get<double>();
-        const double fx = F["cross_attention"].get<double>();
-        const double fl = flin + fa + fx + F["conditioning"].get<double>();
-        const double gemm = r0[dtype == "bf16" ? "gemm_bf16_gflops" : "gemm_f32_gflops"].get<double>();
-        const int rank_threads = r0["threads"].get<int>();
-        run["threads_per_rank"] = rank_threads;
-        if (lay.deg[Axis::Ulysses] > 1 && lay.deg[Axis::Ring] == 1)  // USP runs unchunked
-          run["ulysses_chunks"] = r0["ulysses_chunks"];
-        run["pinned"] = r0["pinned"];
-        run["oversubscribed"] = r0["oversubscribed"];  // local ranks x threads > cores: core sets overlap
-        if (o.nnodes > 1) run["ranks_here"] = nproc;
-        run["size"] = r0["size"];
-        run["tokens"] = r0["tokens"];
-        run["step_s"] = step;
-        run["step_s_all"] = r0["step_seconds"];
-        run["model_gflop_per_step"] = fl / 1e9;
-        run["achieved_gflops"] = fl / step / 1e9;
-        run["gemm_f32_gflops_per_rank"] = r0["gemm_f32_gflops"];
-        run["gemm_bf16_gflops_per_rank"] = r0["gemm_bf16_gflops"];
-        run["utilisation"] = fl / step / 1e9 / (gemm * world);
-        json br = r0["breakdown_s"];
-        run["breakdown_s_rank0"] = br;
-        const double ta = br["attention"].get<double>(), tl = br["linear"].get<double>();
-        const double tx = br["cross_attention"].get<double>();
-        // Per-rank work is 1/world of the model's (every layout splits the work evenly).
-        if (ta > 0) {
-          run["attention_gflops_rank0"] = fa / world / ta / 1e9;
-          run["attention_utilisation"] = fa / world / ta / 1e9 / gemm;
-        }
-        if (tx > 0) {  // text cross-attention (PixArt), reported on its own
-          run["cross_attention_gflop_per_step"] = fx / 1e9;
-          run["cross_attention_gflops_rank0"] = fx / world / tx / 1e9;
-          run["cross_attention_utilisation"] = fx / world / tx / 1e9 / gemm;
-        }
-        if (tl > 0) {
-          run["linear_gflops_rank0"] = flin / world / tl / 1e9;
-          run["linear_utilisation"] = flin / world / tl / 1e9 / gemm;
-        }
-        double bytes = 0;
-        for (const json& r : ranks) bytes += r["bytes_sent_per_step"].get<double>();
-        run["bytes_sent_per_step_all_ranks"] = bytes;
-        if (world > 1) {  // each rank's own view: who waits for whom
-          json per = json::array();
-          for (const json& r : ranks)
-            per.push_back({{"rank", r["rank"]}, {"cpus", r["cpus"]},
-                           {"step_s", r["step_median_s"]}, {"gemm_f32_gflops", r["gemm_f32_gflops"]},
-                           {"breakdown_s", r["breakdown_s"]}});
-          run["per_rank"] = per;
-        }
-        add_memory_summary(run, ranks);
-        const std::vector<float> lat = read_latents((rdir / "latents.f32").string());
-        if (lname == "serial" && serial_step == 0) {  // the baseline of the layouts after it
-          serial_latents = lat;
-          serial_step = step;
-        } else if (serial_step > 0) {
-          run["speedup_vs_serial"] = serial_step / step;
-          run["latents_rel_diff_vs_serial"] = rel_diff(lat, serial_latents);
-        }
-        // bf16 vs the f32 run of the same layout and size, when both were asked for.
-        const std::string key = lname + " " + std::to_string(size);
-        if (dtype == "f32") latents_of[key] = lat;
-        else if (latents_of.count(key)) run["latents_rel_diff_vs_f32"] = rel_diff(lat, latents_of[key]);
-        runs.push_back(run);
-        fs::remove_all(rdir);
       }
-    }
-  // Pair bf16 runs with the f32 run of the same layout and size (timed runs only: a const
-  // json's operator[] on a missing key is undefined behaviour, so every key read is there).
+  // Pair bf16 runs with the f32 run of the same layout, size and round (timed runs only: a
+  // const json's operator[] on a missing key is undefined behaviour, so every key read is there).
   for (json& r : runs) {
     if (r["dtype"] != "bf16" || !r.contains("step_s")) continue;
     for (const json& f : runs)
-      if (f["dtype"] == "f32" && f.contains("step_s") && f["layout"] == r["layout"] && f["size"] == r["size"])
+      if (f["dtype"] == "f32" && f.contains("step_s") && f["layout"] == r["layout"] && f["size"] == r["size"] &&
+          f["round"] == r["round"])
         r["speedup_vs_f32"] = f["step_s"].get<double>() / r["step_s"].get<double>();
   }
+  doc["summary"] = summarize(runs);
   doc["runs"] = runs;
   fs::remove_all(tmp);
   const std::string text = doc.dump(1);
@@ -351,6 +429,10 @@ int main(int argc, char** argv) {
                  "tp2, u2r2, cfg2u2, cfg2tp2")
       ->capture_default_str();
   app.add_option("--steps", o.steps, "timed denoising steps (median reported)")->capture_default_str();
+  app.add_option("--rounds", o.rounds,
+                 "run every layout this many times, alternating them (serial, cfg2, serial, cfg2, ...); \"summary\" "
+                 "has per layout the median step and the median of each round's speedup over that round's serial run")
+      ->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str();
   app.add_option("-t,--threads", o.threads,
                  "threads per rank; local rank r runs on allowed cores r*threads .. r*threads+threads-1 (wrapping, "

@@ -8,7 +8,8 @@
 #   sudo tools/netbench.sh --preset tiny --steps 2            # the CI smoke run
 #
 # Prints one JSON line per layout (serial first, the one-node baseline): median step seconds
-# and the speedup over serial. Needs root, iproute2 (ip, tc), redis-server, taskset, jq.
+# and the speedup over serial. With `-- --rounds N` (dit-bench's) every layout runs N times in
+# turn, one line per run, then one line per layout with the medians over the rounds. Needs root, iproute2 (ip, tc), redis-server, taskset, jq.
 # Cleans up its namespaces, links and redis-server on exit, however it ends.
 set -euo pipefail
 
@@ -202,11 +203,13 @@ fi
 # ------------------------------------------------------------------ one JSON line per layout
 jq -c --arg rate "$rate" --arg delay "$delay" --argjson delay_applied "$delay_applied" \
   --argjson nodes "$nodes" --arg cores "$cores_note" '
-  .runs[] | {layout, nodes: $nodes, ranks, ranks_per_node: (.ranks_here // 1), size, tokens,
+  (.runs[] | {layout, round, nodes: $nodes, ranks, ranks_per_node: (.ranks_here // 1), size, tokens,
     threads_per_rank, rate: $rate, delay: (if $delay_applied then $delay else null end),
     delay_applied: $delay_applied, cores: $cores, step_median_s: .step_s,
     speedup_vs_serial: (.speedup_vs_serial // (if .layout == "serial" then 1 else null end)),
     latents_rel_diff_vs_serial, bytes_sent_per_step: .bytes_sent_per_step_all_ranks,
     communication_s_rank0: (.breakdown_s_rank0.communication // null),
     waiting_s_rank0: (.breakdown_s_rank0.waiting // null), oversubscribed, error}
-  | with_entries(select(.value != null))' "$work/node0.json"
+  | with_entries(select(.value != null))),
+  (.summary[]? | select(.rounds > 1) | {layout, size, rounds, step_median_s: .step_s_median,
+    speedup_vs_serial_median, speedup_vs_serial_rounds} | with_entries(select(.value != null)))' "$work/node0.json"

@@ -1,6 +1,9 @@
 // dit-bench: runs every kind of layout on the tiny preset and reports what the README says.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
@@ -37,8 +40,8 @@ TEST_CASE("dit-bench runs serial and parallel layouts and reports JSON", "[tools
       CHECK(run["breakdown_s_rank0"].contains(k));
     CHECK(run["pss_mb_per_rank"].size() == run["ranks"].get<size_t>());
     if (run["layout"] != "serial") {
-      // Parallel layouts give the serial latents (cfg2, u2 bit for bit; the ring's merge
-      // within rounding of the compute type).
+      // Parallel layouts give the serial latents within rounding (their matmuls see other row
+      // counts: batch 1 per cfg2 rank, half the tokens per u2 rank; the ring merges by LSE).
       CHECK(run["latents_rel_diff_vs_serial"].get<double>() <= (run["dtype"] == "bf16" ? 1e-2 : 1e-5));
       CHECK(run["bytes_sent_per_step_all_ranks"].get<double>() > 0);
     }
@@ -83,6 +86,49 @@ TEST_CASE("dit-bench --load-only: memory after loading for any dtype, through th
   for (const auto& e : std::filesystem::directory_iterator(s.file("wc")))
     bf16_entries += e.path().string().find(".bf16.safetensors") != std::string::npos;
   CHECK(bf16_entries == 1);
+}
+
+// --rounds: the layouts in turn, each round's speedup against that round's serial run, and
+// medians over the rounds in "summary".
+TEST_CASE("dit-bench --rounds alternates the layouts and reports medians of per-round ratios", "[tools][bench]") {
+  Scratch s;
+  RunResult r = run(bin("dit-bench") + " --preset tiny --cache " + s.path() +
+                    " --steps 2 --warmup 0 --gemm 64,64,64 --gemm-runs 1 --layouts serial,cfg2 --rounds 3");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto doc = nlohmann::json::parse(r.out);
+  const auto& runs = doc["runs"];
+  REQUIRE(runs.size() == 6);
+  std::vector<double> serial_steps, cfg2_steps, speedups;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    INFO(runs[i].dump());
+    CHECK(runs[i]["round"] == int(i / 2));                           // serial, cfg2 of round 0, then round 1, ...
+    CHECK(runs[i]["layout"] == (i % 2 == 0 ? "serial" : "cfg2"));
+    (i % 2 == 0 ? serial_steps : cfg2_steps).push_back(runs[i]["step_s"].get<double>());
+    if (i % 2 == 1) {  // against the serial run of its own round
+      speedups.push_back(runs[i]["speedup_vs_serial"].get<double>());
+      CHECK(speedups.back() == Approx(serial_steps.back() / cfg2_steps.back()).epsilon(1e-12));
+    }
+  }
+  auto median3 = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[1];
+  };
+  const auto& sum = doc["summary"];
+  REQUIRE(sum.size() == 2);
+  CHECK(sum[0]["layout"] == "serial");
+  CHECK(sum[0]["rounds"] == 3);
+  CHECK(sum[0]["step_s_median"].get<double>() == median3(serial_steps));
+  CHECK(sum[0]["step_s_rounds"].get<std::vector<double>>() == serial_steps);
+  CHECK_FALSE(sum[0].contains("speedup_vs_serial_median"));
+  CHECK(sum[1]["layout"] == "cfg2");
+  CHECK(sum[1]["step_s_median"].get<double>() == median3(cfg2_steps));
+  CHECK(sum[1]["speedup_vs_serial_median"].get<double>() == median3(speedups));
+  CHECK(sum[1]["speedup_vs_serial_rounds"].get<std::vector<double>>() == speedups);
+
+  RunResult bad = run(bin("dit-bench") + " --preset tiny --cache " + s.path() + " --rounds 0");
+  CHECK(bad.code != 0);
+  CHECK(bad.err == "dit-bench: error: --rounds must be in 1..1000\n");
 }
 
 TEST_CASE("dit-bench rejects a bad layout", "[tools][bench]") {

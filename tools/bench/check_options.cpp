@@ -30,6 +30,7 @@ int64_t parse_count(const std::string& s, const char* flag, int64_t lo, int64_t 
 void check_options(const Opts& o) {
   DIT_CHECK(o.steps >= 1 && o.steps <= 10000, "--steps must be in 1..10000");
   DIT_CHECK(o.warmup >= 0 && o.warmup <= 1000, "--warmup must be in 0..1000");
+  DIT_CHECK(o.rounds >= 1 && o.rounds <= 1000, "--rounds must be in 1..1000");
   DIT_CHECK(o.threads >= 1 && o.threads <= 4096, "-t/--threads must be in 1..4096");
   DIT_CHECK(o.gemm_runs >= 1 && o.gemm_runs <= 1000, "--gemm-runs must be in 1..1000");
   DIT_CHECK(std::isfinite(o.guidance), "--guidance must be a finite number");
