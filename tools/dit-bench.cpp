@@ -303,6 +303,7 @@ json summarize(const json& runs) {
     };
     add("step_s", "step_s");
     add("speedup_vs_serial", "speedup_vs_serial");
+    add("speedup_vs_serial_all", "speedup_vs_serial_all");
     add("speedup_vs_f32", "speedup_vs_f32");
     add("pss_mb_sum", "pss_mb_sum");
     add("pss_sum_vs_serial", "pss_sum_vs_serial");
@@ -356,7 +357,7 @@ int run_driver(const Opts& o, const char* argv0) {
     for (const std::string& dtype : dtypes)
       for (int round = 0; round < o.rounds; ++round) {  // rounds alternate the layouts in time
         std::vector<float> serial_latents;
-        double serial_step = 0, serial_pss = 0;
+        double serial_step = 0, serial_pss = 0, all_step = 0;
         for (const std::string& lname : layouts) {
           if (parse_layout(lname).deg.world() == 1 && o.node_rank != 0) continue;  // serial: machine 0 alone
           std::vector<float> lat;
@@ -380,6 +381,10 @@ int run_driver(const Opts& o, const char* argv0) {
               run["speedup_vs_serial"] = serial_step / run["step_s"].get<double>();
               run["latents_rel_diff_vs_serial"] = rel_diff(lat, serial_latents);
             }
+            // One process with all cores: the same total threads as a layout of one-thread ranks
+            // on every core (the issue-14 comparison), for the layouts after it this round.
+            if (lname == "serial-all" && all_step == 0) all_step = run["step_s"].get<double>();
+            else if (all_step > 0) run["speedup_vs_serial_all"] = all_step / run["step_s"].get<double>();
             // bf16 vs the f32 run of the same layout, size and round, when both were asked for.
             const std::string key = lname + " " + std::to_string(size) + " " + std::to_string(round);
             if (dtype == "f32") latents_of[key] = lat;

@@ -126,6 +126,17 @@ TEST_CASE("dit-bench --rounds alternates the layouts and reports medians of per-
   CHECK(sum[1]["speedup_vs_serial_median"].get<double>() == median3(speedups));
   CHECK(sum[1]["speedup_vs_serial_rounds"].get<std::vector<double>>() == speedups);
 
+  // Against one process with all cores, when it runs first.
+  RunResult all = run(bin("dit-bench") + " --preset tiny --cache " + s.path() +
+                      " --steps 1 --warmup 0 --gemm 64,64,64 --gemm-runs 1 --layouts serial-all,cfg2 --rounds 2");
+  REQUIRE(all.code == 0);
+  const auto adoc = nlohmann::json::parse(all.out);
+  REQUIRE(adoc["runs"].size() == 4);
+  for (size_t i = 1; i < 4; i += 2)
+    CHECK(adoc["runs"][i]["speedup_vs_serial_all"].get<double>() ==
+          Approx(adoc["runs"][i - 1]["step_s"].get<double>() / adoc["runs"][i]["step_s"].get<double>()).epsilon(1e-12));
+  CHECK(adoc["summary"][1]["speedup_vs_serial_all_rounds"].size() == 2);
+
   RunResult bad = run(bin("dit-bench") + " --preset tiny --cache " + s.path() + " --rounds 0");
   CHECK(bad.code != 0);
   CHECK(bad.err == "dit-bench: error: --rounds must be in 1..1000\n");
