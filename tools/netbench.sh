@@ -9,7 +9,8 @@
 #
 # Prints one JSON line per layout (serial first, the one-node baseline): median step seconds
 # and the speedup over serial. With `-- --rounds N` (dit-bench's) every layout runs N times in
-# turn, one line per run, then one line per layout with the medians over the rounds. Needs root, iproute2 (ip, tc), redis-server, taskset, jq.
+# turn, one line per run, then one line per layout with the medians over the rounds.
+# Needs root, iproute2 (ip, tc), redis-server, taskset, jq.
 # Cleans up its namespaces, links and redis-server on exit, however it ends.
 set -euo pipefail
 

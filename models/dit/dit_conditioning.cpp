@@ -39,7 +39,6 @@ void DiTConditioning::prepare(const DiTWeights& w, int64_t batch, TensorParallel
   tp_ = &tp;
   B_ = batch;
   D_ = w.cfg.hidden();
-  y_.assign(size_t(B_), 0);
   W_ = 0;  // the window's primitives and buffers are made by begin(), which knows the schedule
   ops_.clear();
 }
@@ -105,9 +104,10 @@ void DiTConditioning::select(const double* t) {
   // Not in the window: the next W steps of the schedule from t's place (when every row is
   // at the same timestep, as in the pipeline), the last one repeated past the schedule's end;
   // else t in every slot.
+  const bool one_time = std::all_of(t, t + B, [&](double v) { return v == t[0]; });
   int64_t at = -1;
-  for (size_t i = 0; at < 0 && i < schedule_.size(); ++i)
-    if (schedule_[i] == t[0] && std::all_of(t, t + B, [&](double v) { return v == t[0]; })) at = int64_t(i);
+  for (size_t i = 0; one_time && at < 0 && i < schedule_.size(); ++i)
+    if (schedule_[i] == t[0]) at = int64_t(i);
   for (int64_t s = 0; s < W_; ++s)
     for (int64_t b = 0; b < B; ++b)
       times_[size_t(s * B + b)] =

@@ -115,20 +115,15 @@ json summarize(const json& runs) {
     s["size"] = (*g[0])["size"];
     s["ranks"] = (*g[0])["ranks"];
     s["rounds"] = g.size();
-    auto add = [&](const char* field, const std::string& name) {  // median and every round's value
+    for (const char* field : {"step_s", "speedup_vs_serial", "speedup_vs_serial_all", "speedup_vs_f32", "pss_mb_sum",
+                              "pss_sum_vs_serial"}) {  // the median and every round's value
       std::vector<double> v;
       for (const json* r : g)
         if (r->contains(field)) v.push_back((*r)[field].get<double>());
-      if (v.empty()) return;
-      s[name + "_median"] = median(v);
-      s[name + "_rounds"] = v;
-    };
-    add("step_s", "step_s");
-    add("speedup_vs_serial", "speedup_vs_serial");
-    add("speedup_vs_serial_all", "speedup_vs_serial_all");
-    add("speedup_vs_f32", "speedup_vs_f32");
-    add("pss_mb_sum", "pss_mb_sum");
-    add("pss_sum_vs_serial", "pss_sum_vs_serial");
+      if (v.empty()) continue;
+      s[std::string(field) + "_median"] = median(v);
+      s[std::string(field) + "_rounds"] = v;
+    }
     out.push_back(s);
   }
   return out;
