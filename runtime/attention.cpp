@@ -53,13 +53,10 @@ void softmax_block(const float* S, float* P, int64_t rows, int64_t cols, int64_t
   for (int64_t i = 0; i < rows; ++i) softmax_row(S + i * ld, P + i * ld, cols, m + i, l + i, a + i);
 }
 
-DIT_MULTIVERSION void to_bf16_row(const float* x, uint16_t* y, int64_t n);
-// bf16: probabilities computed in f32 (in place in S), then rounded to bf16 for P·V.
-void softmax_block_bf16(float* S, uint16_t* P, int64_t rows, int64_t cols, int64_t ld, float* m, float* l, float* a) {
-  for (int64_t i = 0; i < rows; ++i) {
-    softmax_row(S + i * ld, S + i * ld, cols, m + i, l + i, a + i);
-    to_bf16_row(S + i * ld, P + i * ld, cols);
-  }
+// bf16: probabilities computed in f32 and stored rounded to bf16 for P·V, in one pass.
+void softmax_block_bf16(const float* S, uint16_t* P, int64_t rows, int64_t cols, int64_t ld, float* m, float* l,
+                        float* a) {
+  for (int64_t i = 0; i < rows; ++i) softmax_row_bf16(S + i * ld, P + i * ld, cols, m + i, l + i, a + i);
 }
 
 // s[j] = max(s[j] + (head[j] + key[j]), -FLT_MAX) over one block row; head or key may be

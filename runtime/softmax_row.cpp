@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 
+#include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/simd_math.h"
 
@@ -12,17 +14,33 @@ namespace dit {
 
 namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// p[j] = e, as f32 or rounded to bf16 (to nearest even, as f32_to_bf16).
+inline void put(float* p, float e) { *p = e; }
+inline void put(uint16_t* p, float e) { *p = f32_to_bf16(e); }
+
+// The exponential a kernel uses for its output type: exp_f for f32 probabilities, the
+// cheaper exp_short_f (4.1e-6 relative, 0 below -87) for probabilities stored as bf16.
+template <class Out>
+inline float exp_for(float x) {
+  if constexpr (std::is_same_v<Out, float>)
+    return simd::exp_f(x);
+  else
+    return simd::exp_short_f(x);
+}
 }  // namespace
 
 // Online-softmax update of one row of a block: s (logits, already scaled) -> p, running m/l, alpha.
-static void softmax_row_generic(const float* s, float* p, int64_t cols, float* m, float* l, float* a) {
+// The sum l takes the f32 exponentials whatever type p is stored in.
+template <class Out>
+static void softmax_row_generic(const float* s, Out* p, int64_t cols, float* m, float* l, float* a) {
   float mx = kNegInf;
   for (int64_t j = 0; j < cols; ++j) mx = s[j] > mx ? s[j] : mx;
   const float mnew = std::max(*m, mx);
   float sum = 0.f;
   for (int64_t j = 0; j < cols; ++j) {
-    float e = simd::exp_f(s[j] - mnew);
-    p[j] = e;
+    const float e = exp_for<Out>(s[j] - mnew);
+    put(p + j, e);
     sum += e;
   }
   const float alpha = *m == kNegInf ? 0.f : simd::exp_f(*m - mnew);
@@ -55,8 +73,40 @@ __attribute__((target("avx512f"))) static inline __m512 exp512(__m512 x) {
   return _mm512_maskz_mov_ps(~under, _mm512_scalef_ps(p, n));
 }
 
-__attribute__((target("avx512f"))) static void softmax_row_avx512(const float* s, float* p, int64_t cols, float* m, float* l,
-                                                           float* a) {
+// simd::exp_short_f on 16 lanes, operation for operation (the same bits).
+__attribute__((target("avx512f"))) static inline __m512 exp512_short(__m512 x) {
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(simd::kExpShortLimit), _CMP_GE_OQ);
+  const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_fmsub_ps(x, log2e, n);
+  __m512 q = _mm512_set1_ps(simd::kExp2Q[4]);
+  for (int i = 3; i >= 0; --i) q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(simd::kExp2Q[i]));
+  return _mm512_maskz_scalef_ps(keep, q, n);
+}
+
+template <class Out>
+__attribute__((target("avx512f"))) static inline __m512 exp512_for(__m512 x) {
+  if constexpr (std::is_same_v<Out, float>)
+    return exp512(x);
+  else
+    return exp512_short(x);
+}
+
+// 16 lanes of p (the first `k` of them): f32 as they are, or bf16 rounded to nearest even with
+// integer arithmetic (AVX-512F only: oneDNN computes bf16 on AVX-512 CPUs without the bf16
+// instructions too); the same bits as f32_to_bf16 for every non-NaN value.
+__attribute__((target("avx512f"))) static inline void store16(float* p, __m512 e, __mmask16 k) {
+  _mm512_mask_storeu_ps(p, k, e);
+}
+__attribute__((target("avx512f"))) static inline void store16(uint16_t* p, __m512 e, __mmask16 k) {
+  __m512i u = _mm512_castps_si512(e);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  u = _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
+  _mm512_mask_cvtepi32_storeu_epi16(p, k, _mm512_srli_epi32(u, 16));
+}
+
+// The row's new running max: max(m, max_j s[j]).
+__attribute__((target("avx512f"))) static inline float row_max16(const float* s, int64_t cols, float m) {
   const __m512 ninf = _mm512_set1_ps(kNegInf);
   __m512 vmax = ninf;
   int64_t j = 0;
@@ -65,24 +115,62 @@ __attribute__((target("avx512f"))) static void softmax_row_avx512(const float* s
     const __mmask16 k = __mmask16((1u << (cols - j)) - 1);
     vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(ninf, k, s + j));
   }
-  const float mnew = std::max(*m, _mm512_reduce_max_ps(vmax));
-  const __m512 vm = _mm512_set1_ps(mnew);
-  __m512 vsum = _mm512_setzero_ps();
-  for (j = 0; j + 16 <= cols; j += 16) {
-    __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm));
-    _mm512_storeu_ps(p + j, e);
-    vsum = _mm512_add_ps(vsum, e);
-  }
-  if (j < cols) {
-    const __mmask16 k = __mmask16((1u << (cols - j)) - 1);
-    __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vm));
-    _mm512_mask_storeu_ps(p + j, k, e);
-    vsum = _mm512_add_ps(vsum, _mm512_maskz_mov_ps(k, e));
-  }
+  return std::max(m, _mm512_reduce_max_ps(vmax));
+}
+
+__attribute__((target("avx512f"))) static inline void finish_row(float mnew, __m512 vsum, float* m, float* l,
+                                                                 float* a) {
   const float alpha = *m == kNegInf ? 0.f : simd::exp_f(*m - mnew);
   *l = *l * alpha + _mm512_reduce_add_ps(vsum);
   *m = mnew;
   *a = alpha;
+}
+
+template <class Out>
+__attribute__((target("avx512f"))) static void softmax_row_avx512(const float* s, Out* p, int64_t cols, float* m, float* l,
+                                                           float* a) {
+  const float mnew = row_max16(s, cols, *m);
+  const __m512 vm = _mm512_set1_ps(mnew);
+  __m512 vsum = _mm512_setzero_ps();
+  int64_t j = 0;
+  for (; j + 16 <= cols; j += 16) {
+    const __m512 e = exp512_for<Out>(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm));
+    store16(p + j, e, __mmask16(0xffff));
+    vsum = _mm512_add_ps(vsum, e);
+  }
+  if (j < cols) {
+    const __mmask16 k = __mmask16((1u << (cols - j)) - 1);
+    const __m512 e = _mm512_maskz_mov_ps(k, exp512_for<Out>(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vm)));
+    store16(p + j, e, k);
+    vsum = _mm512_add_ps(vsum, e);
+  }
+  finish_row(mnew, vsum, m, l, a);
+}
+
+// bf16 output with AVX512_BF16's vcvtne2ps2bf16 (32 values rounded to nearest even in one
+// instruction, a third cheaper per row than the integer rounding of store16). The instruction
+// flushes subnormals, which exp512_short never produces, so p, m, l and a are bit for bit those
+// of softmax_row_avx512<uint16_t> (the same exponentials, summed in the same order).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static void softmax_row_avx512bf16(
+    const float* s, uint16_t* p, int64_t cols, float* m, float* l, float* a) {
+  const float mnew = row_max16(s, cols, *m);
+  const __m512 vm = _mm512_set1_ps(mnew);
+  __m512 vsum = _mm512_setzero_ps();
+  int64_t j = 0;
+  for (; j + 32 <= cols; j += 32) {
+    const __m512 e0 = exp512_short(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm));
+    const __m512 e1 = exp512_short(_mm512_sub_ps(_mm512_loadu_ps(s + j + 16), vm));
+    _mm512_storeu_si512(p + j, __m512i(_mm512_cvtne2ps_pbh(e1, e0)));
+    vsum = _mm512_add_ps(vsum, e0);
+    vsum = _mm512_add_ps(vsum, e1);
+  }
+  for (; j < cols; j += 16) {  // at most one full vector, then the masked tail
+    const __mmask16 k = cols - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (cols - j)) - 1);
+    const __m512 e = _mm512_maskz_mov_ps(k, exp512_short(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vm)));
+    _mm256_mask_storeu_epi16(p + j, k, __m256i(_mm512_cvtneps_pbh(e)));
+    vsum = _mm512_add_ps(vsum, e);
+  }
+  finish_row(mnew, vsum, m, l, a);
 }
 
 // The same for AVX2 + FMA CPUs (no AVX-512): GCC leaves the generic exp loop scalar, which was
@@ -107,7 +195,20 @@ __attribute__((target("avx2,fma"))) static inline __m256 exp256(__m256 x) {
   return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
-__attribute__((target("avx2,fma"))) static void softmax_row_avx2(const float* s, float* p, int64_t cols, float* m, float* l,
+// 8 lanes of p, f32 or bf16 (rounded as store16 above; values < 2^16 after the shift, so
+// the unsigned saturating pack is exact). oneDNN has no bf16 matmul on AVX2-only CPUs, so the
+// bf16 form is here for completeness, with exp256 (f32 precision) for both.
+__attribute__((target("avx2,fma"))) static inline void store8(float* p, __m256 e) { _mm256_storeu_ps(p, e); }
+__attribute__((target("avx2,fma"))) static inline void store8(uint16_t* p, __m256 e) {
+  __m256i u = _mm256_castps_si256(e);
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  u = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff))), 16);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                   _mm_packus_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1)));
+}
+
+template <class Out>
+__attribute__((target("avx2,fma"))) static void softmax_row_avx2(const float* s, Out* p, int64_t cols, float* m, float* l,
                                                          float* a) {
   __m256 vmax = _mm256_set1_ps(kNegInf);
   int64_t j = 0;
@@ -122,7 +223,7 @@ __attribute__((target("avx2,fma"))) static void softmax_row_avx2(const float* s,
   __m256 vsum = _mm256_setzero_ps();
   for (j = 0; j + 8 <= cols; j += 8) {
     const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
-    _mm256_storeu_ps(p + j, e);
+    store8(p + j, e);
     vsum = _mm256_add_ps(vsum, e);
   }
   _mm256_storeu_ps(lanes, vsum);
@@ -130,7 +231,7 @@ __attribute__((target("avx2,fma"))) static void softmax_row_avx2(const float* s,
   for (float v : lanes) sum += v;
   for (; j < cols; ++j) {
     const float e = simd::exp_f(s[j] - mnew);
-    p[j] = e;
+    put(p + j, e);
     sum += e;
   }
   const float alpha = *m == kNegInf ? 0.f : simd::exp_f(*m - mnew);
@@ -144,6 +245,8 @@ __attribute__((target("avx2,fma"))) static void softmax_row_avx2(const float* s,
 
 bool softmax_row_supported(SoftmaxRowKernel k) {
   static const bool avx512 = __builtin_cpu_supports("avx512f");
+  static const bool avx512bf16 = avx512 && __builtin_cpu_supports("avx512bw") &&
+                                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
   static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   switch (k) {
     case SoftmaxRowKernel::Generic:
@@ -153,49 +256,67 @@ bool softmax_row_supported(SoftmaxRowKernel k) {
       return avx2;
     case SoftmaxRowKernel::Avx512:
       return avx512;
+    case SoftmaxRowKernel::Avx512Bf16:
+      return avx512bf16;
 #endif
     default:
       return false;
   }
 }
 
-void softmax_row_with(SoftmaxRowKernel k, const float* s, float* p, int64_t cols, float* m, float* l, float* a) {
-  DIT_CHECK(softmax_row_supported(k), "softmax row kernel " << int(k) << " is not available on this CPU");
-  switch (k) {
-#ifdef DIT_HAVE_AVX512_SOFTMAX
-    case SoftmaxRowKernel::Avx512:
-      return softmax_row_avx512(s, p, cols, m, l, a);
-    case SoftmaxRowKernel::Avx2:
-      return softmax_row_avx2(s, p, cols, m, l, a);
-#endif
-    default:
-      return softmax_row_generic(s, p, cols, m, l, a);
-  }
-}
-
-void softmax_row(const float* s, float* p, int64_t cols, float* m, float* l, float* a) {
-  using Fn = void (*)(const float*, float*, int64_t, float*, float*, float*);
-  static const Fn best = [] {
-    switch (softmax_row_best()) {
-#ifdef DIT_HAVE_AVX512_SOFTMAX
-      case SoftmaxRowKernel::Avx512:
-        return Fn(softmax_row_avx512);
-      case SoftmaxRowKernel::Avx2:
-        return Fn(softmax_row_avx2);
-#endif
-      default:
-        return Fn(softmax_row_generic);
-    }
-  }();
-  best(s, p, cols, m, l, a);
-}
-
 SoftmaxRowKernel softmax_row_best() {
-  static const SoftmaxRowKernel best = softmax_row_supported(SoftmaxRowKernel::Avx512) ? SoftmaxRowKernel::Avx512
-                                       : softmax_row_supported(SoftmaxRowKernel::Avx2) ? SoftmaxRowKernel::Avx2
-                                                                                         : SoftmaxRowKernel::Generic;
+  static const SoftmaxRowKernel best = [] {
+    for (SoftmaxRowKernel k : {SoftmaxRowKernel::Avx512Bf16, SoftmaxRowKernel::Avx512, SoftmaxRowKernel::Avx2})
+      if (softmax_row_supported(k)) return k;
+    return SoftmaxRowKernel::Generic;
+  }();
   return best;
 }
 
+namespace {
+
+template <class Out>
+using RowFn = void (*)(const float*, Out*, int64_t, float*, float*, float*);
+
+template <class Out>
+RowFn<Out> kernel_fn(SoftmaxRowKernel k) {
+  DIT_CHECK(softmax_row_supported(k), "softmax row kernel " << int(k) << " is not available on this CPU");
+  switch (k) {
+#ifdef DIT_HAVE_AVX512_SOFTMAX
+    case SoftmaxRowKernel::Avx512Bf16:
+      if constexpr (std::is_same_v<Out, uint16_t>)
+        return softmax_row_avx512bf16;
+      else
+        return softmax_row_avx512<Out>;  // f32 output: no bf16 instruction to use
+    case SoftmaxRowKernel::Avx512:
+      return softmax_row_avx512<Out>;
+    case SoftmaxRowKernel::Avx2:
+      return softmax_row_avx2<Out>;
+#endif
+    default:
+      return softmax_row_generic<Out>;
+  }
+}
+
+}  // namespace
+
+void softmax_row_with(SoftmaxRowKernel k, const float* s, float* p, int64_t cols, float* m, float* l, float* a) {
+  kernel_fn<float>(k)(s, p, cols, m, l, a);
+}
+
+void softmax_row_bf16_with(SoftmaxRowKernel k, const float* s, uint16_t* p, int64_t cols, float* m, float* l,
+                           float* a) {
+  kernel_fn<uint16_t>(k)(s, p, cols, m, l, a);
+}
+
+void softmax_row(const float* s, float* p, int64_t cols, float* m, float* l, float* a) {
+  static const RowFn<float> best = kernel_fn<float>(softmax_row_best());
+  best(s, p, cols, m, l, a);
+}
+
+void softmax_row_bf16(const float* s, uint16_t* p, int64_t cols, float* m, float* l, float* a) {
+  static const RowFn<uint16_t> best = kernel_fn<uint16_t>(softmax_row_best());
+  best(s, p, cols, m, l, a);
+}
 
 }  // namespace dit

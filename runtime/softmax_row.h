@@ -3,23 +3,34 @@
 // max m and sum l over the blocks before,
 //   m' = max(m, max_j s[j]);  p[j] = exp(s[j] - m');  a = exp(m - m') (0 when m = -inf);
 //   l' = l·a + Σ_j p[j].
-// p may be s (in place). Three kernels with the same polynomial exp (runtime/simd_math.h):
-// scalar, AVX2+FMA and AVX-512; softmax_row picks the best the CPU has, the others are there
-// to be tested against each other and against a double-precision reference.
+// p may be s (in place); the exponentials are simd::exp_f's polynomial (runtime/simd_math.h).
+//
+// softmax_row_bf16 stores p rounded to bf16 (to nearest even) in the same pass, for bf16 P·V,
+// and uses the cheaper simd::exp_short_f (4.1e-6 relative, 0 below exp(-87)): 8 significant
+// bits are kept of each p, so each stored p is within 2^-8 relative of exp in double, and l
+// (summed from the f32 values before rounding) within 1e-5 of softmax_row's.
+//
+// Kernels: scalar, AVX2+FMA, AVX-512 and AVX-512 with the AVX512_BF16 conversion instruction
+// (the same bits as AVX-512 for bf16 output); softmax_row picks the best the CPU has, the
+// others are there to be tested against each other and against a double-precision reference.
 #pragma once
 
 #include <cstdint>
 
 namespace dit {
 
-enum class SoftmaxRowKernel { Generic, Avx2, Avx512 };
+// Avx512Bf16: AVX-512 with the AVX512_BF16 conversion instruction (bf16 output; f32 as Avx512).
+enum class SoftmaxRowKernel { Generic, Avx2, Avx512, Avx512Bf16 };
 
 bool softmax_row_supported(SoftmaxRowKernel k);
 SoftmaxRowKernel softmax_row_best();
 // Throws dit::Error for a kernel this CPU cannot run.
 void softmax_row_with(SoftmaxRowKernel k, const float* s, float* p, int64_t cols, float* m, float* l, float* a);
+void softmax_row_bf16_with(SoftmaxRowKernel k, const float* s, uint16_t* p, int64_t cols, float* m, float* l,
+                           float* a);
 
 // The best kernel for this CPU (chosen once).
 void softmax_row(const float* s, float* p, int64_t cols, float* m, float* l, float* a);
+void softmax_row_bf16(const float* s, uint16_t* p, int64_t cols, float* m, float* l, float* a);
 
 }  // namespace dit

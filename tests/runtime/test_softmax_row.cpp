@@ -5,11 +5,14 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
 
+#include "runtime/dtype.h"
 #include "runtime/error.h"
+#include "runtime/simd_math.h"
 #include "runtime/softmax_row.h"
 
 using namespace dit;
@@ -57,8 +60,10 @@ void check_kernel(SoftmaxRowKernel k, const char* name) {
 }  // namespace
 
 TEST_CASE("softmax row kernels equal a double-precision reference", "[runtime][attention]") {
-  const std::pair<SoftmaxRowKernel, const char*> kernels[] = {
-      {SoftmaxRowKernel::Generic, "generic"}, {SoftmaxRowKernel::Avx2, "avx2"}, {SoftmaxRowKernel::Avx512, "avx512"}};
+  const std::pair<SoftmaxRowKernel, const char*> kernels[] = {{SoftmaxRowKernel::Generic, "generic"},
+                                                              {SoftmaxRowKernel::Avx2, "avx2"},
+                                                              {SoftmaxRowKernel::Avx512, "avx512"},
+                                                              {SoftmaxRowKernel::Avx512Bf16, "avx512bf16"}};
   int ran = 0;
   for (auto [k, name] : kernels) {
     if (!softmax_row_supported(k)) {
@@ -71,4 +76,86 @@ TEST_CASE("softmax row kernels equal a double-precision reference", "[runtime][a
   }
   CHECK(ran >= 1);
   CHECK(softmax_row_supported(softmax_row_best()));
+}
+
+// The bf16 variant (one pass: exponentials stored rounded to bf16), for each kernel the CPU runs:
+// - each p is the kernel's exponential rounded to nearest even, bit for bit: simd::exp_short_f's
+//   value for the scalar and AVX-512 kernels, the f32 AVX2 kernel's (exp_f) for AVX2. Over about
+//   a million logits some values fall exactly halfway between two bf16 values (low 16 bits
+//   0x8000), so ties to even are checked too;
+// - against a double-precision reference: p within 2^-8 relative (rounding to 8 significant bits
+//   plus the short polynomial), 0 where s - m' < -87; m' and a exact; l within 1e-5 relative of
+//   the f32 kernel's (summed in the same order) and 5e-5 of the double sum (4096 f32 additions);
+// - the AVX512_BF16 kernel (conversion instruction) gives the AVX-512 kernel's bits: p and l.
+TEST_CASE("softmax row kernels store bf16 probabilities rounded to nearest even",
+          "[runtime][attention][bf16]") {
+  const std::pair<SoftmaxRowKernel, const char*> kernels[] = {{SoftmaxRowKernel::Generic, "generic"},
+                                                              {SoftmaxRowKernel::Avx2, "avx2"},
+                                                              {SoftmaxRowKernel::Avx512, "avx512"},
+                                                              {SoftmaxRowKernel::Avx512Bf16, "avx512bf16"}};
+  const float ninf = -std::numeric_limits<float>::infinity();
+  int ran = 0;
+  for (auto [k, name] : kernels) {
+    if (!softmax_row_supported(k)) {
+      WARN("softmax row kernel " << name << " (bf16 output) not checked: this CPU cannot run it");
+      CHECK_THROWS_AS(softmax_row_bf16_with(k, nullptr, nullptr, 0, nullptr, nullptr, nullptr), Error);
+      continue;
+    }
+    std::mt19937 rng(11);
+    std::normal_distribution<float> nd(0.f, 4.f);
+    int64_t ties = 0, values = 0, zeros = 0;
+    for (int64_t cols : {1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 100, 513, 4096})
+      for (int rep = 0; rep < (cols == 4096 ? 256 : 4); ++rep) {
+        std::vector<float> s(static_cast<size_t>(cols)), p32(s.size());
+        std::vector<uint16_t> p16(s.size(), 0xffff);
+        for (float& x : s) x = nd(rng);
+        if (cols > 3) s[2] = -FLT_MAX;  // a masked key
+        if (cols > 5) s[4] = s[0] - 95.f;  // below exp(-87) of the row's max at most
+        const State st = rep % 2 ? State{ninf, 0.f} : State{3.f, 2.f};
+        float m32 = st.m, l32 = st.l, a32 = NAN, m16 = st.m, l16 = st.l, a16 = NAN;
+        softmax_row_with(k, s.data(), p32.data(), cols, &m32, &l32, &a32);
+        softmax_row_bf16_with(k, s.data(), p16.data(), cols, &m16, &l16, &a16);
+        INFO(name << " cols " << cols << " rep " << rep);
+        REQUIRE(m16 == m32);
+        CHECK(a16 == a32);
+        int64_t not_rounded = 0, far = 0;
+        double sum = 0;
+        for (size_t j = 0; j < s.size(); ++j) {
+          const float x = s[j] - m16;
+          const float before = k == SoftmaxRowKernel::Avx2 ? p32[j] : simd::exp_short_f(x);
+          uint32_t u;
+          std::memcpy(&u, &before, 4);
+          ties += (u & 0xffffu) == 0x8000u;
+          not_rounded += p16[j] != f32_to_bf16(before);
+          const double e = std::exp(double(x)), got = bf16_to_f32(p16[j]);
+          sum += e;
+          if (x < -87.f) {  // exp_short_f: exactly 0; exp_f (AVX2): 0 or a subnormal-sized value
+            far += k == SoftmaxRowKernel::Avx2 ? got > FLT_MIN : got != 0;
+            ++zeros;
+          } else {
+            far += std::fabs(got - e) > 0x1p-8 * e;
+          }
+        }
+        values += cols;
+        CHECK(not_rounded == 0);
+        CHECK(far == 0);
+        // l: the f32 kernel's sum of the same kind (same order) up to the exponentials' error,
+        // and the double reference up to that and f32 summation over `cols` terms.
+        const double lr = double(st.l) * (st.m == ninf ? 0.0 : std::exp(double(st.m - m16))) + sum;
+        CHECK(std::fabs(l16 - l32) <= 1e-5 * l32);
+        CHECK(std::fabs(l16 - lr) <= 5e-5 * lr);
+        if (k == SoftmaxRowKernel::Avx512Bf16) {  // the same bits as the integer rounding of AVX-512
+          std::vector<uint16_t> q16(s.size());
+          float m = st.m, l = st.l, a = NAN;
+          softmax_row_bf16_with(SoftmaxRowKernel::Avx512, s.data(), q16.data(), cols, &m, &l, &a);
+          CHECK(q16 == p16);
+          CHECK(l == l16);
+        }
+      }
+    INFO(name << ": " << ties << " exact ties among " << values << " probabilities, " << zeros << " below exp(-87)");
+    CHECK(ties >= 3);
+    CHECK(zeros > 100);
+    ++ran;
+  }
+  CHECK(ran >= 1);
 }
