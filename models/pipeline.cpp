@@ -48,7 +48,7 @@ struct Pipeline::Impl {
   std::unique_ptr<VaeDecoder> vae;
   SchedulerConfig scfg;
   ModelInfo info;
-  DType dtype = DType::F32;
+  DType dtype = DType::F32, vae_dtype = DType::F32;
   std::shared_ptr<ParallelContext> ctx;
   Conditioning cond;
 
@@ -219,9 +219,12 @@ std::unique_ptr<Pipeline> Pipeline::load(const PipelineOptions& opt) {
             dir << ": the VAE has " << m.vcfg.latent_channels << " latent channels but the transformer takes "
                 << g.in_channels);
   m.dtype = opt.dtype;
+  m.vae_dtype = opt.vae_dtype.value_or(opt.dtype);
   m.vstore = WeightStore::open_dir(dir + "/vae");
-  use_weight_cache(m.vstore, DType::F32, opt.weight_cache);  // the VAE computes in f32
-  m.vae = std::make_unique<VaeDecoder>(m.vcfg, m.vstore);
+  // The VAE's weights are read as f32 (converted through the cache when stored in half
+  // precision); each convolution keeps its own copy in its layout and compute type.
+  use_weight_cache(m.vstore, DType::F32, opt.weight_cache);
+  m.vae = std::make_unique<VaeDecoder>(m.vcfg, m.vstore, m.vae_dtype);
 
   ModelInfo& i = m.info;
   i.dir = dir;
@@ -250,7 +253,7 @@ ResolvedRequest Pipeline::resolve(const Request& req) const {
   return resolve_request(req, m.info, m.rules, *m.conditioner, m.ctx->cfg().branch() != -1);
 }
 
-std::string Pipeline::parameters(const ResolvedRequest& r) const { return format_parameters(r, impl_->info, impl_->dtype); }
+std::string Pipeline::parameters(const ResolvedRequest& r) const { return format_parameters(r, impl_->info, impl_->dtype, impl_->vae_dtype); }
 
 Result Pipeline::generate(const Request& req, const ProgressFn& progress) {
   return std::move(generate_batch({req}, progress).front());

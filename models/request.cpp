@@ -85,7 +85,7 @@ ResolvedRequest resolve_request(const Request& req, const ModelInfo& info, const
   return r;
 }
 
-std::string format_parameters(const ResolvedRequest& r, const ModelInfo& info, DType dtype) {
+std::string format_parameters(const ResolvedRequest& r, const ModelInfo& info, DType dtype, DType vae_dtype) {
   std::ostringstream ps;
   ps << r.req.prompt << "\n";
   if (info.text_to_image && r.cfg) ps << "Negative prompt: " << r.req.negative_prompt << "\n";
@@ -97,7 +97,9 @@ std::string format_parameters(const ResolvedRequest& r, const ModelInfo& info, D
   if (r.prompt.class_conditional)
     ps << ", Class: " << r.prompt.class_id << (r.prompt.label.empty() ? "" : " (" + r.prompt.label + ")");
   if (info.text_to_image) ps << ", Max sequence length: " << r.max_sequence_length;
-  ps << ", Dtype: " << dtype_name(dtype) << ", Version: dit-gen " << DIT_VERSION;
+  ps << ", Dtype: " << dtype_name(dtype);
+  if (vae_dtype != dtype) ps << ", VAE dtype: " << dtype_name(vae_dtype);
+  ps << ", Version: dit-gen " << DIT_VERSION;
   return ps.str();
 }
 

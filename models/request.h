@@ -24,8 +24,8 @@ ResolvedRequest resolve_request(const Request& req, const ModelInfo& info, const
 
 // "<prompt>\n[Negative prompt: <negative>\n]Steps: N, Sampler: S, CFG scale: G, Seed: S, Size: WxH,
 //  [Generation size: WxH, ]Model: NAME, [Class: ID (LABEL), ][Max sequence length: L, ]Dtype: D,
-//  Version: dit-gen X"
-std::string format_parameters(const ResolvedRequest& r, const ModelInfo& info, DType dtype);
+//  [VAE dtype: V (when it is not D), ]Version: dit-gen X"
+std::string format_parameters(const ResolvedRequest& r, const ModelInfo& info, DType dtype, DType vae_dtype);
 
 // The aspect-ratio bin nearest to height/width (first bin wins ties), as diffusers'
 // classify_height_width_bin picks it.

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/elementwise.h"
 #include "runtime/engine.h"
 #include "runtime/error.h"
 #include "runtime/parallel_for.h"
@@ -91,15 +92,6 @@ void rescale_add(float* O, const float* PV, const float* a, int64_t rows, int64_
     return;
   }
   for (int64_t i = 0; i < rows; ++i) rescale_row(O + i * D, PV + i * D, a[i], D);
-}
-
-DIT_MULTIVERSION void to_bf16_row(const float* x, uint16_t* y, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t u = __builtin_bit_cast(uint32_t, x[i]);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    y[i] = uint16_t(u >> 16);
-  }
 }
 
 }  // namespace
@@ -281,7 +273,7 @@ void Attention::run(const float* q, const float* k, const float* v, float* out, 
       const int64_t rows = s.batch * H * T;
       parallel_for(rows, true, [&](int64_t r) {
         const int64_t b = r / (H * T), h = (r / T) % H, t = r % T;
-        to_bf16_row(src + b * L.batch_stride + h * L.head_stride + t * L.token_stride, dst + r * D, D);
+        to_bf16(src + b * L.batch_stride + h * L.head_stride + t * L.token_stride, dst + r * D, D);
       }, nthr);
     };
     convert(q, s.q, s.q_len, m.qb.bf16());

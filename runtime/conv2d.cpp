@@ -59,11 +59,19 @@ Conv2d::Conv2d(const Conv2dSpec& spec, const Tensor& weight, const Tensor& bias,
   std::ostringstream os;
   os << "Conv2d x[" << s.batch << ", " << s.in_channels << ", " << s.height << ", " << s.width << "] w["
      << s.out_channels << ", " << s.in_channels << ", " << s.kernel << ", " << s.kernel << "] stride " << s.stride
-     << " pad " << s.padding << (s.accumulate ? " accumulate" : "");
+     << " pad " << s.padding << (s.accumulate ? " accumulate" : "") << " " << dtype_name(s.compute);
   m.what = os.str();
   DIT_CHECK(s.batch > 0 && s.in_channels > 0 && s.out_channels > 0 && s.kernel > 0 && s.stride > 0 &&
                 s.padding >= 0 && s.out_height() > 0 && s.out_width() > 0,
             m.what << ": bad sizes");
+  DIT_CHECK(s.compute == DType::F32 || s.blocked || s.nhwc,
+            m.what << ": bf16 compute converts x in the layout reorder (blocked)");
+  DIT_CHECK(s.input == DType::F32 || (s.compute == DType::BF16 && s.nhwc),
+            m.what << ": a bf16 x needs bf16 compute and the channels-last layout");
+  require_compute(s.compute);
+  const dt cdt = s.compute == DType::BF16 ? dt::bf16 : dt::f32;
+  const dt idt = s.input == DType::BF16 ? dt::bf16 : dt::f32;
+  const tag act = s.nhwc ? tag::nhwc : tag::nchw;
   DIT_CHECK(weight.defined() && weight.shape() == Shape({s.out_channels, s.in_channels, s.kernel, s.kernel}),
             m.what << ": weight is " << shape_str(weight.shape()));
   Tensor wf = weight.dtype() == DType::F32 ? weight : weight.to(DType::F32);
@@ -75,12 +83,13 @@ Conv2d::Conv2d(const Conv2dSpec& spec, const Tensor& weight, const Tensor& bias,
   dnnl_call(m.what.c_str(), [&] {
     auto& eng = Engine::get().engine;
     auto& st = Engine::get().stream;
-    memory::desc src_user({s.batch, s.in_channels, s.height, s.width}, dt::f32, tag::nchw);
-    memory::desc dst_user({s.batch, s.out_channels, OH, OW}, dt::f32, tag::nchw);
+    memory::desc src_user({s.batch, s.in_channels, s.height, s.width}, idt, act);
+    memory::desc dst_user({s.batch, s.out_channels, OH, OW}, dt::f32, act);
     memory::desc w_user({s.out_channels, s.in_channels, s.kernel, s.kernel}, dt::f32, tag::oihw);
-    memory::desc src_any({s.batch, s.in_channels, s.height, s.width}, dt::f32, tag::any);
-    memory::desc dst_any({s.batch, s.out_channels, OH, OW}, dt::f32, tag::any);
-    memory::desc w_any({s.out_channels, s.in_channels, s.kernel, s.kernel}, dt::f32, tag::any);
+    // Channels last: the primitive works on x and y where they are (x in the compute type).
+    memory::desc src_any({s.batch, s.in_channels, s.height, s.width}, cdt, s.nhwc ? tag::nhwc : tag::any);
+    memory::desc dst_any({s.batch, s.out_channels, OH, OW}, dt::f32, s.nhwc ? tag::nhwc : tag::any);
+    memory::desc w_any({s.out_channels, s.in_channels, s.kernel, s.kernel}, cdt, tag::any);
     memory::desc b_md({s.out_channels}, dt::f32, tag::a);
     dnnl::post_ops po;
     if (s.accumulate) po.append_sum(1.f);
@@ -89,8 +98,8 @@ Conv2d::Conv2d(const Conv2dSpec& spec, const Tensor& weight, const Tensor& bias,
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     const memory::dims strides{s.stride, s.stride}, pad{s.padding, s.padding};
     const bool has_bias = m.bias.defined();
-    const auto& src_md = s.blocked ? src_any : src_user;
-    const auto& dst_md = s.blocked ? dst_any : dst_user;
+    const auto& src_md = s.blocked || s.nhwc ? src_any : src_user;
+    const auto& dst_md = s.blocked || s.nhwc ? dst_any : dst_user;
     auto d = has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
                                                         dnnl::algorithm::convolution_direct, src_md, w_any, b_md,
                                                         dst_md, strides, pad, pad)
@@ -100,7 +109,7 @@ Conv2d::Conv2d(const Conv2dSpec& spec, const Tensor& weight, const Tensor& bias,
     dnnl::convolution_forward::primitive_desc pd(d, attr, eng);
     m.impl_name = pd.impl_info_str();
     m.prim = dnnl::convolution_forward(pd);
-    // Weights: reorder once into the primitive's layout (an owned copy).
+    // Weights: reorder once into the primitive's layout and type (an owned copy).
     m.weight = Tensor::empty({int64_t((pd.weights_desc().get_size() + 3) / 4)});
     memory w_mem(pd.weights_desc(), eng, m.weight.data());
     {
@@ -143,11 +152,20 @@ Conv2d::Conv2d(const Conv2dSpec& spec, const Tensor& weight, const Tensor& bias,
 }
 
 void Conv2d::run(const float* x, float* y) const {
-  DIT_CHECK(impl_, "Conv2d::run on an empty Conv2d");
+  DIT_CHECK(impl_ && impl_->spec.input == DType::F32, "Conv2d::run(f32 x) on a convolution that takes bf16 (or none)");
+  run_any(x, y);
+}
+
+void Conv2d::run(const uint16_t* x, float* y) const {
+  DIT_CHECK(impl_ && impl_->spec.input == DType::BF16, "Conv2d::run(bf16 x) on a convolution that takes f32 (or none)");
+  run_any(x, y);
+}
+
+void Conv2d::run_any(const void* x, float* y) const {
   Impl& m = *impl_;
   dnnl_call(m.what.c_str(), [&] {
     auto& st = Engine::get().stream;
-    m.user_src.set_data_handle(const_cast<float*>(x));
+    m.user_src.set_data_handle(const_cast<void*>(x));
     m.user_dst.set_data_handle(y);
     if (m.reorder_src) m.src.set_data_handle(m.ws->src());
     if (m.reorder_dst) m.dst.set_data_handle(m.ws->dst());

@@ -1,10 +1,12 @@
 // 2-D convolution (NCHW, PyTorch [out, in, kh, kw] weights, bias, stride, zero padding)
-// on oneDNN, created once and reused; optional fused residual y = conv(x) + y.
+// on oneDNN, created once and reused; optional fused residual y = conv(x) + y; f32 or bf16
+// compute (x and y stay f32 in memory either way).
 #pragma once
 
 #include <memory>
 #include <string>
 
+#include "runtime/dtype.h"
 #include "runtime/tensor.h"
 
 namespace dit {
@@ -16,6 +18,14 @@ struct Conv2dSpec {
   // true: let oneDNN choose the activation layout (x and y are reordered through buffers
   // allocated in the constructor when it picks a blocked one); false: plain NCHW in place.
   bool blocked = true;
+  // true: x and y are channels last, [batch, H, W, channels], used in place by the primitive
+  // (no layout reorders; `blocked` does not apply).
+  bool nhwc = false;
+  // F32, or BF16: weights and x multiplied in bf16 (an f32 x is converted by a reorder: NCHW
+  // needs blocked), accumulation, bias and y in f32.
+  DType compute = DType::F32;
+  // The type of x given to run(): F32, or BF16 (bf16 compute with nhwc: x is used as it is).
+  DType input = DType::F32;
   int64_t out_height() const { return (height + 2 * padding - kernel) / stride + 1; }
   int64_t out_width() const { return (width + 2 * padding - kernel) / stride + 1; }
 };
@@ -47,14 +57,16 @@ class Conv2d {
   Conv2d(Conv2d&&) noexcept;
   Conv2d& operator=(Conv2d&&) noexcept;
   ~Conv2d();
-  // x: [batch, in, H, W]; y: [batch, out, H', W'] (plain NCHW f32).
-  void run(const float* x, float* y) const;
+  // x: [batch, in, H, W]; y: [batch, out, H', W'] (NCHW f32; NHWC when spec.nhwc).
+  void run(const float* x, float* y) const;     // spec.input F32
+  void run(const uint16_t* x, float* y) const;  // spec.input BF16
   const Conv2dSpec& spec() const;
   const std::string& impl_info() const;  // oneDNN implementation name, for diagnostics
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  void run_any(const void* x, float* y) const;
 };
 
 }  // namespace dit

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "runtime/parallel_for.h"
@@ -62,19 +63,31 @@ void gated_residual_add(const float* f, const float* gate, float* x, int64_t bat
   });
 }
 
-void upsample_nearest2x(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w) {
-  const int64_t rows = n * c * h;
-#pragma omp parallel for schedule(static) if (rows * w > kChunk)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* px = x + r * w;
-    float* py0 = y + r * 4 * w;  // output rows 2r and 2r+1 (same plane since h rows map to 2h)
-    float* py1 = py0 + 2 * w;
-    for (int64_t j = 0; j < w; ++j) {
-      py0[2 * j] = px[j];
-      py0[2 * j + 1] = px[j];
-    }
-    std::copy(py0, py0 + 2 * w, py1);
+DIT_MULTIVERSION void to_bf16(const float* x, uint16_t* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u = __builtin_bit_cast(uint32_t, x[i]);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    y[i] = uint16_t(u >> 16);
   }
+}
+
+void upsample_nearest2x(const float* x, void* y, DType out, int64_t n, int64_t h, int64_t w, int64_t c) {
+  const size_t es = dtype_size(out);
+  const int64_t out_row = 2 * w * c;  // elements of one output row
+  parallel_for(n * h, n * h * w * c > kChunk, [&](int64_t r) {  // input row r -> output rows 2r, 2r + 1
+    char* y0 = static_cast<char*>(y) + size_t(2 * r * out_row) * es;
+    for (int64_t j = 0; j < w; ++j) {
+      const float* px = x + (r * w + j) * c;
+      char* py = y0 + size_t(2 * j * c) * es;
+      if (out == DType::F32)
+        std::copy(px, px + c, reinterpret_cast<float*>(py));
+      else
+        to_bf16(px, reinterpret_cast<uint16_t*>(py), c);
+      std::memcpy(py + size_t(c) * es, py, size_t(c) * es);  // the pixel's right neighbour
+    }
+    std::memcpy(y0 + size_t(out_row) * es, y0, size_t(out_row) * es);  // the row below
+  });
 }
 
 }  // namespace dit

@@ -111,8 +111,9 @@ json bench_attention(int64_t tokens, int64_t B, DType c, int64_t qb = 0, int64_t
   return j;
 }
 
-json bench_conv(int64_t ch, int64_t hw, bool blocked) {
+json bench_conv(int64_t ch, int64_t hw, bool blocked, DType c) {
   Conv2dSpec s;
+  s.compute = c;
   s.in_channels = s.out_channels = ch;
   s.height = s.width = hw;
   s.kernel = 3;
@@ -122,7 +123,7 @@ json bench_conv(int64_t ch, int64_t hw, bool blocked) {
   Tensor x = random_tensor({1, ch, hw, hw}, 11, 1.f), y = Tensor::empty({1, ch, hw, hw});
   double sec = median_seconds([&] { conv.run(x.f32(), y.f32()); });
   const double fl = 2.0 * ch * ch * 9 * hw * hw;
-  return {{"op", blocked ? "conv3x3_blocked" : "conv3x3_nchw"}, {"channels", ch}, {"hw", hw}, {"dtype", "f32"},
+  return {{"op", blocked ? "conv3x3_blocked" : "conv3x3_nchw"}, {"channels", ch}, {"hw", hw}, {"dtype", dtype_name(c)},
           {"ms", sec * 1e3}, {"gflops", fl / sec / 1e9}, {"impl", conv.impl_info()}};
 }
 
@@ -180,7 +181,9 @@ int main(int argc, char** argv) {
     }
     if (only.empty() || only == "conv")
       for (auto [ch, hw] : {std::pair<int64_t, int64_t>{512, 32}, {256, 128}, {128, 256}})
-        for (bool blocked : {true, false}) rows.push_back(bench_conv(ch, hw, blocked));
+        for (DType c : types)
+          for (bool blocked : {true, false})
+            if (blocked || c == DType::F32) rows.push_back(bench_conv(ch, hw, blocked, c));  // bf16: blocked only
     res["results"] = rows;
     std::printf("%s\n", res.dump(1).c_str());
   } catch (const std::exception& e) {

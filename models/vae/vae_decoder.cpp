@@ -5,9 +5,10 @@
 #include <cstring>
 
 #include "runtime/elementwise.h"
+#include "runtime/engine.h"
 #include "runtime/error.h"
 #include "runtime/json_config.h"
-#include "runtime/norm.h"
+#include "runtime/group_norm.h"
 #include "runtime/safetensors.h"
 
 namespace dit {
@@ -128,6 +129,10 @@ AttnW load_attn(const WeightStore& s, const std::string& base, int64_t c, DType 
 
 }  // namespace
 
+// Activations are channels last, [batch, H, W, C], from the first convolution to the last:
+// the convolutions read and write them in place (no layout reorders), GroupNorm and the
+// upsampler write the next convolution's input type (bf16 with bf16 compute), and the mid
+// block's attention reads the normalised activations as its tokens [batch, H·W, C] directly.
 struct VaeDecoder::Impl {
   // Weights.
   bool has_post_quant = false;
@@ -138,11 +143,13 @@ struct VaeDecoder::Impl {
   std::vector<UpBlockW> ups;
   NormW norm_out;
   int groups = 32;
+  DType compute = DType::F32;  // the convolutions' and the attention's matmuls
+  DType act = DType::F32;      // a convolution's input as GroupNorm / the upsampler write it (= compute)
 
   // Plan for one shape: a list of steps executed in order over four rotating buffers.
   int64_t batch = 0, h0 = 0, w0 = 0;
-  Tensor buf[4];
-  Tensor z;  // scaled latents
+  Tensor buf[4];  // f32-sized; a bf16 activation uses the first half
+  Tensor z;       // scaled latents, channels last
   struct ResnetOps {
     const ResnetW* w = nullptr;
     GroupNormSpec n1, n2;
@@ -159,10 +166,14 @@ struct VaeDecoder::Impl {
   std::vector<Conv2d> upsample_convs;
   Conv2d post_quant_op, conv_in_op, conv_out_op;
   GroupNormSpec norm_out_spec;
-  Tensor tokens, qkv_buf, attn_buf;  // mid attention scratch
-  std::shared_ptr<Conv2dWorkspace> conv_ws;  // one set of layout/scratch buffers for all convolutions
+  Tensor qkv_buf, attn_buf;  // mid attention scratch
+  std::shared_ptr<Conv2dWorkspace> conv_ws;  // one set of scratch buffers for all convolutions
 
-  Conv2d conv(const ConvW& cw, int64_t c_in, int64_t h, int64_t w, bool accumulate) {
+  float* f(int i) { return buf[i].f32(); }
+
+  // input: the type run() gets (F32 for the latents and the shortcut's x, act after GroupNorm
+  // or the upsampler); an f32 x with bf16 compute is converted inside the convolution.
+  Conv2d conv(const ConvW& cw, int64_t c_in, int64_t h, int64_t w, bool accumulate, DType input) {
     Conv2dSpec s;
     s.batch = batch;
     s.in_channels = c_in;
@@ -173,9 +184,19 @@ struct VaeDecoder::Impl {
     s.stride = 1;
     s.padding = cw.k / 2;
     s.accumulate = accumulate;
+    s.nhwc = true;
+    s.compute = compute;
+    s.input = input;
     return Conv2d(s, cw.w, cw.b, conv_ws);
   }
-  GroupNormSpec gn(int64_t c, int64_t h, int64_t w, bool silu_after) {
+  // Runs c on buffer `in` (as its input type) into buffer `out` (f32).
+  void run(const Conv2d& c, int in, int out) {
+    if (c.spec().input == DType::BF16)
+      c.run(static_cast<const uint16_t*>(buf[in].data()), f(out));
+    else
+      c.run(f(in), f(out));
+  }
+  GroupNormSpec gn(int64_t c, int64_t h, int64_t w, bool silu_after, DType out) {
     GroupNormSpec s;
     s.batch = batch;
     s.channels = c;
@@ -184,63 +205,57 @@ struct VaeDecoder::Impl {
     s.groups = groups;
     s.eps = 1e-6f;
     s.silu = silu_after;
+    s.out = out;
     return s;
+  }
+  void norm(const GroupNormSpec& s, const NormW& w, int in, int out) {
+    group_norm(s, f(in), buf[out].data(), w.gamma.f32(), w.beta.f32());
   }
   ResnetOps resnet_ops(const ResnetW& r, int64_t h, int64_t w) {
     ResnetOps o;
     o.w = &r;
-    o.n1 = gn(r.c1.in, h, w, true);
-    o.c1 = conv(r.c1, r.c1.in, h, w, false);
-    o.n2 = gn(r.c1.out, h, w, true);
-    o.c2 = conv(r.c2, r.c2.in, h, w, true);
-    if (r.has_shortcut) o.sc = conv(r.shortcut, r.shortcut.in, h, w, false);
+    o.n1 = gn(r.c1.in, h, w, true, act);
+    o.c1 = conv(r.c1, r.c1.in, h, w, false, act);
+    o.n2 = gn(r.c1.out, h, w, true, act);
+    o.c2 = conv(r.c2, r.c2.in, h, w, true, act);
+    if (r.has_shortcut) o.sc = conv(r.shortcut, r.shortcut.in, h, w, false, DType::F32);
     return o;
   }
 
-  // x (in *cur) -> resnet(x) (in *cur afterwards); uses the other buffers as scratch.
+  // x (in buffer cur) -> resnet(x) (in buffer cur afterwards); the other buffers are scratch.
   void run_resnet(const ResnetOps& o, int& cur) {
-    const int t1 = (cur + 1) % 4, t2 = (cur + 2) % 4, t3 = (cur + 3) % 4;
+    const int a = (cur + 1) % 4, b = (cur + 2) % 4, c = (cur + 3) % 4;
     const ResnetW& r = *o.w;
-    group_norm(o.n1, buf[cur].f32(), buf[t1].f32(), r.n1.gamma.f32(), r.n1.beta.f32());  // SiLU(GN(x))
-    o.c1.run(buf[t1].f32(), buf[t2].f32());                                                // conv1
-    group_norm(o.n2, buf[t2].f32(), buf[t2].f32(), r.n2.gamma.f32(), r.n2.beta.f32());  // SiLU(GN(h))
+    norm(o.n1, r.n1, cur, a);  // SiLU(GN(x))
+    run(o.c1, a, b);           // h = conv1(.)
+    norm(o.n2, r.n2, b, a);    // SiLU(GN(h))
     if (r.has_shortcut) {
-      o.sc.run(buf[cur].f32(), buf[t3].f32());  // shortcut(x)
-      o.c2.run(buf[t2].f32(), buf[t3].f32());   // += conv2(h)
-      cur = t3;
+      run(o.sc, cur, c);  // shortcut(x)
+      run(o.c2, a, c);    // += conv2(.)
+      cur = c;
     } else {
-      o.c2.run(buf[t2].f32(), buf[cur].f32());  // x += conv2(h)
+      run(o.c2, a, cur);  // x += conv2(.)
     }
   }
 
+  // x += out(attention(GN(x))): a single head over the H·W pixels.
   void run_attention(int cur) {
-    AttnOps& a = attn_ops;
-    const int64_t c = a.c, hw = a.hw;
-    const int t1 = (cur + 1) % 4;
-    group_norm(a.gn, buf[cur].f32(), buf[t1].f32(), mid_attn.gn.gamma.f32(), mid_attn.gn.beta.f32());
-    // [B, C, HW] -> tokens [B, HW, C]
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t ch = 0; ch < c; ++ch) {
-        const float* src = buf[t1].f32() + (b * c + ch) * hw;
-        float* dst = tokens.f32() + b * hw * c + ch;
-        for (int64_t i = 0; i < hw; ++i) dst[i * c] = src[i];
-      }
-    a.qkv.run(tokens.f32(), qkv_buf.f32());  // [B, HW, 3C]
+    AttnOps& o = attn_ops;
+    const int a = (cur + 1) % 4;
+    norm(o.gn, mid_attn.gn, cur, a);  // tokens [B, HW, C]
+    o.qkv.run(f(a), qkv_buf.f32());   // [B, HW, 3C]
     const float* q = qkv_buf.f32();
-    a.attn.run(q, q + c, q + 2 * c, attn_buf.f32(), nullptr);  // [B, HW, C]
-    a.out.run(attn_buf.f32(), tokens.f32());                    // [B, HW, C]
-    // x += out, back in [B, C, HW]
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t ch = 0; ch < c; ++ch) {
-        float* dst = buf[cur].f32() + (b * c + ch) * hw;
-        const float* src = tokens.f32() + b * hw * c + ch;
-        for (int64_t i = 0; i < hw; ++i) dst[i] += src[i * c];
-      }
+    o.attn.run(q, q + o.c, q + 2 * o.c, attn_buf.f32(), nullptr);  // [B, HW, C]
+    o.out.run(attn_buf.f32(), f(a));                                // [B, HW, C]
+    add(f(cur), f(a), f(cur), batch * o.hw * o.c);
   }
 };
 
-VaeDecoder::VaeDecoder(const VaeConfig& cfg, const WeightStore& s) : cfg_(cfg), impl_(std::make_unique<Impl>()) {
+VaeDecoder::VaeDecoder(const VaeConfig& cfg, const WeightStore& s, DType compute)
+    : cfg_(cfg), impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
+  require_compute(compute);
+  m.compute = m.act = compute;
   m.groups = cfg.groups;
   const std::vector<int>& C = cfg.block_out_channels;
   const int64_t top = C.back(), lat = cfg.latent_channels;
@@ -249,7 +264,7 @@ VaeDecoder::VaeDecoder(const VaeConfig& cfg, const WeightStore& s) : cfg_(cfg), 
   m.conv_in = load_conv(s, "decoder.conv_in", top, lat, 3);
   m.mid0 = load_resnet(s, "decoder.mid_block.resnets.0", top, top);
   m.has_attn = cfg.mid_block_add_attention;
-  if (m.has_attn) m.mid_attn = load_attn(s, "decoder.mid_block.attentions.0.", top, DType::F32);
+  if (m.has_attn) m.mid_attn = load_attn(s, "decoder.mid_block.attentions.0.", top, compute);
   m.mid1 = load_resnet(s, "decoder.mid_block.resnets.1", top, top);
   int64_t prev = top;
   const int nb = int(C.size());
@@ -272,6 +287,8 @@ VaeDecoder::VaeDecoder(const VaeConfig& cfg, const WeightStore& s) : cfg_(cfg), 
 
 VaeDecoder::~VaeDecoder() = default;
 
+DType VaeDecoder::compute() const { return impl_->compute; }
+
 void VaeDecoder::prepare(int64_t batch, int64_t h, int64_t w) {
   Impl& m = *impl_;
   DIT_CHECK(batch >= 1 && h >= 1 && w >= 1, "VAE: empty latent shape");
@@ -284,8 +301,8 @@ void VaeDecoder::prepare(int64_t batch, int64_t h, int64_t w) {
   int64_t max_elems = batch * std::max<int64_t>(lat, 3) * h * w * int64_t(cfg_.scale()) * cfg_.scale();
   auto need = [&](int64_t c, int64_t hh, int64_t ww) { max_elems = std::max(max_elems, batch * c * hh * ww); };
 
-  if (m.has_post_quant) m.post_quant_op = m.conv(m.post_quant, lat, h, w, false);
-  m.conv_in_op = m.conv(m.conv_in, lat, h, w, false);
+  if (m.has_post_quant) m.post_quant_op = m.conv(m.post_quant, lat, h, w, false, DType::F32);
+  m.conv_in_op = m.conv(m.conv_in, lat, h, w, false, DType::F32);
   need(top, h, w);
   m.resnets.clear();
   m.upsample_convs.clear();
@@ -294,7 +311,7 @@ void VaeDecoder::prepare(int64_t batch, int64_t h, int64_t w) {
     Impl::AttnOps& a = m.attn_ops;
     a.c = top;
     a.hw = h * w;
-    a.gn = m.gn(top, h, w, false);
+    a.gn = m.gn(top, h, w, false, DType::F32);
     LinearSpec ls;
     ls.batch = 1;
     ls.rows = batch * h * w;
@@ -310,8 +327,8 @@ void VaeDecoder::prepare(int64_t batch, int64_t h, int64_t w) {
     as.head_dim = top;
     as.q = as.k = as.v = AttnLayout::bthd(h * w, top, 1, 3 * top);
     as.out = AttnLayout::bthd(h * w, top, 1, top);
+    as.compute = m.compute;
     a.attn = Attention(as);
-    m.tokens = Tensor::empty({batch, h * w, top});
     m.qkv_buf = Tensor::empty({batch, h * w, 3 * top});
     m.attn_buf = Tensor::empty({batch, h * w, top});
   }
@@ -327,13 +344,13 @@ void VaeDecoder::prepare(int64_t batch, int64_t h, int64_t w) {
       hh *= 2;
       ww *= 2;
       need(ub.upsampler.out, hh, ww);
-      m.upsample_convs.push_back(m.conv(ub.upsampler, ub.upsampler.in, hh, ww, false));
+      m.upsample_convs.push_back(m.conv(ub.upsampler, ub.upsampler.in, hh, ww, false, m.act));
     }
   }
-  m.norm_out_spec = m.gn(C[0], hh, ww, true);
-  m.conv_out_op = m.conv(m.conv_out, C[0], hh, ww, false);
+  m.norm_out_spec = m.gn(C[0], hh, ww, true, m.act);
+  m.conv_out_op = m.conv(m.conv_out, C[0], hh, ww, false, m.act);
   for (Tensor& b : m.buf) b = Tensor::empty({max_elems});
-  m.z = Tensor::empty({batch, lat, h, w});
+  m.z = Tensor::empty({batch, h, w, lat});
 }
 
 void VaeDecoder::decode(const float* latents, float* image) {
@@ -347,17 +364,19 @@ void to_unit_range(float* image, int64_t n) {
 
 void VaeDecoder::decode_raw(const float* latents, float* image) {
   Impl& m = *impl_;
-  const int64_t lat = cfg_.latent_channels, n = m.batch * lat * m.h0 * m.w0;
-  // z = latents / scaling_factor (+ shift_factor)
+  const int64_t lat = cfg_.latent_channels, hw = m.h0 * m.w0;
+  // z = latents / scaling_factor (+ shift_factor), [B, C, h, w] -> channels last [B, h, w, C]
   const float inv = float(1.0 / cfg_.scaling_factor), shift = float(cfg_.shift_factor.value_or(0.0));
-  for (int64_t i = 0; i < n; ++i) m.z.f32()[i] = latents[i] * inv + shift;
+  for (int64_t b = 0; b < m.batch; ++b)
+    for (int64_t c = 0; c < lat; ++c)
+      for (int64_t i = 0; i < hw; ++i) m.z.f32()[(b * hw + i) * lat + c] = latents[(b * lat + c) * hw + i] * inv + shift;
   const float* zin = m.z.f32();
   if (m.has_post_quant) {
-    m.post_quant_op.run(zin, m.buf[3].f32());
-    zin = m.buf[3].f32();
+    m.post_quant_op.run(zin, m.f(3));
+    zin = m.f(3);
   }
   int cur = 0;
-  m.conv_in_op.run(zin, m.buf[cur].f32());
+  m.conv_in_op.run(zin, m.f(cur));
   size_t ri = 0;
   m.run_resnet(m.resnets[ri++], cur);
   if (m.has_attn) m.run_attention(cur);
@@ -367,17 +386,21 @@ void VaeDecoder::decode_raw(const float* latents, float* image) {
   for (const UpBlockW& ub : m.ups) {
     for (size_t r = 0; r < ub.resnets.size(); ++r) m.run_resnet(m.resnets[ri++], cur);
     if (ub.has_upsampler) {
-      const int t1 = (cur + 1) % 4, t2 = (cur + 2) % 4;
-      upsample_nearest2x(m.buf[cur].f32(), m.buf[t1].f32(), m.batch, ub.upsampler.in, hh, ww);
+      const int a = (cur + 1) % 4, b = (cur + 2) % 4;
+      upsample_nearest2x(m.f(cur), m.buf[a].data(), m.act, m.batch, hh, ww, ub.upsampler.in);
       hh *= 2;
       ww *= 2;
-      m.upsample_convs[ui++].run(m.buf[t1].f32(), m.buf[t2].f32());
-      cur = t2;
+      m.run(m.upsample_convs[ui++], a, b);
+      cur = b;
     }
   }
-  const int t1 = (cur + 1) % 4;
-  group_norm(m.norm_out_spec, m.buf[cur].f32(), m.buf[t1].f32(), m.norm_out.gamma.f32(), m.norm_out.beta.f32());
-  m.conv_out_op.run(m.buf[t1].f32(), image);
+  const int a = (cur + 1) % 4, b = (cur + 2) % 4;
+  m.norm(m.norm_out_spec, m.norm_out, cur, a);
+  m.run(m.conv_out_op, a, b);  // [B, H, W, 3]
+  const int64_t oc = cfg_.out_channels, ohw = hh * ww;
+  for (int64_t n = 0; n < m.batch; ++n)  // -> [B, 3, H, W]
+    for (int64_t c = 0; c < oc; ++c)
+      for (int64_t i = 0; i < ohw; ++i) image[(n * oc + c) * ohw + i] = m.f(b)[(n * ohw + i) * oc + c];
 }
 
 }  // namespace dit

@@ -4,7 +4,7 @@
 // both attention naming styles (to_q/… and the old query/key/value/proj_attn).
 //
 //   VaeConfig cfg = vae_config_from(Config::load(dir + "/vae/config.json"));
-//   VaeDecoder vae(cfg, WeightStore::open_dir(dir + "/vae"));
+//   VaeDecoder vae(cfg, WeightStore::open_dir(dir + "/vae"), DType::F32);   // or BF16 (AVX-512)
 //   vae.prepare(1, 32, 32);                     // latent size; primitives + buffers
 //   vae.decode(latents, image);                 // latents [1,4,32,32] -> image [1,3,256,256] in [0,1]
 #pragma once
@@ -45,9 +45,13 @@ void to_unit_range(float* image, int64_t n);
 
 class VaeDecoder {
  public:
-  VaeDecoder(const VaeConfig& cfg, const WeightStore& store);
+  // compute: the convolutions' and the mid-block attention's matmul type. BF16 multiplies bf16
+  // weights and activations with f32 accumulation; activations between layers, GroupNorm and
+  // the output stay f32.
+  VaeDecoder(const VaeConfig& cfg, const WeightStore& store, DType compute = DType::F32);
   ~VaeDecoder();
   const VaeConfig& config() const { return cfg_; }
+  DType compute() const;
   // Primitives and buffers for latents [batch, C, h, w].
   void prepare(int64_t batch, int64_t h, int64_t w);
   // latents: [batch, C, h, w] as the sampler leaves them (before 1/scaling_factor);

@@ -3,10 +3,14 @@
 #include <string>
 #include <vector>
 
+#include "../compute_types.h"
 #include "kernel_test_util.h"
 #include "runtime/conv2d.h"
+#include "runtime/dtype.h"
 #include "runtime/elementwise.h"
 #include "runtime/error.h"
+#include "runtime/engine.h"
+#include "runtime/group_norm.h"
 #include "runtime/norm.h"
 
 using namespace dit;
@@ -63,45 +67,59 @@ TEST_CASE("LayerNormModulate matches a naive reference", "[kernels][layernorm]")
   }
 }
 
+// Channels-last GroupNorm against a double-precision reference: f32 output within 1e-4, bf16
+// output within 2^-8 relative (its rounding) of the same; shapes with several pixel chunks
+// (256 pixels each) and with more channels than the kernel's 1024-channel row pieces.
 TEST_CASE("group_norm matches a naive reference", "[kernels][groupnorm]") {
   struct C { int64_t n, c, h, w, g; };
-  for (C cs : {C{2, 8, 3, 5, 1}, C{2, 8, 3, 5, 4}, C{1, 64, 7, 9, 32}, C{2, 32, 1, 1, 32}, C{1, 96, 13, 11, 32}}) {
+  for (C cs : {C{2, 8, 3, 5, 1}, C{2, 8, 3, 5, 4}, C{1, 64, 7, 9, 32}, C{2, 32, 1, 1, 32}, C{1, 96, 13, 11, 32},
+               C{2, 64, 20, 30, 32}, C{1, 1056, 2, 3, 32}}) {
+    const int64_t hw = cs.h * cs.w, cpg = cs.c / cs.g;
+    auto x = kt::randv(cs.n * cs.c * hw, uint32_t(cs.c + cs.g), -2.f, 4.f);
+    auto gamma = kt::randv(cs.c, 5, 0.5f, 1.5f);
+    auto beta = kt::randv(cs.c, 6);
     for (bool silu : {false, true}) {
+      std::vector<double> want(x.size());  // [n, h, w, c]
+      for (int64_t n = 0; n < cs.n; ++n)
+        for (int64_t g = 0; g < cs.g; ++g) {
+          auto at = [&](int64_t i, int64_t c) { return (n * hw + i) * cs.c + g * cpg + c; };
+          double mean = 0, var = 0;
+          for (int64_t i = 0; i < hw; ++i)
+            for (int64_t c = 0; c < cpg; ++c) mean += x[at(i, c)];
+          mean /= double(cpg * hw);
+          for (int64_t i = 0; i < hw; ++i)
+            for (int64_t c = 0; c < cpg; ++c) var += (x[at(i, c)] - mean) * (x[at(i, c)] - mean);
+          var /= double(cpg * hw);
+          for (int64_t i = 0; i < hw; ++i)
+            for (int64_t c = 0; c < cpg; ++c) {
+              const int64_t ch = g * cpg + c;
+              const double v = (x[at(i, c)] - mean) / std::sqrt(var + 1e-6) * gamma[ch] + beta[ch];
+              want[at(i, c)] = silu ? kt::silu_ref(v) : v;
+            }
+        }
+      GroupNormSpec s;
+      s.batch = cs.n;
+      s.channels = cs.c;
+      s.height = cs.h;
+      s.width = cs.w;
+      s.groups = cs.g;
+      s.silu = silu;
+      s.eps = 1e-6f;
+      const std::string what = "gn n=" + std::to_string(cs.n) + " c=" + std::to_string(cs.c) + " g=" +
+                               std::to_string(cs.g) + " hw=" + std::to_string(hw) + " silu=" + std::to_string(silu);
       for (bool inplace : {false, true}) {
-        GroupNormSpec s;
-        s.batch = cs.n;
-        s.channels = cs.c;
-        s.height = cs.h;
-        s.width = cs.w;
-        s.groups = cs.g;
-        s.silu = silu;
-        s.eps = 1e-6f;
-        const int64_t hw = cs.h * cs.w, cpg = cs.c / cs.g;
-        auto x = kt::randv(cs.n * cs.c * hw, uint32_t(cs.c + cs.g), -2.f, 4.f);
-        auto gamma = kt::randv(cs.c, 5, 0.5f, 1.5f);
-        auto beta = kt::randv(cs.c, 6);
-        std::vector<double> want(x.size());
-        for (int64_t n = 0; n < cs.n; ++n)
-          for (int64_t g = 0; g < cs.g; ++g) {
-            const float* p = x.data() + (n * cs.c + g * cpg) * hw;
-            double mean = 0, var = 0;
-            for (int64_t i = 0; i < cpg * hw; ++i) mean += p[i];
-            mean /= double(cpg * hw);
-            for (int64_t i = 0; i < cpg * hw; ++i) var += (p[i] - mean) * (p[i] - mean);
-            var /= double(cpg * hw);
-            for (int64_t c = 0; c < cpg; ++c)
-              for (int64_t i = 0; i < hw; ++i) {
-                const int64_t ch = g * cpg + c;
-                double v = (p[c * hw + i] - mean) / std::sqrt(var + 1e-6) * gamma[ch] + beta[ch];
-                want[(n * cs.c + ch) * hw + i] = silu ? kt::silu_ref(v) : v;
-              }
-          }
-        std::vector<float> y(x.size(), 9.f);
-        float* out = inplace ? x.data() : y.data();
-        group_norm(s, x.data(), out, gamma.data(), beta.data());
-        kt::check_close(out, want.data(), want.size(), 1e-4, 1e-4,
-                        "gn c=" + std::to_string(cs.c) + " g=" + std::to_string(cs.g) + " silu=" + std::to_string(silu));
+        std::vector<float> xi = x, y(x.size(), NAN);
+        float* out = inplace ? xi.data() : y.data();
+        group_norm(s, xi.data(), out, gamma.data(), beta.data());
+        kt::check_close(out, want.data(), want.size(), 1e-4, 1e-4, what + " inplace=" + std::to_string(inplace));
       }
+      s.out = DType::BF16;
+      std::vector<uint16_t> yb(x.size(), 0xffff);
+      group_norm(s, x.data(), yb.data(), gamma.data(), beta.data());
+      std::vector<float> got(x.size());
+      for (size_t i = 0; i < got.size(); ++i) got[i] = bf16_to_f32(yb[i]);
+      kt::check_close(got.data(), want.data(), want.size(), 0x1p-8, 1e-4, what + " bf16");
+      CHECK_THROWS_AS(group_norm(s, x.data(), x.data(), gamma.data(), beta.data()), dit::Error);  // bf16 over x
     }
   }
   GroupNormSpec bad;
@@ -110,6 +128,25 @@ TEST_CASE("group_norm matches a naive reference", "[kernels][groupnorm]") {
   bad.groups = 4;
   std::vector<float> x(40);
   CHECK_THROWS_AS(group_norm(bad, x.data(), x.data(), nullptr, nullptr), dit::Error);
+}
+
+// The sums run over fixed pixel chunks in a fixed order: the same bits on 1 thread as on all.
+TEST_CASE("group_norm gives the same bits on one thread and on all", "[kernels][groupnorm]") {
+  GroupNormSpec s;
+  s.channels = 64;
+  s.height = 40;
+  s.width = 33;
+  s.silu = true;
+  auto x = kt::randv(s.channels * s.height * s.width, 17, -3.f, 5.f);
+  auto gamma = kt::randv(s.channels, 5, 0.5f, 1.5f), beta = kt::randv(s.channels, 6);
+  std::vector<float> one(x.size()), all(x.size());
+  const int threads = dit::num_threads();
+  dit::set_num_threads(1);
+  group_norm(s, x.data(), one.data(), gamma.data(), beta.data());
+  dit::set_num_threads(std::max(2, threads));
+  group_norm(s, x.data(), all.data(), gamma.data(), beta.data());
+  dit::set_num_threads(threads);
+  CHECK(one == all);
 }
 
 namespace {
@@ -137,8 +174,41 @@ std::vector<double> conv_ref(const Conv2dSpec& s, const std::vector<float>& x, c
 }
 }  // namespace
 
+namespace {
+// Values as a bf16 convolution sees them: rounded to nearest even (f32_to_bf16), back in f32.
+std::vector<float> bf16_rounded(std::vector<float> v) {
+  for (float& x : v) x = dit::bf16_to_f32(dit::f32_to_bf16(x));
+  return v;
+}
+}  // namespace
+
+// NCHW <-> NHWC for the channels-last cases.
+template <class T>
+std::vector<T> to_nhwc(const std::vector<T>& v, int64_t n, int64_t c, int64_t hw) {
+  std::vector<T> r(v.size());
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t i = 0; i < hw; ++i) r[(b * hw + i) * c + ch] = v[(b * c + ch) * hw + i];
+  return r;
+}
+template <class T>
+std::vector<T> to_nchw(const std::vector<T>& v, int64_t n, int64_t c, int64_t hw) {
+  std::vector<T> r(v.size());
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t i = 0; i < hw; ++i) r[(b * c + ch) * hw + i] = v[(b * hw + i) * c + ch];
+  return r;
+}
+
+// Every layout (NCHW through oneDNN's blocked layout, NCHW in place, channels last with an
+// f32 x, channels last with a bf16 x), f32 and, where the CPU computes it, bf16: the reference
+// then takes x and w rounded to bf16 (what the convolution multiplies), so both are held to
+// the f32 accumulation's 1e-4.
 TEST_CASE("Conv2d matches a naive reference", "[kernels][conv2d]") {
+  enum Mode { Blocked, Plain, Nhwc, NhwcBf16In };
+  const char* mode_name[] = {"blocked", "nchw", "nhwc", "nhwc-bf16-x"};
   struct C { int64_t n, ci, co, h, w, k, s, p; };
+  for (DType compute : dit_test::compute_types())
   for (C c : {C{2, 3, 5, 7, 9, 1, 1, 0}, C{2, 4, 8, 8, 8, 3, 1, 1}, C{1, 5, 7, 9, 11, 3, 1, 1},
               C{2, 4, 24, 8, 6, 2, 2, 0}, C{1, 32, 16, 6, 5, 3, 1, 1}, C{1, 16, 3, 5, 5, 3, 1, 1},
               // edge shapes: 1x1 spatial input (3x3 padded and 1x1 kernels), a single input
@@ -148,8 +218,12 @@ TEST_CASE("Conv2d matches a naive reference", "[kernels][conv2d]") {
               C{1, 1, 1, 1, 1, 3, 1, 1}}) {
     for (bool acc : {false, true})
       for (bool bias : {false, true})
-        for (bool blocked : {true, false}) {
+        for (Mode mode : {Blocked, Plain, Nhwc, NhwcBf16In}) {
+          const bool bf16 = compute == DType::BF16;
+          if (bf16 && mode == Plain) continue;    // bf16 converts an NCHW x in the layout reorder
+          if (!bf16 && mode == NhwcBf16In) continue;  // a bf16 x needs bf16 compute
           Conv2dSpec s;
+          s.compute = compute;
           s.batch = c.n;
           s.in_channels = c.ci;
           s.out_channels = c.co;
@@ -159,11 +233,14 @@ TEST_CASE("Conv2d matches a naive reference", "[kernels][conv2d]") {
           s.stride = c.s;
           s.padding = c.p;
           s.accumulate = acc;
-          s.blocked = blocked;
+          s.blocked = mode == Blocked;
+          s.nhwc = mode == Nhwc || mode == NhwcBf16In;
+          s.input = mode == NhwcBf16In ? DType::BF16 : DType::F32;
           auto x = kt::randv(c.n * c.ci * c.h * c.w, uint32_t(c.ci * 7 + c.co));
           auto w = kt::randv(c.co * c.ci * c.k * c.k, uint32_t(c.k * 3 + c.co), -0.5f, 0.5f);
           auto b = kt::randv(c.co, 3);
-          auto y0 = kt::randv(c.n * c.co * s.out_height() * s.out_width(), 4);
+          const int64_t ohw = s.out_height() * s.out_width();
+          auto y0 = kt::randv(c.n * c.co * ohw, 4);
           Tensor wt = Tensor::empty({c.co, c.ci, c.k, c.k});
           std::copy(w.begin(), w.end(), wt.f32());
           Tensor bt;
@@ -172,14 +249,40 @@ TEST_CASE("Conv2d matches a naive reference", "[kernels][conv2d]") {
             std::copy(b.begin(), b.end(), bt.f32());
           }
           Conv2d conv(s, wt, bt);
-          std::vector<float> y = y0;
-          conv.run(x.data(), y.data());
-          auto want = conv_ref(s, x, w, bias ? &b : nullptr, y0);
+          std::vector<float> y = s.nhwc ? to_nhwc(y0, c.n, c.co, ohw) : y0;
+          const std::vector<float> xl = s.nhwc ? to_nhwc(x, c.n, c.ci, c.h * c.w) : x;
+          if (mode == NhwcBf16In) {
+            std::vector<uint16_t> xb(xl.size());
+            for (size_t i = 0; i < xl.size(); ++i) xb[i] = f32_to_bf16(xl[i]);
+            conv.run(xb.data(), y.data());
+          } else {
+            conv.run(xl.data(), y.data());
+          }
+          if (s.nhwc) y = to_nchw(y, c.n, c.co, ohw);
+          auto want = conv_ref(s, bf16 ? bf16_rounded(x) : x, bf16 ? bf16_rounded(w) : w, bias ? &b : nullptr, y0);
           kt::check_close(y.data(), want.data(), want.size(), 1e-4, 1e-4,
                           "conv k" + std::to_string(c.k) + " ci" + std::to_string(c.ci) + " acc" + std::to_string(acc) +
-                              " blocked" + std::to_string(blocked) + " impl " + conv.impl_info());
+                              " " + mode_name[mode] + " " + dtype_name(compute) + " impl " + conv.impl_info());
         }
   }
+}
+
+TEST_CASE("Conv2d refuses bf16 compute on the unblocked path", "[kernels][conv2d]") {
+  if (!dit_test::bf16_available()) return;
+  Conv2dSpec s;
+  s.in_channels = s.out_channels = 4;
+  s.height = s.width = 4;
+  s.blocked = false;
+  s.compute = DType::BF16;
+  Tensor w = Tensor::empty({4, 4, 3, 3});
+  CHECK_THROWS_WITH(Conv2d(s, w, Tensor()), Catch::Contains("bf16 compute converts x in the layout reorder"));
+  s.blocked = true;
+  s.input = DType::BF16;  // a bf16 x is channels last only
+  CHECK_THROWS_WITH(Conv2d(s, w, Tensor()), Catch::Contains("a bf16 x needs bf16 compute and the channels-last layout"));
+  s.nhwc = true;
+  Conv2d ok(s, w, Tensor());
+  std::vector<float> x(4 * 4 * 4), y(4 * 4 * 4);
+  CHECK_THROWS_WITH(ok.run(x.data(), y.data()), Catch::Contains("takes bf16"));  // an f32 x to a bf16-x convolution
 }
 
 TEST_CASE("Conv2d chain sharing one workspace matches a naive reference", "[kernels][conv2d]") {
@@ -296,21 +399,31 @@ TEST_CASE("gated_residual_add matches a naive reference", "[kernels][elementwise
 }
 
 TEST_CASE("upsample_nearest2x", "[kernels][elementwise][upsample]") {
-  struct NCHW {
-    int64_t n, c, h, w;
+  struct NHWC {
+    int64_t n, h, w, c;
   };
-  // 1x1 spatial, single rows / columns, and one shape large enough for the parallel path.
-  const NCHW sh = GENERATE(values<NCHW>({{2, 3, 5, 7}, {1, 1, 1, 1}, {2, 3, 1, 1}, {1, 2, 1, 5}, {1, 2, 3, 1},
-                                         {1, 4, 64, 65}}));
+  // 1x1 spatial, single rows / columns, and one shape large enough for the parallel path;
+  // f32 output exact, bf16 output each value rounded to nearest even.
+  const NHWC sh = GENERATE(values<NHWC>({{2, 5, 7, 3}, {1, 1, 1, 1}, {2, 1, 1, 3}, {1, 1, 5, 2}, {1, 3, 1, 2},
+                                         {1, 64, 65, 4}}));
   const int64_t N = sh.n, C = sh.c, H = sh.h, W = sh.w;
+  const std::string what =
+      "upsample " + std::to_string(N) + "x" + std::to_string(H) + "x" + std::to_string(W) + "x" + std::to_string(C);
   auto x = kt::randv(N * C * H * W, uint32_t(3 + H * 100 + W));
-  std::vector<float> y(N * C * 4 * H * W + 1, -1.f), want(y.size(), -1.f);  // last: guard element
-  upsample_nearest2x(x.data(), y.data(), N, C, H, W);
-  for (int64_t n = 0; n < N * C; ++n)
+  const size_t n_out = size_t(N * C * 4 * H * W);
+  std::vector<float> y(n_out + 1, -1.f), want(y.size(), -1.f);  // last: guard element
+  upsample_nearest2x(x.data(), y.data(), DType::F32, N, H, W, C);
+  for (int64_t n = 0; n < N; ++n)
     for (int64_t i = 0; i < 2 * H; ++i)
-      for (int64_t j = 0; j < 2 * W; ++j) want[(n * 2 * H + i) * 2 * W + j] = x[(n * H + i / 2) * W + j / 2];
-  kt::check_close(y, want, 0, 0,
-                  "upsample " + std::to_string(N) + "x" + std::to_string(C) + "x" + std::to_string(H) + "x" +
-                      std::to_string(W));
+      for (int64_t j = 0; j < 2 * W; ++j)
+        for (int64_t c = 0; c < C; ++c)
+          want[((n * 2 * H + i) * 2 * W + j) * C + c] = x[((n * H + i / 2) * W + j / 2) * C + c];
+  kt::check_close(y, want, 0, 0, what);
+  std::vector<uint16_t> yb(n_out + 1, 0xabcd);
+  upsample_nearest2x(x.data(), yb.data(), DType::BF16, N, H, W, C);
+  int64_t bad = 0;
+  for (size_t i = 0; i < n_out; ++i) bad += yb[i] != f32_to_bf16(want[i]);
+  INFO(what << " bf16");
+  CHECK(bad == 0);
+  CHECK(yb[n_out] == 0xabcd);
 }
-

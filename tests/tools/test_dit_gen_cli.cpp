@@ -60,6 +60,33 @@ TEST_CASE("dit-gen writes a PNG of the right size with the parameters chunk", "[
     CHECK(r.err.find(phase) != std::string::npos);
 }
 
+// --vae-dtype: the decoder's type follows --dtype unless given; the PNG's parameters name it
+// when it differs, and -v says both. The latents do not depend on it, the pixels do.
+TEST_CASE("dit-gen --vae-dtype: the decoder's convolution type, in the parameters when it differs", "[cli]") {
+  if (!dit::compute_supported(dit::DType::BF16)) {
+    WARN("--vae-dtype bf16 not checked: oneDNN has no bf16 on this CPU");
+    return;
+  }
+  Scratch s;
+  const std::string base = kTiny + " -p 3 --steps 2 -s 9 --dtype bf16";
+  RunResult a = run(gen(base + " -v -o " + s.file("a.png") + " --save-latents " + s.file("a.npy")));
+  RunResult b = run(gen(base + " --vae-dtype f32 -o " + s.file("b.png") + " --save-latents " + s.file("b.npy")));
+  RunResult c = run(gen(kTiny + " -p 3 --steps 2 -s 9 --vae-dtype bf16 -o " + s.file("c.png")));
+  INFO(a.err << b.err << c.err);
+  REQUIRE(a.code == 0);
+  REQUIRE(b.code == 0);
+  REQUIRE(c.code == 0);
+  CHECK(a.err.find("compute bf16, VAE bf16") != std::string::npos);
+  const std::string pa = dit::read_png_text(s.file("a.png"), "parameters");
+  const std::string pb = dit::read_png_text(s.file("b.png"), "parameters");
+  const std::string pc = dit::read_png_text(s.file("c.png"), "parameters");
+  CHECK(pa.find("Dtype: bf16, Version") != std::string::npos);
+  CHECK(pb.find("Dtype: bf16, VAE dtype: f32, Version") != std::string::npos);
+  CHECK(pc.find("Dtype: f32, VAE dtype: bf16, Version") != std::string::npos);
+  CHECK(slurp(s.file("a.npy")) == slurp(s.file("b.npy")));
+  CHECK(slurp(s.file("a.png")) != slurp(s.file("b.png")));
+}
+
 TEST_CASE("dit-gen: same seed, identical files - another seed, another image", "[cli]") {
   Scratch s;
   REQUIRE(run(gen(kTiny + " -p 7 --steps 2 -s 11 -o " + s.file("a.png"))).code == 0);
@@ -81,9 +108,12 @@ TEST_CASE("dit-gen: bad input gives a one-line error, a non-zero exit and no out
   expect_failure(kTiny + " -p 1 -W 17" + o, "multiples of", png);
   expect_failure(kTiny + " -p 1 --sampler lms" + o, "lms", png);
   expect_failure(kTiny + " -p 1 --dtype f16" + o, "dtype", png);
+  expect_failure(kTiny + " -p 1 --vae-dtype f16" + o, "--vae-dtype", png);
   // bf16 where oneDNN cannot compute it (AVX2-only CPUs): refused before anything starts.
-  if (!dit::compute_supported(dit::DType::BF16))
+  if (!dit::compute_supported(dit::DType::BF16)) {
     expect_failure(kTiny + " -p 1 --dtype bf16 --cfg-parallel" + o, "--dtype: bf16 compute is not available", png);
+    expect_failure(kTiny + " -p 1 --vae-dtype bf16" + o, "--vae-dtype: bf16 compute is not available", png);
+  }
   expect_failure(kTiny + " -p 1 -o " + s.file("no/such/dir/x.png"), "does not exist", s.file("no/such/dir/x.png"));
 
   // A checkpoint with a tensor missing, and a truncated one.

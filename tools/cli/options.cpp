@@ -63,6 +63,8 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
                  "also write the first step's guided noise prediction as .npy (to compare layouts)");
   app.add_flag("--no-decode", o.no_decode, "skip the VAE decode and the PNG");
   app.add_option("--dtype", o.dtype, "matmul compute type: f32|bf16 (bf16 needs an AVX-512 CPU)")->capture_default_str();
+  app.add_option("--vae-dtype", o.vae_dtype,
+                 "the VAE decoder's convolution type: f32|bf16 (default: --dtype's; bf16 accumulates in f32)");
   app.add_option("--weight-cache", o.weight_cache,
                  "weights stored in another type than --dtype (f16/bf16 checkpoints in f32, f32/f16 linear weights in "
                  "bf16) are converted once into this directory and memory-mapped from there, shared by every rank of "
@@ -168,6 +170,7 @@ uint64_t parse_seed(const std::string& v, const char* what) {
 void validate(const GenOptions& o) {
   parse_progress_mode(o.progress);
   parse_compute_type("--dtype", o.dtype);
+  if (!o.vae_dtype.empty()) parse_compute_type("--vae-dtype", o.vae_dtype);
   DIT_CHECK(o.ulysses >= 1 && o.ring >= 1 && o.ulysses <= 1024 && o.ring <= 1024,
             "--ulysses and --ring must be in 1..1024");
   DIT_CHECK(o.threads >= 0 && o.threads <= 4096, "-t/--threads must be in 1..4096");

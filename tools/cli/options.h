@@ -28,6 +28,7 @@ struct GenOptions {
   std::string save_noise_pred;
   bool no_decode = false;
   std::string dtype = "f32";
+  std::string vae_dtype;  // "": --dtype's
   int threads = 0;
   std::string progress = "auto";
   bool verbose = false;

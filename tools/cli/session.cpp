@@ -48,6 +48,7 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
   PipelineOptions po;
   po.model_dir = model_dir_of(o.model);
   po.dtype = parse_dtype(o.dtype);
+  if (!o.vae_dtype.empty()) po.vae_dtype = parse_dtype(o.vae_dtype);
   po.release_text_encoder = o.batch.empty();
   po.weight_cache = weight_cache_option(o.weight_cache);
   using Clock = std::chrono::steady_clock;
@@ -70,9 +71,11 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
   const ModelInfo& info = s.pipe->info();
   if (o.verbose) {
     if (s.env.rank == 0)
-      std::fprintf(stderr, "dit-gen: model %s: %s, %d layers, hidden %d, %d heads, VAE scale %d, %d threads/rank\n",
+      std::fprintf(stderr,
+                   "dit-gen: model %s: %s, %d layers, hidden %d, %d heads, VAE scale %d, %d threads/rank, "
+                   "compute %s, VAE %s\n",
                    info.dir.c_str(), info.family.c_str(), info.layers, info.hidden, info.heads, info.vae_scale,
-                   num_threads());
+                   num_threads(), dtype_name(po.dtype), dtype_name(po.vae_dtype.value_or(po.dtype)));
     std::fprintf(stderr, "dit-gen: rank %d: %.0f MB resident after loading\n", s.env.rank, resident_mb());
   }
 }
