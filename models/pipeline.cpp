@@ -253,7 +253,9 @@ ResolvedRequest Pipeline::resolve(const Request& req) const {
   return resolve_request(req, m.info, m.rules, *m.conditioner, m.ctx->cfg().branch() != -1);
 }
 
-std::string Pipeline::parameters(const ResolvedRequest& r) const { return format_parameters(r, impl_->info, impl_->dtype, impl_->vae_dtype); }
+std::string Pipeline::parameters(const ResolvedRequest& r) const {
+  return format_parameters(r, impl_->info, impl_->dtype, impl_->vae_dtype);
+}
 
 Result Pipeline::generate(const Request& req, const ProgressFn& progress) {
   return std::move(generate_batch({req}, progress).front());

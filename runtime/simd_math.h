@@ -46,8 +46,9 @@ static inline __attribute__((always_inline)) float exp_f(float x) {
 
 // exp(x) to 4.1e-6 relative for x in [-87, 0], exactly 0 below -87 (no subnormal results):
 // 2^n · q(f) with n = round(x·log2 e), f = x·log2 e - n in [-1/2, 1/2] and q a degree-4
-// minimax fit of 2^f (2.9e-6; log2 e rounded to f32 adds the rest). For values stored as bf16 (8 significant bits, rounding error up to
-// 2^-9): about half the work of exp_f. Attention's probabilities (x = logit - row max <= 0).
+// minimax fit of 2^f (2.9e-6; log2 e rounded to f32 adds the rest). For values stored as
+// bf16 (8 significant bits, rounding error up to 2^-9): about half the work of exp_f.
+// Attention's probabilities (x = logit - row max <= 0).
 constexpr float kExpShortLimit = -87.f;  // exp(-87) = 1.6e-38 > FLT_MIN: every non-zero result is normal
 constexpr float kExp2Q[5] = {1.f, 6.931241750717163e-1f, 2.4024099111557007e-1f, 5.590637028217316e-2f,
                              9.582818485796452e-3f};

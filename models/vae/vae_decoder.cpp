@@ -367,10 +367,11 @@ void VaeDecoder::decode_raw(const float* latents, float* image) {
   const int64_t lat = cfg_.latent_channels, hw = m.h0 * m.w0;
   // z = latents / scaling_factor (+ shift_factor), [B, C, h, w] -> channels last [B, h, w, C]
   const float inv = float(1.0 / cfg_.scaling_factor), shift = float(cfg_.shift_factor.value_or(0.0));
+  float* z = m.z.f32();
   for (int64_t b = 0; b < m.batch; ++b)
     for (int64_t c = 0; c < lat; ++c)
-      for (int64_t i = 0; i < hw; ++i) m.z.f32()[(b * hw + i) * lat + c] = latents[(b * lat + c) * hw + i] * inv + shift;
-  const float* zin = m.z.f32();
+      for (int64_t i = 0; i < hw; ++i) z[(b * hw + i) * lat + c] = latents[(b * lat + c) * hw + i] * inv + shift;
+  const float* zin = z;
   if (m.has_post_quant) {
     m.post_quant_op.run(zin, m.f(3));
     zin = m.f(3);

@@ -182,21 +182,15 @@ std::vector<float> bf16_rounded(std::vector<float> v) {
 }
 }  // namespace
 
-// NCHW <-> NHWC for the channels-last cases.
-template <class T>
-std::vector<T> to_nhwc(const std::vector<T>& v, int64_t n, int64_t c, int64_t hw) {
-  std::vector<T> r(v.size());
+// NCHW -> NHWC (to_last) or NHWC -> NCHW, for the channels-last cases.
+std::vector<float> relayout(const std::vector<float>& v, int64_t n, int64_t c, int64_t hw, bool to_last) {
+  std::vector<float> r(v.size());
   for (int64_t b = 0; b < n; ++b)
     for (int64_t ch = 0; ch < c; ++ch)
-      for (int64_t i = 0; i < hw; ++i) r[(b * hw + i) * c + ch] = v[(b * c + ch) * hw + i];
-  return r;
-}
-template <class T>
-std::vector<T> to_nchw(const std::vector<T>& v, int64_t n, int64_t c, int64_t hw) {
-  std::vector<T> r(v.size());
-  for (int64_t b = 0; b < n; ++b)
-    for (int64_t ch = 0; ch < c; ++ch)
-      for (int64_t i = 0; i < hw; ++i) r[(b * c + ch) * hw + i] = v[(b * hw + i) * c + ch];
+      for (int64_t i = 0; i < hw; ++i) {
+        const int64_t nchw = (b * c + ch) * hw + i, nhwc = (b * hw + i) * c + ch;
+        r[size_t(to_last ? nhwc : nchw)] = v[size_t(to_last ? nchw : nhwc)];
+      }
   return r;
 }
 
@@ -249,8 +243,8 @@ TEST_CASE("Conv2d matches a naive reference", "[kernels][conv2d]") {
             std::copy(b.begin(), b.end(), bt.f32());
           }
           Conv2d conv(s, wt, bt);
-          std::vector<float> y = s.nhwc ? to_nhwc(y0, c.n, c.co, ohw) : y0;
-          const std::vector<float> xl = s.nhwc ? to_nhwc(x, c.n, c.ci, c.h * c.w) : x;
+          std::vector<float> y = s.nhwc ? relayout(y0, c.n, c.co, ohw, true) : y0;
+          const std::vector<float> xl = s.nhwc ? relayout(x, c.n, c.ci, c.h * c.w, true) : x;
           if (mode == NhwcBf16In) {
             std::vector<uint16_t> xb(xl.size());
             for (size_t i = 0; i < xl.size(); ++i) xb[i] = f32_to_bf16(xl[i]);
@@ -258,7 +252,7 @@ TEST_CASE("Conv2d matches a naive reference", "[kernels][conv2d]") {
           } else {
             conv.run(xl.data(), y.data());
           }
-          if (s.nhwc) y = to_nchw(y, c.n, c.co, ohw);
+          if (s.nhwc) y = relayout(y, c.n, c.co, ohw, false);
           auto want = conv_ref(s, bf16 ? bf16_rounded(x) : x, bf16 ? bf16_rounded(w) : w, bias ? &b : nullptr, y0);
           kt::check_close(y.data(), want.data(), want.size(), 1e-4, 1e-4,
                           "conv k" + std::to_string(c.k) + " ci" + std::to_string(c.ci) + " acc" + std::to_string(acc) +

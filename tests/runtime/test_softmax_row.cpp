@@ -23,6 +23,11 @@ struct State {
   float m, l;
 };
 
+const std::pair<SoftmaxRowKernel, const char*> kKernels[] = {{SoftmaxRowKernel::Generic, "generic"},
+                                                             {SoftmaxRowKernel::Avx2, "avx2"},
+                                                             {SoftmaxRowKernel::Avx512, "avx512"},
+                                                             {SoftmaxRowKernel::Avx512Bf16, "avx512bf16"}};
+
 void check_kernel(SoftmaxRowKernel k, const char* name) {
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.f, 3.f);
@@ -60,12 +65,8 @@ void check_kernel(SoftmaxRowKernel k, const char* name) {
 }  // namespace
 
 TEST_CASE("softmax row kernels equal a double-precision reference", "[runtime][attention]") {
-  const std::pair<SoftmaxRowKernel, const char*> kernels[] = {{SoftmaxRowKernel::Generic, "generic"},
-                                                              {SoftmaxRowKernel::Avx2, "avx2"},
-                                                              {SoftmaxRowKernel::Avx512, "avx512"},
-                                                              {SoftmaxRowKernel::Avx512Bf16, "avx512bf16"}};
   int ran = 0;
-  for (auto [k, name] : kernels) {
+  for (auto [k, name] : kKernels) {
     if (!softmax_row_supported(k)) {
       WARN("softmax row kernel " << name << " not checked: this CPU cannot run it");
       CHECK_THROWS_AS(softmax_row_with(k, nullptr, nullptr, 0, nullptr, nullptr, nullptr), Error);
@@ -89,13 +90,9 @@ TEST_CASE("softmax row kernels equal a double-precision reference", "[runtime][a
 // - the AVX512_BF16 kernel (conversion instruction) gives the AVX-512 kernel's bits: p and l.
 TEST_CASE("softmax row kernels store bf16 probabilities rounded to nearest even",
           "[runtime][attention][bf16]") {
-  const std::pair<SoftmaxRowKernel, const char*> kernels[] = {{SoftmaxRowKernel::Generic, "generic"},
-                                                              {SoftmaxRowKernel::Avx2, "avx2"},
-                                                              {SoftmaxRowKernel::Avx512, "avx512"},
-                                                              {SoftmaxRowKernel::Avx512Bf16, "avx512bf16"}};
   const float ninf = -std::numeric_limits<float>::infinity();
   int ran = 0;
-  for (auto [k, name] : kernels) {
+  for (auto [k, name] : kKernels) {
     if (!softmax_row_supported(k)) {
       WARN("softmax row kernel " << name << " (bf16 output) not checked: this CPU cannot run it");
       CHECK_THROWS_AS(softmax_row_bf16_with(k, nullptr, nullptr, 0, nullptr, nullptr, nullptr), Error);
