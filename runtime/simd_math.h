@@ -54,8 +54,10 @@ constexpr float kExp2Q[5] = {1.f, 6.931241750717163e-1f, 2.4024099111557007e-1f,
                              9.582818485796452e-3f};
 static inline __attribute__((always_inline)) float exp_short_f(float x) {
   if (!(x >= kExpShortLimit)) return 0.f;  // also NaN
-  const float t = x * 1.44269504088896341f;
-  const float n = __builtin_roundevenf(t);
+  // n = round-half-even(x·log2 e) by the 1.5·2^23 trick (exact for |n| < 2^22), as
+  // _mm512_roundscale_ps rounds it
+  const float magic = 12582912.f;
+  const float n = (x * 1.44269504088896341f + magic) - magic;
   const float f = __builtin_fmaf(x, 1.44269504088896341f, -n);
   float q = kExp2Q[4];
   for (int i = 3; i >= 0; --i) q = __builtin_fmaf(q, f, kExp2Q[i]);
