@@ -72,10 +72,11 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
   if (o.verbose) {
     if (s.env.rank == 0)
       std::fprintf(stderr,
-                   "dit-gen: model %s: %s, %d layers, hidden %d, %d heads, VAE scale %d, %d threads/rank, "
+                   "dit-gen: model %s: %s, %d layers, hidden %d, %d heads, VAE scale %d, %d thread%s/rank, "
                    "compute %s, VAE %s\n",
                    info.dir.c_str(), info.family.c_str(), info.layers, info.hidden, info.heads, info.vae_scale,
-                   num_threads(), dtype_name(po.dtype), dtype_name(po.vae_dtype.value_or(po.dtype)));
+                   num_threads(), num_threads() == 1 ? "" : "s", dtype_name(po.dtype),
+                   dtype_name(po.vae_dtype.value_or(po.dtype)));
     std::fprintf(stderr, "dit-gen: rank %d: %.0f MB resident after loading\n", s.env.rank, resident_mb());
   }
 }
