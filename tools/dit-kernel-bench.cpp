@@ -4,7 +4,8 @@
 //
 // Reports GFLOP/s (median of --runs timed runs after --warmup untimed ones) for a big
 // square oneDNN matmul (the machine's GEMM peak), the DiT block's Linear layers (f32 and
-// bf16, 256 and 1024 tokens, batch 2) and attention (16 heads x 72, 256/1024/4096 tokens).
+// bf16, 256 and 1024 tokens, batch 2), attention (16 heads x 72, 256/1024/4096 tokens) and
+// the VAE's 3x3 convolutions (channels last, as the decoder runs them, and the NCHW paths).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -111,19 +112,30 @@ json bench_attention(int64_t tokens, int64_t B, DType c, int64_t qb = 0, int64_t
   return j;
 }
 
-json bench_conv(int64_t ch, int64_t hw, bool blocked, DType c) {
+// A 3x3 convolution at VAE sizes. layout: "blocked" (NCHW x and y reordered to oneDNN's
+// blocked layout and back in each run), "nchw" (in place), "nhwc" (channels last in place:
+// the VAE decoder's; with bf16 compute x is given in bf16, as GroupNorm writes it there).
+json bench_conv(int64_t ch, int64_t hw, const std::string& layout, DType c) {
   Conv2dSpec s;
   s.compute = c;
   s.in_channels = s.out_channels = ch;
   s.height = s.width = hw;
   s.kernel = 3;
   s.padding = 1;
-  s.blocked = blocked;
+  s.blocked = layout == "blocked";
+  s.nhwc = layout == "nhwc";
+  s.input = s.nhwc ? c : DType::F32;
   Conv2d conv(s, random_tensor({ch, ch, 3, 3}, 9), random_tensor({ch}, 10));
   Tensor x = random_tensor({1, ch, hw, hw}, 11, 1.f), y = Tensor::empty({1, ch, hw, hw});
-  double sec = median_seconds([&] { conv.run(x.f32(), y.f32()); });
+  if (s.input == DType::BF16) x = x.to(DType::BF16);
+  double sec = median_seconds([&] {
+    if (s.input == DType::BF16)
+      conv.run(x.bf16(), y.f32());
+    else
+      conv.run(x.f32(), y.f32());
+  });
   const double fl = 2.0 * ch * ch * 9 * hw * hw;
-  return {{"op", blocked ? "conv3x3_blocked" : "conv3x3_nchw"}, {"channels", ch}, {"hw", hw}, {"dtype", dtype_name(c)},
+  return {{"op", "conv3x3_" + layout}, {"channels", ch}, {"hw", hw}, {"dtype", dtype_name(c)},
           {"ms", sec * 1e3}, {"gflops", fl / sec / 1e9}, {"impl", conv.impl_info()}};
 }
 
@@ -182,8 +194,9 @@ int main(int argc, char** argv) {
     if (only.empty() || only == "conv")
       for (auto [ch, hw] : {std::pair<int64_t, int64_t>{512, 32}, {256, 128}, {128, 256}})
         for (DType c : types)
-          for (bool blocked : {true, false})
-            if (blocked || c == DType::F32) rows.push_back(bench_conv(ch, hw, blocked, c));  // bf16: blocked only
+          for (const char* layout : {"nhwc", "blocked", "nchw"})
+            if (c == DType::F32 || std::string(layout) != "nchw")  // bf16 converts an NCHW x in a reorder
+              rows.push_back(bench_conv(ch, hw, layout, c));
     res["results"] = rows;
     std::printf("%s\n", res.dump(1).c_str());
   } catch (const std::exception& e) {
