@@ -195,21 +195,8 @@ __attribute__((target("avx2,fma"))) static inline __m256 exp256(__m256 x) {
   return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
-// 8 lanes of p, f32 or bf16 (rounded as store16 above; values < 2^16 after the shift, so
-// the unsigned saturating pack is exact). oneDNN has no bf16 matmul on AVX2-only CPUs, so the
-// bf16 form is here for completeness, with exp256 (f32 precision) for both.
-__attribute__((target("avx2,fma"))) static inline void store8(float* p, __m256 e) { _mm256_storeu_ps(p, e); }
-__attribute__((target("avx2,fma"))) static inline void store8(uint16_t* p, __m256 e) {
-  __m256i u = _mm256_castps_si256(e);
-  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  u = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff))), 16);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
-                   _mm_packus_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1)));
-}
-
-template <class Out>
-__attribute__((target("avx2,fma"))) static void softmax_row_avx2(const float* s, Out* p, int64_t cols, float* m, float* l,
-                                                         float* a) {
+__attribute__((target("avx2,fma"))) static void softmax_row_avx2(const float* s, float* p, int64_t cols, float* m,
+                                                         float* l, float* a) {
   __m256 vmax = _mm256_set1_ps(kNegInf);
   int64_t j = 0;
   for (; j + 8 <= cols; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + j));
@@ -223,7 +210,7 @@ __attribute__((target("avx2,fma"))) static void softmax_row_avx2(const float* s,
   __m256 vsum = _mm256_setzero_ps();
   for (j = 0; j + 8 <= cols; j += 8) {
     const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
-    store8(p + j, e);
+    _mm256_storeu_ps(p + j, e);
     vsum = _mm256_add_ps(vsum, e);
   }
   _mm256_storeu_ps(lanes, vsum);
@@ -231,7 +218,7 @@ __attribute__((target("avx2,fma"))) static void softmax_row_avx2(const float* s,
   for (float v : lanes) sum += v;
   for (; j < cols; ++j) {
     const float e = simd::exp_f(s[j] - mnew);
-    put(p + j, e);
+    p[j] = e;
     sum += e;
   }
   const float alpha = *m == kNegInf ? 0.f : simd::exp_f(*m - mnew);
@@ -291,7 +278,12 @@ RowFn<Out> kernel_fn(SoftmaxRowKernel k) {
     case SoftmaxRowKernel::Avx512:
       return softmax_row_avx512<Out>;
     case SoftmaxRowKernel::Avx2:
-      return softmax_row_avx2<Out>;
+      // oneDNN has no bf16 matmul on AVX2-only CPUs, so bf16 probabilities never run there:
+      // the scalar kernel serves that slot.
+      if constexpr (std::is_same_v<Out, float>)
+        return softmax_row_avx2;
+      else
+        return softmax_row_generic<Out>;
 #endif
     default:
       return softmax_row_generic<Out>;

@@ -11,7 +11,8 @@
 // (summed from the f32 values before rounding) within 1e-5 of softmax_row's.
 //
 // Kernels: scalar, AVX2+FMA, AVX-512 and AVX-512 with the AVX512_BF16 conversion instruction
-// (the same bits as AVX-512 for bf16 output); softmax_row picks the best the CPU has, the
+// (the same bits as AVX-512 for bf16 output; bf16 output on AVX2 is the scalar kernel's, as no
+// bf16 matmul runs on AVX2-only CPUs); softmax_row picks the best the CPU has, the
 // others are there to be tested against each other and against a double-precision reference.
 #pragma once
 

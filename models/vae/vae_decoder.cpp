@@ -143,8 +143,9 @@ struct VaeDecoder::Impl {
   std::vector<UpBlockW> ups;
   NormW norm_out;
   int groups = 32;
-  DType compute = DType::F32;  // the convolutions' and the attention's matmuls
-  DType act = DType::F32;      // a convolution's input as GroupNorm / the upsampler write it (= compute)
+  // The convolutions' and the attention's matmuls, and the type GroupNorm and the upsampler
+  // write a convolution's input in.
+  DType compute = DType::F32;
 
   // Plan for one shape: a list of steps executed in order over four rotating buffers.
   int64_t batch = 0, h0 = 0, w0 = 0;
@@ -171,8 +172,8 @@ struct VaeDecoder::Impl {
 
   float* f(int i) { return buf[i].f32(); }
 
-  // input: the type run() gets (F32 for the latents and the shortcut's x, act after GroupNorm
-  // or the upsampler); an f32 x with bf16 compute is converted inside the convolution.
+  // input: the type run() gets (F32 for the latents and the shortcut's x, compute after
+  // GroupNorm or the upsampler); an f32 x with bf16 compute is converted inside the convolution.
   Conv2d conv(const ConvW& cw, int64_t c_in, int64_t h, int64_t w, bool accumulate, DType input) {
     Conv2dSpec s;
     s.batch = batch;
@@ -214,10 +215,10 @@ struct VaeDecoder::Impl {
   ResnetOps resnet_ops(const ResnetW& r, int64_t h, int64_t w) {
     ResnetOps o;
     o.w = &r;
-    o.n1 = gn(r.c1.in, h, w, true, act);
-    o.c1 = conv(r.c1, r.c1.in, h, w, false, act);
-    o.n2 = gn(r.c1.out, h, w, true, act);
-    o.c2 = conv(r.c2, r.c2.in, h, w, true, act);
+    o.n1 = gn(r.c1.in, h, w, true, compute);
+    o.c1 = conv(r.c1, r.c1.in, h, w, false, compute);
+    o.n2 = gn(r.c1.out, h, w, true, compute);
+    o.c2 = conv(r.c2, r.c2.in, h, w, true, compute);
     if (r.has_shortcut) o.sc = conv(r.shortcut, r.shortcut.in, h, w, false, DType::F32);
     return o;
   }
@@ -255,7 +256,7 @@ VaeDecoder::VaeDecoder(const VaeConfig& cfg, const WeightStore& s, DType compute
     : cfg_(cfg), impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   require_compute(compute);
-  m.compute = m.act = compute;
+  m.compute = compute;
   m.groups = cfg.groups;
   const std::vector<int>& C = cfg.block_out_channels;
   const int64_t top = C.back(), lat = cfg.latent_channels;
@@ -286,8 +287,6 @@ VaeDecoder::VaeDecoder(const VaeConfig& cfg, const WeightStore& s, DType compute
 }
 
 VaeDecoder::~VaeDecoder() = default;
-
-DType VaeDecoder::compute() const { return impl_->compute; }
 
 void VaeDecoder::prepare(int64_t batch, int64_t h, int64_t w) {
   Impl& m = *impl_;
@@ -344,11 +343,11 @@ void VaeDecoder::prepare(int64_t batch, int64_t h, int64_t w) {
       hh *= 2;
       ww *= 2;
       need(ub.upsampler.out, hh, ww);
-      m.upsample_convs.push_back(m.conv(ub.upsampler, ub.upsampler.in, hh, ww, false, m.act));
+      m.upsample_convs.push_back(m.conv(ub.upsampler, ub.upsampler.in, hh, ww, false, m.compute));
     }
   }
-  m.norm_out_spec = m.gn(C[0], hh, ww, true, m.act);
-  m.conv_out_op = m.conv(m.conv_out, C[0], hh, ww, false, m.act);
+  m.norm_out_spec = m.gn(C[0], hh, ww, true, m.compute);
+  m.conv_out_op = m.conv(m.conv_out, C[0], hh, ww, false, m.compute);
   for (Tensor& b : m.buf) b = Tensor::empty({max_elems});
   m.z = Tensor::empty({batch, h, w, lat});
 }
@@ -388,7 +387,7 @@ void VaeDecoder::decode_raw(const float* latents, float* image) {
     for (size_t r = 0; r < ub.resnets.size(); ++r) m.run_resnet(m.resnets[ri++], cur);
     if (ub.has_upsampler) {
       const int a = (cur + 1) % 4, b = (cur + 2) % 4;
-      upsample_nearest2x(m.f(cur), m.buf[a].data(), m.act, m.batch, hh, ww, ub.upsampler.in);
+      upsample_nearest2x(m.f(cur), m.buf[a].data(), m.compute, m.batch, hh, ww, ub.upsampler.in);
       hh *= 2;
       ww *= 2;
       m.run(m.upsample_convs[ui++], a, b);

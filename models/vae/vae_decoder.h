@@ -51,7 +51,6 @@ class VaeDecoder {
   VaeDecoder(const VaeConfig& cfg, const WeightStore& store, DType compute = DType::F32);
   ~VaeDecoder();
   const VaeConfig& config() const { return cfg_; }
-  DType compute() const;
   // Primitives and buffers for latents [batch, C, h, w].
   void prepare(int64_t batch, int64_t h, int64_t w);
   // latents: [batch, C, h, w] as the sampler leaves them (before 1/scaling_factor);
