@@ -64,7 +64,7 @@ struct Pipeline::Impl {
   std::vector<CondRow> rows(const std::vector<ResolvedRequest>& rs, int branch) const;
   void denoise(const std::vector<ResolvedRequest>& rs, std::vector<std::unique_ptr<Sampler>>& samplers,
                std::vector<Result>& res, const ProgressFn& progress);
-  void decode(const ResolvedRequest& r, const float* latents, Result& res);
+  void decode(const ResolvedRequest& r, const float* latents, Result& res, RowSplit* split);
 };
 
 void Pipeline::Impl::ensure_shape(int64_t batch, int64_t items, int64_t lh, int64_t lw, int64_t text_len) {
@@ -163,10 +163,11 @@ void Pipeline::Impl::denoise(const std::vector<ResolvedRequest>& rs, std::vector
 
 // VAE decode at the generation size, then (binning) back to the requested size as diffusers
 // does: bilinear resize of the decoder output and a centre crop, before denormalising.
-void Pipeline::Impl::decode(const ResolvedRequest& r, const float* latents, Result& res) {
+// split: the band of rows this rank decodes (--parallel-vae; every rank gets the image), or null.
+void Pipeline::Impl::decode(const ResolvedRequest& r, const float* latents, Result& res, RowSplit* split) {
   const int64_t lh = r.gen_height / info.vae_scale, lw = r.gen_width / info.vae_scale;
   if (vae_h != lh || vae_w != lw) {
-    vae->prepare(1, lh, lw);
+    vae->prepare(1, lh, lw, split);
     raw_image = Tensor::empty({1, 3, int64_t(r.gen_height), int64_t(r.gen_width)});
     vae_h = lh;
     vae_w = lw;
@@ -250,7 +251,7 @@ std::unique_ptr<Pipeline> Pipeline::load(const PipelineOptions& opt) {
 
 ResolvedRequest Pipeline::resolve(const Request& req) const {
   const Impl& m = *impl_;
-  return resolve_request(req, m.info, m.rules, *m.conditioner, m.ctx->cfg().branch() != -1);
+  return resolve_request(req, m.info, m.rules, *m.conditioner, m.ctx->cfg().branch() != -1, m.ctx->decode_parts());
 }
 
 std::string Pipeline::parameters(const ResolvedRequest& r) const {
@@ -327,7 +328,7 @@ std::vector<Result> Pipeline::generate_batch(const std::vector<Request>& reqs, c
     r.latents = Tensor::empty({1, C, lh, lw});
     std::memcpy(r.latents.f32(), m.x.f32() + j * n, size_t(n) * 4);
     const auto t_decode = Clock::now();
-    if (rs[j].req.decode) m.ctx->run_output([&] { m.decode(rs[j], r.latents.f32(), r); });
+    if (rs[j].req.decode) m.ctx->run_output([&](RowSplit* split) { m.decode(rs[j], r.latents.f32(), r, split); });
     r.decode_seconds = since(t_decode);
     r.encode_seconds = encode / double(k);
     r.denoise_seconds = denoise / double(k);

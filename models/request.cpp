@@ -38,7 +38,7 @@ const AspectBin& nearest_bin(const std::vector<AspectBin>& bins, int height, int
 }
 
 ResolvedRequest resolve_request(const Request& req, const ModelInfo& info, const FamilyRules& rules,
-                                const Conditioner& conditioner, bool cfg_split) {
+                                const Conditioner& conditioner, bool cfg_split, int decode_parts) {
   ResolvedRequest r;
   r.req = req;
   r.steps = req.steps.value_or(info.default_steps);
@@ -71,6 +71,11 @@ ResolvedRequest resolve_request(const Request& req, const ModelInfo& info, const
     r.gen_width = r.width;
     r.gen_height = r.height;
   }
+  const int latent_rows = r.gen_height / info.vae_scale;
+  DIT_CHECK(!req.decode || latent_rows >= decode_parts,
+            "--parallel-vae: a " << r.gen_height << "-pixel-high image has " << latent_rows << " latent rows, fewer than "
+                                 << "the " << decode_parts << " ranks of a replica that would each decode a band of "
+                                 << "them; use fewer ranks or leave out --parallel-vae");
 
   if (info.text_to_image) {
     r.max_sequence_length = req.max_sequence_length ? req.max_sequence_length : info.default_max_sequence_length;

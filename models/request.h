@@ -20,7 +20,7 @@ constexpr int kMaxSequenceLength = 4096;        // text tokens
 // Checks `req` against the model and fills in every default (see ResolvedRequest). `cfg_split`:
 // the run splits the guidance halves over rank groups (--cfg-parallel), so guidance must be on.
 ResolvedRequest resolve_request(const Request& req, const ModelInfo& info, const FamilyRules& rules,
-                                const Conditioner& conditioner, bool cfg_split);
+                                const Conditioner& conditioner, bool cfg_split, int decode_parts = 1);
 
 // "<prompt>\n[Negative prompt: <negative>\n]Steps: N, Sampler: S, CFG scale: G, Seed: S, Size: WxH,
 //  [Generation size: WxH, ]Model: NAME, [Class: ID (LABEL), ][Max sequence length: L, ]Dtype: D,

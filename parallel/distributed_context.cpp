@@ -8,6 +8,7 @@
 #include "parallel/lent_cores.h"
 #include "parallel/mesh.h"
 #include "parallel/parallel_attention.h"
+#include "parallel/row_split.h"
 #include "parallel/tensor_parallel.h"
 #include "runtime/engine.h"
 #include "runtime/error.h"
@@ -119,23 +120,29 @@ class MeshLayerContext final : public LayerContext {
 class DistributedContext final : public ParallelContext {
  public:
   DistributedContext(std::shared_ptr<DeviceMesh> mesh, const DistributedOptions& opt)
-      : mesh_(std::move(mesh)), seq_(*mesh_), cfg_(*mesh_), layers_(*mesh_, opt) {}
+      : mesh_(std::move(mesh)), opt_(opt), seq_(*mesh_), cfg_(*mesh_), layers_(*mesh_, opt) {}
 
   SequenceSplit& sequence() override { return seq_; }
   CfgSplit& cfg() override { return cfg_; }
   LayerContext& layers() override { return layers_; }
   bool is_output_rank() const override { return mesh_->rank_in(Group::Replica) == 0; }
 
-  void run_output(const std::function<void()>& fn) override {
+  void run_output(const std::function<void(RowSplit*)>& fn) override {
     ProcessGroup& replica = mesh_->replica();
-    if (replica.size() == 1) return fn();
+    if (replica.size() == 1) return fn(nullptr);
+    if (opt_.parallel_vae) {
+      if (!rows_) rows_ = make_row_split(mesh_->group_ref(Group::Replica));
+      return fn(rows_.get());
+    }
     if (!cores_) cores_ = std::make_unique<LocalCores>(gather_local_cores(replica, num_threads()));
     if (is_output_rank()) {
       LentCores lent(*cores_);
-      fn();
+      fn(nullptr);
     }
     replica.barrier();  // the lenders wait here (blocked in a receive, not spinning)
   }
+
+  int decode_parts() const override { return opt_.parallel_vae ? mesh_->replica().size() : 1; }
 
   void check_agreement(const float* x, int64_t n) override {
     ProcessGroup& replica = mesh_->replica();
@@ -188,11 +195,13 @@ class DistributedContext final : public ParallelContext {
 
  private:
   std::shared_ptr<DeviceMesh> mesh_;
+  DistributedOptions opt_;
   MeshSequenceSplit seq_;
   MeshCfgSplit cfg_;
   MeshLayerContext layers_;
   std::vector<float> checks_;
   std::unique_ptr<LocalCores> cores_;  // the replica's cores on this machine (first run_output)
+  std::unique_ptr<RowSplit> rows_;     // --parallel-vae: the decode's rows over the replica
 };
 
 }  // namespace

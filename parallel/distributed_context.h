@@ -29,6 +29,9 @@ struct DistributedOptions {
   // Ulysses: heads per rank pipelined in up to this many chunks (--ulysses-chunks; 1: no overlap);
   // see ulysses_chunks_for.
   int ulysses_chunks = 1;
+  // --parallel-vae: every rank of a replica decodes a band of the image's rows (each holds
+  // the decoder); otherwise the output rank decodes alone with its machine's idle cores.
+  bool parallel_vae = false;
 };
 
 // --ulysses-chunks as given (> 0), else its default: kDefaultUlyssesChunks when the ranks span

@@ -59,10 +59,10 @@ Conv2d::Conv2d(const Conv2dSpec& spec, const Tensor& weight, const Tensor& bias,
   std::ostringstream os;
   os << "Conv2d x[" << s.batch << ", " << s.in_channels << ", " << s.height << ", " << s.width << "] w["
      << s.out_channels << ", " << s.in_channels << ", " << s.kernel << ", " << s.kernel << "] stride " << s.stride
-     << " pad " << s.padding << (s.accumulate ? " accumulate" : "") << " " << dtype_name(s.compute);
+     << " pad " << s.row_padding() << "x" << s.padding << (s.accumulate ? " accumulate" : "") << " " << dtype_name(s.compute);
   m.what = os.str();
   DIT_CHECK(s.batch > 0 && s.in_channels > 0 && s.out_channels > 0 && s.kernel > 0 && s.stride > 0 &&
-                s.padding >= 0 && s.out_height() > 0 && s.out_width() > 0,
+                s.padding >= 0 && s.row_padding() >= 0 && s.out_height() > 0 && s.out_width() > 0,
             m.what << ": bad sizes");
   DIT_CHECK(s.compute == DType::F32 || s.blocked || s.nhwc,
             m.what << ": bf16 compute converts x in the layout reorder (blocked)");
@@ -96,7 +96,7 @@ Conv2d::Conv2d(const Conv2dSpec& spec, const Tensor& weight, const Tensor& bias,
     dnnl::primitive_attr attr;
     attr.set_post_ops(po);
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    const memory::dims strides{s.stride, s.stride}, pad{s.padding, s.padding};
+    const memory::dims strides{s.stride, s.stride}, pad{s.row_padding(), s.padding};
     const bool has_bias = m.bias.defined();
     const auto& src_md = s.blocked || s.nhwc ? src_any : src_user;
     const auto& dst_md = s.blocked || s.nhwc ? dst_any : dst_user;

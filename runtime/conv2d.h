@@ -14,6 +14,9 @@ namespace dit {
 struct Conv2dSpec {
   int64_t batch = 1, in_channels = 0, out_channels = 0, height = 0, width = 0;
   int64_t kernel = 3, stride = 1, padding = 1;
+  // Zero rows above and below x (-1: `padding`); 0 when x carries its neighbours' rows (a band
+  // of a larger image with halo rows, runtime/row_split.h).
+  int64_t pad_rows = -1;
   bool accumulate = false;  // y = conv(x) + b + y (residual add fused as a sum post-op)
   // true: let oneDNN choose the activation layout (x and y are reordered through buffers
   // allocated in the constructor when it picks a blocked one); false: plain NCHW in place.
@@ -26,7 +29,8 @@ struct Conv2dSpec {
   DType compute = DType::F32;
   // The type of x given to run(): F32, or BF16 (bf16 compute with nhwc: x is used as it is).
   DType input = DType::F32;
-  int64_t out_height() const { return (height + 2 * padding - kernel) / stride + 1; }
+  int64_t row_padding() const { return pad_rows < 0 ? padding : pad_rows; }
+  int64_t out_height() const { return (height + 2 * row_padding() - kernel) / stride + 1; }
   int64_t out_width() const { return (width + 2 * padding - kernel) / stride + 1; }
 };
 

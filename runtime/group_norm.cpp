@@ -6,6 +6,7 @@
 #include "runtime/elementwise.h"
 #include "runtime/error.h"
 #include "runtime/parallel_for.h"
+#include "runtime/row_split.h"
 #include "runtime/simd_math.h"
 
 namespace dit {
@@ -52,12 +53,15 @@ void chunk_sums(int64_t HW, int64_t C, std::vector<double>& part, RowFn row) {
   });
 }
 
-// Group g's total of part[k][c] over its channels, chunks in order.
-double group_total(const std::vector<double>& part, int64_t C, int64_t cpg, int64_t g) {
-  double t = 0;
-  for (size_t k = 0; k < part.size() / size_t(C); ++k)
-    for (int64_t c = g * cpg; c < (g + 1) * cpg; ++c) t += part[k * size_t(C) + size_t(c)];
-  return t;
+// Every group's total of part[k][c] over its channels, chunks in order; added over the bands
+// of the image when it is split.
+void group_totals(const std::vector<double>& part, int64_t C, int64_t cpg, RowSplit* split, std::vector<double>& t) {
+  const int64_t G = C / cpg;
+  t.assign(size_t(G), 0.0);
+  for (int64_t g = 0; g < G; ++g)
+    for (size_t k = 0; k < part.size() / size_t(C); ++k)
+      for (int64_t c = g * cpg; c < (g + 1) * cpg; ++c) t[size_t(g)] += part[k * size_t(C) + size_t(c)];
+  if (split) split->sum(t.data(), G);
 }
 
 }  // namespace
@@ -68,21 +72,24 @@ void group_norm(const GroupNormSpec& s, const float* x, void* y, const float* ga
             "group_norm: bad shape [" << s.batch << ", " << s.height << ", " << s.width << ", " << s.channels
                                       << "] with " << s.groups << " groups");
   DIT_CHECK(s.out == DType::F32 || x != y, "group_norm: bf16 output cannot overwrite its f32 input");
+  DIT_CHECK(!s.split || (s.batch == 1 && s.image_height >= s.height), "group_norm: a band needs batch 1 and its image's height");
   const int64_t C = s.channels, HW = s.height * s.width, cpg = C / s.groups;
-  const double count = double(HW) * double(cpg);
-  std::vector<double> part;
+  const double count = double(s.split ? s.image_height * s.width : HW) * double(cpg);
+  std::vector<double> part, total;
   std::vector<float> mean(static_cast<size_t>(C)), a(static_cast<size_t>(C)), b(static_cast<size_t>(C));
   for (int64_t n = 0; n < s.batch; ++n) {
     const float* xn = x + n * HW * C;
     // mean[c]: the mean of c's group, per channel so that the loops run over channels.
     chunk_sums(HW, C, part, [&](int64_t p, double* acc) { add_row(xn + p * C, acc, C); });
+    group_totals(part, C, cpg, s.split, total);
     for (int64_t g = 0; g < s.groups; ++g) {
-      const float m = float(group_total(part, C, cpg, g) / count);
+      const float m = float(total[size_t(g)] / count);
       for (int64_t c = g * cpg; c < (g + 1) * cpg; ++c) mean[size_t(c)] = m;
     }
     chunk_sums(HW, C, part, [&](int64_t p, double* acc) { add_sq_row(xn + p * C, mean.data(), acc, C); });
+    group_totals(part, C, cpg, s.split, total);
     for (int64_t g = 0; g < s.groups; ++g) {
-      const double rstd = 1.0 / std::sqrt(group_total(part, C, cpg, g) / count + double(s.eps));
+      const double rstd = 1.0 / std::sqrt(total[size_t(g)] / count + double(s.eps));
       for (int64_t c = g * cpg; c < (g + 1) * cpg; ++c) {
         a[size_t(c)] = float((gamma ? gamma[c] : 1.0) * rstd);
         b[size_t(c)] = beta ? beta[c] : 0.f;

@@ -17,14 +17,21 @@
 
 namespace dit {
 
+class RowSplit;
+
 struct GroupNormSpec {
   int64_t batch = 1, channels = 0, height = 0, width = 0, groups = 32;
   float eps = 1e-6f;
   bool silu = false;       // apply SiLU after the affine transform
   DType out = DType::F32;  // y's type (BF16: rounded to nearest even)
+  // x is one band of `height` rows of a larger image split over processes: the group sums are
+  // added over the bands (the statistics are the whole image's), and the pixel count is
+  // image_height · width. Null: x is the whole image.
+  RowSplit* split = nullptr;
+  int64_t image_height = 0;  // with a split: the whole image's rows
 };
 
-// x: [batch, height, width, channels] f32; y: the same shape in s.out. gamma/beta: [channels]
+// x: [batch, height, width, channels] f32 (with a split, batch 1); y: the same shape in s.out. gamma/beta: [channels]
 // or null (1 and 0). x == y is allowed for f32 output.
 void group_norm(const GroupNormSpec& s, const float* x, void* y, const float* gamma, const float* beta);
 

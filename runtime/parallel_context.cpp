@@ -13,7 +13,8 @@ class SerialContext final : public ParallelContext, SequenceSplit, CfgSplit, Lay
   CfgSplit& cfg() override { return *this; }
   LayerContext& layers() override { return *this; }
   bool is_output_rank() const override { return true; }
-  void run_output(const std::function<void()>& fn) override { fn(); }
+  void run_output(const std::function<void(RowSplit*)>& fn) override { fn(nullptr); }
+  int decode_parts() const override { return 1; }
   void check_agreement(const float*, int64_t) override {}
   std::string describe(const LayoutInfo&) const override { return "serial (1 process)"; }
 

@@ -26,6 +26,7 @@
 #include <string>
 
 #include "runtime/attention_roles.h"
+#include "runtime/row_split.h"
 #include "runtime/tensor_parallel.h"
 #include "runtime/token_split.h"
 
@@ -91,9 +92,13 @@ class ParallelContext {
   virtual LayerContext& layers() = 0;
   // Whether this rank decodes and writes the output (one rank per replica).
   virtual bool is_output_rank() const = 0;
-  // Every rank of the replica calls it at the same point: fn runs on the output rank, which
-  // may use the cores of the replica's other ranks on its machine meanwhile (they wait).
-  virtual void run_output(const std::function<void()>& fn) = 0;
+  // The work after the loop (the VAE decode). Every rank of the replica calls it at the same
+  // point. Either fn(nullptr) runs on the output rank, which may use the cores of the
+  // replica's other ranks on its machine meanwhile (they wait), or (--parallel-vae) every
+  // rank runs fn(split), the decode's rows split over the replica (runtime/row_split.h).
+  virtual void run_output(const std::function<void(RowSplit*)>& fn) = 0;
+  // How many bands run_output splits an image's rows into (1: not split).
+  virtual int decode_parts() const = 0;
   // Makes every rank of the replica agree that `x` is identical (cheap checksum); throws if not.
   virtual void check_agreement(const float* x, int64_t n) = 0;
   // One line describing this rank's share ("serial (1 process)", "rank 3: uncond branch, ...").

@@ -9,6 +9,7 @@
 #include "runtime/error.h"
 #include "runtime/json_config.h"
 #include "runtime/group_norm.h"
+#include "runtime/row_split.h"
 #include "runtime/safetensors.h"
 
 namespace dit {
@@ -129,11 +130,19 @@ AttnW load_attn(const WeightStore& s, const std::string& base, int64_t c, DType 
 
 }  // namespace
 
-// Activations are channels last, [batch, H, W, C], from the first convolution to the last:
+// Activations are channels last, [H, W, C] per image, from the first convolution to the last:
 // the convolutions read and write them in place (no layout reorders), GroupNorm and the
 // upsampler write the next convolution's input type (bf16 with bf16 compute), and the mid
-// block's attention reads the normalised activations as its tokens [batch, H·W, C] directly.
+// block's attention reads the normalised activations as its tokens [H·W, C] directly.
+//
+// Each image is decoded as a band of its rows (all of them serially; one band per rank under
+// --parallel-vae, runtime/row_split.h). Every buffer holds a band with one halo row above and
+// below, [rows + 2, W, C]: a 3×3 convolution reads the band with its halo rows (its
+// neighbours' rows, or zeros at the image's edges: padding only in W), everything else reads
+// and writes the rows in between. GroupNorm's statistics and the attention's K/V cover the
+// whole image.
 struct VaeDecoder::Impl {
+  VaeConfig config;
   // Weights.
   bool has_post_quant = false;
   ConvW post_quant, conv_in, conv_out;
@@ -149,77 +158,106 @@ struct VaeDecoder::Impl {
 
   // Plan for one shape: a list of steps executed in order over four rotating buffers.
   int64_t batch = 0, h0 = 0, w0 = 0;
-  Tensor buf[4];  // f32-sized; a bf16 activation uses the first half
-  Tensor z;       // scaled latents, channels last
+  RowSplit* split = nullptr;
+  std::unique_ptr<RowSplit> serial_split;
+  TokenRange band;  // the latent rows decoded here
+  Tensor buf[4];    // f32-sized; a bf16 activation uses the first half
+  Tensor z;         // scaled latents of the band, channels last, with halo rows
+  Tensor out_rows;  // the whole image [H, W, 3] (every band gathered)
+  // A convolution over a band of `rows` rows of width `width`: a 3×3 one reads the halo rows.
+  struct BandConv {
+    Conv2d op;
+    int64_t rows = 0, width = 0, c_in = 0;
+    bool halo = false;
+  };
   struct ResnetOps {
     const ResnetW* w = nullptr;
     GroupNormSpec n1, n2;
-    Conv2d c1, c2, sc;
+    BandConv c1, c2, sc;
   };
   struct AttnOps {
     GroupNormSpec gn;
     Linear qkv, out;
     Attention attn;
-    int64_t c = 0, hw = 0;
+    int64_t c = 0, tokens = 0;           // the band's pixels
+    std::vector<size_t> counts;          // qkv floats per part, for the gather
+    int64_t q_offset = 0;                // the band's first row in the gathered qkv
   };
   std::vector<ResnetOps> resnets;  // in execution order
   AttnOps attn_ops;
-  std::vector<Conv2d> upsample_convs;
-  Conv2d post_quant_op, conv_in_op, conv_out_op;
+  std::vector<BandConv> upsample_convs;
+  BandConv post_quant_op, conv_in_op, conv_out_op;
   GroupNormSpec norm_out_spec;
-  Tensor qkv_buf, attn_buf;  // mid attention scratch
+  std::vector<size_t> image_counts;  // output floats per part
+  Tensor qkv_band, qkv_all, attn_buf;  // mid attention scratch
   std::shared_ptr<Conv2dWorkspace> conv_ws;  // one set of scratch buffers for all convolutions
 
-  float* f(int i) { return buf[i].f32(); }
+  // Buffer i's first row after the halo, when it holds rows of `row` elements of type t.
+  void* rows_of(int i, int64_t row, DType t) { return static_cast<char*>(buf[i].data()) + row * int64_t(dtype_size(t)); }
+  float* f32_rows(int i, int64_t row) { return static_cast<float*>(rows_of(i, row, DType::F32)); }
 
   // input: the type run() gets (F32 for the latents and the shortcut's x, compute after
   // GroupNorm or the upsampler); an f32 x with bf16 compute is converted inside the convolution.
-  Conv2d conv(const ConvW& cw, int64_t c_in, int64_t h, int64_t w, bool accumulate, DType input) {
+  BandConv conv(const ConvW& cw, int64_t c_in, int64_t rows, int64_t width, bool accumulate, DType input) {
     Conv2dSpec s;
-    s.batch = batch;
+    s.batch = 1;
     s.in_channels = c_in;
     s.out_channels = cw.out;
-    s.height = h;
-    s.width = w;
     s.kernel = cw.k;
     s.stride = 1;
     s.padding = cw.k / 2;
+    const bool halo = cw.k == 3;
+    DIT_CHECK(cw.k == 1 || cw.k == 3, "VAE: " << cw.k << "x" << cw.k << " convolutions are not supported");
+    s.height = halo ? rows + 2 : rows;  // the halo rows are the padding above and below
+    s.pad_rows = 0;
+    s.width = width;
     s.accumulate = accumulate;
     s.nhwc = true;
     s.compute = compute;
     s.input = input;
-    return Conv2d(s, cw.w, cw.b, conv_ws);
+    return {Conv2d(s, cw.w, cw.b, conv_ws), rows, width, c_in, halo};
   }
-  // Runs c on buffer `in` (as its input type) into buffer `out` (f32).
-  void run(const Conv2d& c, int in, int out) {
-    if (c.spec().input == DType::BF16)
-      c.run(static_cast<const uint16_t*>(buf[in].data()), f(out));
+  // Runs c on buffer `in` (as its input type) into buffer `out`'s rows (f32).
+  void run(const BandConv& c, int in, int out) {
+    const DType t = c.op.spec().input;
+    const int64_t row = c.width * c.c_in;
+    const void* x = rows_of(in, row, t);
+    if (c.halo) {
+      split->exchange_halo(buf[in].data(), c.rows, size_t(row) * dtype_size(t));
+      x = buf[in].data();
+    }
+    float* y = f32_rows(out, c.width * c.op.spec().out_channels);
+    if (t == DType::BF16)
+      c.op.run(static_cast<const uint16_t*>(x), y);
     else
-      c.run(f(in), f(out));
+      c.op.run(static_cast<const float*>(x), y);
   }
-  GroupNormSpec gn(int64_t c, int64_t h, int64_t w, bool silu_after, DType out) {
+  GroupNormSpec gn(int64_t c, int64_t rows, int64_t width, int64_t image_rows, bool silu_after, DType out) {
     GroupNormSpec s;
-    s.batch = batch;
+    s.batch = 1;
     s.channels = c;
-    s.height = h;
-    s.width = w;
+    s.height = rows;
+    s.width = width;
     s.groups = groups;
     s.eps = 1e-6f;
     s.silu = silu_after;
     s.out = out;
+    s.split = split;
+    s.image_height = image_rows;
     return s;
   }
   void norm(const GroupNormSpec& s, const NormW& w, int in, int out) {
-    group_norm(s, f(in), buf[out].data(), w.gamma.f32(), w.beta.f32());
+    const int64_t row = s.width * s.channels;
+    group_norm(s, f32_rows(in, row), rows_of(out, row, s.out), w.gamma.f32(), w.beta.f32());
   }
-  ResnetOps resnet_ops(const ResnetW& r, int64_t h, int64_t w) {
+  ResnetOps resnet_ops(const ResnetW& r, int64_t rows, int64_t width, int64_t image_rows) {
     ResnetOps o;
     o.w = &r;
-    o.n1 = gn(r.c1.in, h, w, true, compute);
-    o.c1 = conv(r.c1, r.c1.in, h, w, false, compute);
-    o.n2 = gn(r.c1.out, h, w, true, compute);
-    o.c2 = conv(r.c2, r.c2.in, h, w, true, compute);
-    if (r.has_shortcut) o.sc = conv(r.shortcut, r.shortcut.in, h, w, false, DType::F32);
+    o.n1 = gn(r.c1.in, rows, width, image_rows, true, compute);
+    o.c1 = conv(r.c1, r.c1.in, rows, width, false, compute);
+    o.n2 = gn(r.c1.out, rows, width, image_rows, true, compute);
+    o.c2 = conv(r.c2, r.c2.in, rows, width, true, compute);
+    if (r.has_shortcut) o.sc = conv(r.shortcut, r.shortcut.in, rows, width, false, DType::F32);
     return o;
   }
 
@@ -239,22 +277,28 @@ struct VaeDecoder::Impl {
     }
   }
 
-  // x += out(attention(GN(x))): a single head over the H·W pixels.
+  // x += out(attention(GN(x))): a single head; the band's pixels attend to every pixel.
   void run_attention(int cur) {
     AttnOps& o = attn_ops;
     const int a = (cur + 1) % 4;
-    norm(o.gn, mid_attn.gn, cur, a);  // tokens [B, HW, C]
-    o.qkv.run(f(a), qkv_buf.f32());   // [B, HW, 3C]
-    const float* q = qkv_buf.f32();
-    o.attn.run(q, q + o.c, q + 2 * o.c, attn_buf.f32(), nullptr);  // [B, HW, C]
-    o.out.run(attn_buf.f32(), f(a));                                // [B, HW, C]
-    add(f(cur), f(a), f(cur), batch * o.hw * o.c);
+    norm(o.gn, mid_attn.gn, cur, a);                          // tokens [band, C]
+    o.qkv.run(f32_rows(a, o.c * w0), qkv_band.f32());         // [band, 3C]
+    split->gather(qkv_band.f32(), qkv_all.f32(), o.counts);   // [H·W, 3C]
+    const float* all = qkv_all.f32();
+    o.attn.run(all + o.q_offset, all + o.c, all + 2 * o.c, attn_buf.f32(), nullptr);  // [band, C]
+    float* x = f32_rows(cur, o.c * w0);
+    float* y = f32_rows(a, o.c * w0);
+    o.out.run(attn_buf.f32(), y);  // [band, C]
+    add(x, y, x, o.tokens * o.c);
   }
+
+  void decode_image(const float* latents, float* image);
 };
 
 VaeDecoder::VaeDecoder(const VaeConfig& cfg, const WeightStore& s, DType compute)
     : cfg_(cfg), impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
+  m.config = cfg;
   require_compute(compute);
   m.compute = compute;
   m.groups = cfg.groups;
@@ -288,73 +332,94 @@ VaeDecoder::VaeDecoder(const VaeConfig& cfg, const WeightStore& s, DType compute
 
 VaeDecoder::~VaeDecoder() = default;
 
-void VaeDecoder::prepare(int64_t batch, int64_t h, int64_t w) {
+void VaeDecoder::prepare(int64_t batch, int64_t h, int64_t w, RowSplit* split) {
   Impl& m = *impl_;
   DIT_CHECK(batch >= 1 && h >= 1 && w >= 1, "VAE: empty latent shape");
+  if (!split) {
+    if (!m.serial_split) m.serial_split = make_serial_row_split();
+    split = m.serial_split.get();
+  }
+  DIT_CHECK(h >= split->parts(), "VAE: a latent of " << h << " rows cannot be split over " << split->parts()
+                                                    << " ranks (each decodes at least one row)");
+  m.split = split;
   m.batch = batch;
   m.conv_ws = std::make_shared<Conv2dWorkspace>();  // sized by the convolutions built below
   m.h0 = h;
   m.w0 = w;
+  m.band = split->range(h);
   const std::vector<int>& C = cfg_.block_out_channels;
-  const int64_t top = C.back(), lat = cfg_.latent_channels;
-  int64_t max_elems = batch * std::max<int64_t>(lat, 3) * h * w * int64_t(cfg_.scale()) * cfg_.scale();
-  auto need = [&](int64_t c, int64_t hh, int64_t ww) { max_elems = std::max(max_elems, batch * c * hh * ww); };
+  const int64_t top = C.back(), lat = cfg_.latent_channels, rows = m.band.size();
+  int64_t max_elems = 0;
+  auto need = [&](int64_t c, int64_t r, int64_t wd) { max_elems = std::max(max_elems, (r + 2) * wd * c); };
 
-  if (m.has_post_quant) m.post_quant_op = m.conv(m.post_quant, lat, h, w, false, DType::F32);
-  m.conv_in_op = m.conv(m.conv_in, lat, h, w, false, DType::F32);
-  need(top, h, w);
+  if (m.has_post_quant) m.post_quant_op = m.conv(m.post_quant, lat, rows, w, false, DType::F32);
+  m.conv_in_op = m.conv(m.conv_in, lat, rows, w, false, DType::F32);
+  need(std::max<int64_t>(top, lat), rows, w);
   m.resnets.clear();
   m.upsample_convs.clear();
-  m.resnets.push_back(m.resnet_ops(m.mid0, h, w));
+  m.resnets.push_back(m.resnet_ops(m.mid0, rows, w, h));
   if (m.has_attn) {
     Impl::AttnOps& a = m.attn_ops;
     a.c = top;
-    a.hw = h * w;
-    a.gn = m.gn(top, h, w, false, DType::F32);
+    a.tokens = rows * w;
+    a.gn = m.gn(top, rows, w, h, false, DType::F32);
     LinearSpec ls;
     ls.batch = 1;
-    ls.rows = batch * h * w;
+    ls.rows = rows * w;
     ls.in = top;
     ls.out = 3 * top;
     a.qkv = Linear(ls, m.mid_attn.qkv);
     ls.out = top;
     a.out = Linear(ls, m.mid_attn.out);
     AttentionSpec as;
-    as.batch = batch;
+    as.batch = 1;
     as.heads = 1;
-    as.q_len = as.kv_len = h * w;
+    as.q_len = rows * w;
+    as.kv_len = h * w;
     as.head_dim = top;
-    as.q = as.k = as.v = AttnLayout::bthd(h * w, top, 1, 3 * top);
-    as.out = AttnLayout::bthd(h * w, top, 1, top);
+    as.q = AttnLayout::bthd(rows * w, top, 1, 3 * top);
+    as.k = as.v = AttnLayout::bthd(h * w, top, 1, 3 * top);
+    as.out = AttnLayout::bthd(rows * w, top, 1, top);
     as.compute = m.compute;
     a.attn = Attention(as);
-    m.qkv_buf = Tensor::empty({batch, h * w, 3 * top});
-    m.attn_buf = Tensor::empty({batch, h * w, top});
+    a.counts.clear();
+    for (const TokenRange& r : split_all(h, split->parts())) a.counts.push_back(size_t(r.size() * w * 3 * top));
+    a.q_offset = m.band.begin * w * 3 * top;
+    m.qkv_band = Tensor::empty({rows * w, 3 * top});
+    m.qkv_all = Tensor::empty({h * w, 3 * top});
+    m.attn_buf = Tensor::empty({rows * w, top});
   }
-  m.resnets.push_back(m.resnet_ops(m.mid1, h, w));
-  int64_t hh = h, ww = w;
+  m.resnets.push_back(m.resnet_ops(m.mid1, rows, w, h));
+  int64_t rr = rows, ww = w, hh = h;
   for (const UpBlockW& ub : m.ups) {
     for (const ResnetW& r : ub.resnets) {
-      m.resnets.push_back(m.resnet_ops(r, hh, ww));
-      need(r.c1.out, hh, ww);
-      need(r.c1.in, hh, ww);
+      m.resnets.push_back(m.resnet_ops(r, rr, ww, hh));
+      need(r.c1.out, rr, ww);
+      need(r.c1.in, rr, ww);
     }
     if (ub.has_upsampler) {
-      hh *= 2;
+      rr *= 2;
       ww *= 2;
-      need(ub.upsampler.out, hh, ww);
-      m.upsample_convs.push_back(m.conv(ub.upsampler, ub.upsampler.in, hh, ww, false, m.compute));
+      hh *= 2;
+      need(ub.upsampler.out, rr, ww);
+      m.upsample_convs.push_back(m.conv(ub.upsampler, ub.upsampler.in, rr, ww, false, m.compute));
     }
   }
-  m.norm_out_spec = m.gn(C[0], hh, ww, true, m.compute);
-  m.conv_out_op = m.conv(m.conv_out, C[0], hh, ww, false, m.compute);
+  m.norm_out_spec = m.gn(C[0], rr, ww, hh, true, m.compute);
+  m.conv_out_op = m.conv(m.conv_out, C[0], rr, ww, false, m.compute);
+  need(cfg_.out_channels, rr, ww);
+  m.image_counts.clear();
+  const int64_t s = cfg_.scale();
+  for (const TokenRange& r : split_all(h, split->parts()))
+    m.image_counts.push_back(size_t(r.size() * s * ww * cfg_.out_channels));
   for (Tensor& b : m.buf) b = Tensor::empty({max_elems});
-  m.z = Tensor::empty({batch, h, w, lat});
+  m.z = Tensor::empty({rows + 2, w, lat});
+  m.out_rows = Tensor::empty({hh, ww, int64_t(cfg_.out_channels)});
 }
 
 void VaeDecoder::decode(const float* latents, float* image) {
   decode_raw(latents, image);
-  to_unit_range(image, impl_->batch * 3 * impl_->h0 * cfg_.scale() * impl_->w0 * cfg_.scale());
+  to_unit_range(image, impl_->batch * cfg_.out_channels * impl_->h0 * cfg_.scale() * impl_->w0 * cfg_.scale());
 }
 
 void to_unit_range(float* image, int64_t n) {
@@ -363,44 +428,54 @@ void to_unit_range(float* image, int64_t n) {
 
 void VaeDecoder::decode_raw(const float* latents, float* image) {
   Impl& m = *impl_;
-  const int64_t lat = cfg_.latent_channels, hw = m.h0 * m.w0;
-  // z = latents / scaling_factor (+ shift_factor), [B, C, h, w] -> channels last [B, h, w, C]
-  const float inv = float(1.0 / cfg_.scaling_factor), shift = float(cfg_.shift_factor.value_or(0.0));
-  float* z = m.z.f32();
-  for (int64_t b = 0; b < m.batch; ++b)
-    for (int64_t c = 0; c < lat; ++c)
-      for (int64_t i = 0; i < hw; ++i) z[(b * hw + i) * lat + c] = latents[(b * lat + c) * hw + i] * inv + shift;
-  const float* zin = z;
-  if (m.has_post_quant) {
-    m.post_quant_op.run(zin, m.f(3));
-    zin = m.f(3);
-  }
+  const int64_t lat = cfg_.latent_channels, s = cfg_.scale();
+  for (int64_t n = 0; n < m.batch; ++n)
+    m.decode_image(latents + n * lat * m.h0 * m.w0, image + n * cfg_.out_channels * m.h0 * s * m.w0 * s);
+}
+
+// latents [C, h, w] -> image [3, H, W] (every part gets the whole image).
+void VaeDecoder::Impl::decode_image(const float* latents, float* image) {
+  const VaeConfig& cfg = config;
+  const int64_t lat = cfg.latent_channels, hw = h0 * w0, rows = band.size();
+  // z = latents / scaling_factor (+ shift_factor), the band's rows, [C, h, w] -> [rows, w, C]
+  const float inv = float(1.0 / cfg.scaling_factor), shift = float(cfg.shift_factor.value_or(0.0));
+  float* zr = z.f32() + w0 * lat;  // after the halo row
+  for (int64_t c = 0; c < lat; ++c)
+    for (int64_t i = 0; i < rows * w0; ++i) zr[i * lat + c] = latents[c * hw + band.begin * w0 + i] * inv + shift;
   int cur = 0;
-  m.conv_in_op.run(zin, m.f(cur));
+  if (has_post_quant) {
+    post_quant_op.op.run(zr, f32_rows(3, w0 * lat));  // 1×1: the band's rows only
+    run(conv_in_op, 3, cur);
+  } else {
+    split->exchange_halo(z.data(), rows, size_t(w0 * lat) * 4);
+    conv_in_op.op.run(z.f32(), f32_rows(cur, w0 * conv_in.out));
+  }
   size_t ri = 0;
-  m.run_resnet(m.resnets[ri++], cur);
-  if (m.has_attn) m.run_attention(cur);
-  m.run_resnet(m.resnets[ri++], cur);
-  int64_t hh = m.h0, ww = m.w0;
+  run_resnet(resnets[ri++], cur);
+  if (has_attn) run_attention(cur);
+  run_resnet(resnets[ri++], cur);
+  int64_t rr = rows, ww = w0;
   size_t ui = 0;
-  for (const UpBlockW& ub : m.ups) {
-    for (size_t r = 0; r < ub.resnets.size(); ++r) m.run_resnet(m.resnets[ri++], cur);
+  for (const UpBlockW& ub : ups) {
+    for (size_t r = 0; r < ub.resnets.size(); ++r) run_resnet(resnets[ri++], cur);
     if (ub.has_upsampler) {
       const int a = (cur + 1) % 4, b = (cur + 2) % 4;
-      upsample_nearest2x(m.f(cur), m.buf[a].data(), m.compute, m.batch, hh, ww, ub.upsampler.in);
-      hh *= 2;
+      const int64_t c = ub.upsampler.in;
+      upsample_nearest2x(f32_rows(cur, ww * c), rows_of(a, 2 * ww * c, compute), compute, 1, rr, ww, c);
+      rr *= 2;
       ww *= 2;
-      m.run(m.upsample_convs[ui++], a, b);
+      run(upsample_convs[ui++], a, b);
       cur = b;
     }
   }
   const int a = (cur + 1) % 4, b = (cur + 2) % 4;
-  m.norm(m.norm_out_spec, m.norm_out, cur, a);
-  m.run(m.conv_out_op, a, b);  // [B, H, W, 3]
-  const int64_t oc = cfg_.out_channels, ohw = hh * ww;
-  for (int64_t n = 0; n < m.batch; ++n)  // -> [B, 3, H, W]
-    for (int64_t c = 0; c < oc; ++c)
-      for (int64_t i = 0; i < ohw; ++i) image[(n * oc + c) * ohw + i] = m.f(b)[(n * ohw + i) * oc + c];
+  norm(norm_out_spec, norm_out, cur, a);
+  run(conv_out_op, a, b);  // [rows·s, W, 3]
+  const int64_t oc = cfg.out_channels;
+  split->gather(f32_rows(b, ww * oc), out_rows.f32(), image_counts);  // [H, W, 3]
+  const int64_t ohw = out_rows.dim(0) * ww;
+  for (int64_t c = 0; c < oc; ++c)  // -> [3, H, W]
+    for (int64_t i = 0; i < ohw; ++i) image[c * ohw + i] = out_rows.f32()[i * oc + c];
 }
 
 }  // namespace dit

@@ -7,6 +7,9 @@
 //   VaeDecoder vae(cfg, WeightStore::open_dir(dir + "/vae"), DType::F32);   // or BF16 (AVX-512)
 //   vae.prepare(1, 32, 32);                     // latent size; primitives + buffers
 //   vae.decode(latents, image);                 // latents [1,4,32,32] -> image [1,3,256,256] in [0,1]
+//
+// Split over ranks (--parallel-vae): every rank prepares with the same RowSplit (parallel/),
+// decodes its band of rows from the whole latents, and gets the whole image.
 #pragma once
 
 #include <memory>
@@ -22,6 +25,7 @@
 namespace dit {
 
 class Config;
+class RowSplit;
 class WeightStore;
 
 struct VaeConfig {
@@ -51,8 +55,10 @@ class VaeDecoder {
   VaeDecoder(const VaeConfig& cfg, const WeightStore& store, DType compute = DType::F32);
   ~VaeDecoder();
   const VaeConfig& config() const { return cfg_; }
-  // Primitives and buffers for latents [batch, C, h, w].
-  void prepare(int64_t batch, int64_t h, int64_t w);
+  // Primitives and buffers for latents [batch, C, h, w], decoding the band of rows `split`
+  // gives this rank (every row when null); the split must outlive the decodes. Needs
+  // h >= split->parts().
+  void prepare(int64_t batch, int64_t h, int64_t w, RowSplit* split = nullptr);
   // latents: [batch, C, h, w] as the sampler leaves them (before 1/scaling_factor);
   // image: [batch, 3, h·scale, w·scale], (x/2 + 0.5) clamped to [0, 1].
   void decode(const float* latents, float* image);

@@ -113,6 +113,11 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
                  "travels while another is computed (1: no overlap; default: " +
                      std::to_string(kDefaultUlyssesChunks) + " when the ranks span machines, 1 on one machine)")
       ->group(par);
+  app.add_flag("--parallel-vae", o.parallel_vae,
+               "split the VAE decode over the ranks of each replica: each rank holds the decoder and decodes a band "
+               "of image rows, exchanging a halo row per convolution with its neighbours (default: one rank decodes, "
+               "using the idle cores of its machine's ranks; no effect with one rank)")
+      ->group(par);
   app.add_flag("--no-pin", o.no_pin,
                "do not pin the ranks: by default local rank r of a machine runs on its own cores (r*threads .. "
                "r*threads+threads-1 of the allowed set; -v prints them)")
