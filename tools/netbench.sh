@@ -6,7 +6,10 @@
 #
 #   sudo tools/netbench.sh --preset xl --layers 2 --size 256 --nodes 2 --rate 25gbit
 #   sudo tools/netbench.sh --preset tiny --steps 2            # the CI smoke run
+#   sudo tools/netbench.sh --preset xl --layers 4 --gen "-p 207 --steps 8 --cfg-parallel --parallel-vae"
 #
+# With --gen, every node runs one whole dit-gen instead (launch, rendezvous, load, steps, decode,
+# PNG), and one JSON line gives node 0's wall time and dit-gen's phase times.
 # Prints one JSON line per layout (serial first, the one-node baseline): median step seconds
 # and the speedup over serial. With `-- --rounds N` (dit-bench's) every layout runs N times in
 # turn, one line per run, then one line per layout with the medians over the rounds.
@@ -34,6 +37,8 @@ usage: tools/netbench.sh [options] [-- dit-bench options]
   --bin DIR         where dit-bench and dit-make-model are               [build/bin]
   --cache DIR       where preset models are created and reused        [dit-bench's]
   --keep-logs DIR   copy each node's JSON and log here
+  --gen ARGS        run `dit-gen ARGS` on every node (its layout flags give the world size;
+                    -m, --nnodes, --node-rank, --rendezvous and -o are added) instead of dit-bench
   -- ARGS...        passed to every node's dit-bench as they are (e.g. -- --ulysses-chunks 1)
 EOF
 }
@@ -41,19 +46,19 @@ EOF
 die() { echo "netbench: error: $*" >&2; exit 2; }
 
 preset=tiny layers=0 sizes="" nodes=2 rate=25gbit delay=80us layouts=cfg2,u2,r2,u2r2,tp2
-steps=3 warmup=1 threads=0 bin=build/bin cache="" keep=""
+steps=3 warmup=1 threads=0 bin=build/bin cache="" keep="" gen=""
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
-    --preset|--layers|--size|--nodes|--rate|--delay|--layouts|--steps|--warmup|--threads|--bin|--cache|--keep-logs)
+    --preset|--layers|--size|--nodes|--rate|--delay|--layouts|--steps|--warmup|--threads|--bin|--cache|--keep-logs|--gen)
       [ $# -ge 2 ] || die "$1 needs a value"
       case "$1" in
         --preset) preset=$2 ;; --layers) layers=$2 ;; --size) sizes=$2 ;; --nodes) nodes=$2 ;;
         --rate) rate=$2 ;; --delay) delay=$2 ;; --layouts) layouts=$2 ;; --steps) steps=$2 ;;
         --warmup) warmup=$2 ;; --threads) threads=$2 ;; --bin) bin=$2 ;; --cache) cache=$2 ;;
-        --keep-logs) keep=$2 ;;
+        --keep-logs) keep=$2 ;; --gen) gen=$2 ;;
       esac
       shift 2 ;;
     *) die "unknown option '$1' (see --help)" ;;
@@ -73,7 +78,7 @@ for t in ip tc redis-server redis-cli taskset jq; do
   command -v "$t" > /dev/null ||
     die "'$t' is missing (install iproute2, redis-server, util-linux and jq; tools/setup.sh does)"
 done
-for t in dit-bench dit-make-model; do
+for t in dit-bench dit-make-model ${gen:+dit-gen}; do
   [ -x "$bin/$t" ] || die "$bin/$t not found: build first (cmake --build build) or pass --bin DIR"
 done
 bin=$(cd "$bin" && pwd)
@@ -181,6 +186,15 @@ for ((k = 0; k < nodes; k++)); do
   cores=$(node_cores "$k")
   t=$threads
   [ "$t" -gt 0 ] || t=$per   # one rank per node for cfg2/u2/r2/tp2; u2r2 puts 2 on a node
+  if [ -n "$gen" ]; then
+    # shellcheck disable=SC2086  # --gen's words are dit-gen's arguments
+    setsid ip netns exec "$tag-n$k" env DIT_ADDR="$net.$((k + 1))" taskset -c "$cores" \
+      /usr/bin/env bash -c 's=$(date +%s.%N); "$@"; rc=$?; awk -v a="$s" -v b="$(date +%s.%N)" "BEGIN { printf \"wall %.3f\n\", b - a }" >&2; exit $rc' _ \
+      "$bin/dit-gen" -m "$model" $gen -v --progress none --nnodes "$nodes" --node-rank "$k" \
+      --rendezvous "redis://$net.254:$port/$tag" -o "$work/node$k.png" > "$work/node$k.json" 2> "$work/node$k.log" &
+    pids+=($!)
+    continue
+  fi
   setsid ip netns exec "$tag-n$k" env DIT_ADDR="$net.$((k + 1))" taskset -c "$cores" \
     "$bin/dit-bench" --model "$model" ${sizes:+--size "$sizes"} --layouts "serial,$layouts" --steps "$steps" \
     --warmup "$warmup" --threads "$t" --nnodes "$nodes" --node-rank "$k" \
@@ -198,7 +212,15 @@ if [ -n "$keep" ]; then
 fi
 if [ -n "$failed" ]; then
   for k in $failed; do echo "--- node $k:" >&2; tail -20 "$work/node$k.log" >&2; done
-  die "dit-bench failed on node(s)$failed"
+  die "${gen:+dit-gen}${gen:-dit-bench} failed on node(s)$failed"
+fi
+if [ -n "$gen" ]; then  # node 0's wall time and phase times ("dit-gen: times: connect 0.01 s, load ...")
+  times=$(grep -h '^dit-gen: times: ' "$work/node0.log" | tail -1 | sed 's/^dit-gen: times: //')
+  jq -nc --arg args "$gen" --argjson nodes "$nodes" --arg rate "$rate" --arg cores "$cores_note" \
+    --argjson wall "$(grep -h '^wall ' "$work/node0.log" | tail -1 | cut -d' ' -f2)" --arg times "$times" '
+    {dit_gen: $args, nodes: $nodes, rate: $rate, cores: $cores, wall_s_node0: $wall}
+    + ($times | [scan("([a-z]+) ([0-9.]+) s") | {key: (.[0] + "_s"), value: (.[1] | tonumber)}] | from_entries)'
+  exit 0
 fi
 
 # ------------------------------------------------------------------ one JSON line per layout

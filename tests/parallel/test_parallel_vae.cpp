@@ -38,7 +38,7 @@ dit::Tensor decode(const Vae& v, const dit::Tensor& latents, dit::DType compute,
 
 }  // namespace
 
-TEST_CASE("--parallel-vae: the decode split over ranks gives the serial decoder's image", "[parallel][vae]") {
+TEST_CASE("parallel VAE: the decode split over ranks gives the serial decoder's image", "[parallel][vae]") {
   struct Case {
     const char* model;
     const char* file;
@@ -73,7 +73,7 @@ TEST_CASE("--parallel-vae: the decode split over ranks gives the serial decoder'
   }
 }
 
-TEST_CASE("--parallel-vae: a latent with fewer rows than ranks is refused on every rank", "[parallel][vae]") {
+TEST_CASE("parallel VAE: a latent with fewer rows than ranks is refused on every rank", "[parallel][vae]") {
   const Vae v("dit-small");
   const dit::Tensor latents = golden("dit-small.dpm12.label11.seed9.g4.h48w64.safetensors", "latents");  // 12 rows
   std::mutex mu;

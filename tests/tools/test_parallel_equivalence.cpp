@@ -182,7 +182,7 @@ TEST_CASE("parallel layouts equal serial: Ulysses pipelined over head chunks", "
   check_layouts("pixart-tiny", "", {"--ulysses 2 --ulysses-chunks 2", "--ulysses 4 --ulysses-chunks 4"});
 }
 
-TEST_CASE("--parallel-vae: the decode split over a replica's ranks gives the serial image", "[parallel][equivalence][vae]") {
+TEST_CASE("parallel VAE (--parallel-vae): the decode split over a replica's ranks gives the serial image", "[parallel][equivalence][vae]") {
   // Latent rows over the replica: dit-small's 16 over 2 and 4 ranks, 12 (48x64) over 3 and 5;
   // dit-tiny's 8 over 8 ranks (bands of one row); PixArt-α's binned 208x304 (26 rows) over 4.
   check_layouts("dit-small", "", {"--cfg-parallel --parallel-vae", "--cfg-parallel --ulysses 2 --parallel-vae"});
