@@ -163,7 +163,7 @@ void Pipeline::Impl::denoise(const std::vector<ResolvedRequest>& rs, std::vector
 
 // VAE decode at the generation size, then (binning) back to the requested size as diffusers
 // does: bilinear resize of the decoder output and a centre crop, before denormalising.
-// split: the band of rows this rank decodes (--parallel-vae; every rank gets the image), or null.
+// split: the band of rows this rank decodes (--vae-parallel; every decoding rank gets the image), or null.
 void Pipeline::Impl::decode(const ResolvedRequest& r, const float* latents, Result& res, RowSplit* split) {
   const int64_t lh = r.gen_height / info.vae_scale, lw = r.gen_width / info.vae_scale;
   if (vae_h != lh || vae_w != lw) {

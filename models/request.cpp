@@ -73,9 +73,9 @@ ResolvedRequest resolve_request(const Request& req, const ModelInfo& info, const
   }
   const int latent_rows = r.gen_height / info.vae_scale;
   DIT_CHECK(!req.decode || latent_rows >= decode_parts,
-            "--parallel-vae: a " << r.gen_height << "-pixel-high image has " << latent_rows << " latent rows, fewer than "
-                                 << "the " << decode_parts << " ranks of a replica that would each decode a band of "
-                                 << "them; use fewer ranks or leave out --parallel-vae");
+            "--vae-parallel: a " << r.gen_height << "-pixel-high image has " << latent_rows << " latent rows, fewer than "
+                                 << "the " << decode_parts << " bands of them it would be decoded in (one per rank or "
+                                 << "machine of a replica); use fewer ranks, or --vae-parallel machines or off");
 
   if (info.text_to_image) {
     r.max_sequence_length = req.max_sequence_length ? req.max_sequence_length : info.default_max_sequence_length;

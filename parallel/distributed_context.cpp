@@ -1,5 +1,6 @@
 #include "parallel/distributed_context.h"
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 #include <vector>
@@ -120,29 +121,53 @@ class MeshLayerContext final : public LayerContext {
 class DistributedContext final : public ParallelContext {
  public:
   DistributedContext(std::shared_ptr<DeviceMesh> mesh, const DistributedOptions& opt)
-      : mesh_(std::move(mesh)), opt_(opt), seq_(*mesh_), cfg_(*mesh_), layers_(*mesh_, opt) {}
+      : mesh_(std::move(mesh)), opt_(opt), seq_(*mesh_), cfg_(*mesh_), layers_(*mesh_, opt) {
+    // Collective over the replica (every rank builds its context at the same point): where
+    // its ranks run, for the decode after the loop.
+    if (mesh_->replica().size() > 1) cores_ = gather_local_cores(mesh_->replica(), num_threads());
+  }
 
   SequenceSplit& sequence() override { return seq_; }
   CfgSplit& cfg() override { return cfg_; }
   LayerContext& layers() override { return layers_; }
   bool is_output_rank() const override { return mesh_->rank_in(Group::Replica) == 0; }
 
+  // Off: the output rank decodes with its machine's cores. Machines: each machine's first
+  // rank decodes a band with its machine's cores (a sub-group of those ranks splits the rows;
+  // one machine: as Off). Ranks: every rank decodes a band on its own cores. The others wait
+  // in the barrier (blocked in a receive, not spinning).
   void run_output(const std::function<void(RowSplit*)>& fn) override {
     ProcessGroup& replica = mesh_->replica();
     if (replica.size() == 1) return fn(nullptr);
-    if (opt_.parallel_vae) {
+    if (opt_.vae_parallel == VaeParallel::Ranks) {
       if (!rows_) rows_ = make_row_split(mesh_->group_ref(Group::Replica));
       return fn(rows_.get());
     }
-    if (!cores_) cores_ = std::make_unique<LocalCores>(gather_local_cores(replica, num_threads()));
-    if (is_output_rank()) {
-      LentCores lent(*cores_);
+    const std::vector<int>& leaders = cores_.leaders;
+    const bool by_machine = opt_.vae_parallel == VaeParallel::Machines && leaders.size() > 1;
+    if (by_machine && std::find(leaders.begin(), leaders.end(), replica.rank()) != leaders.end()) {
+      if (!rows_) {
+        std::vector<int> global;
+        for (int r : leaders) global.push_back(replica.global_rank(r));
+        rows_ = make_row_split(replica.split("vae-machines-" + std::to_string(replica.global_rank(0)), global));
+      }
+      LentCores lent(cores_);
+      fn(rows_.get());
+    } else if (!by_machine && is_output_rank()) {
+      LentCores lent(cores_);
       fn(nullptr);
     }
-    replica.barrier();  // the lenders wait here (blocked in a receive, not spinning)
+    replica.barrier();
   }
 
-  int decode_parts() const override { return opt_.parallel_vae ? mesh_->replica().size() : 1; }
+  int decode_parts() const override {
+    switch (opt_.vae_parallel) {
+      case VaeParallel::Ranks: return mesh_->replica().size();
+      case VaeParallel::Machines: return int(cores_.leaders.size());
+      case VaeParallel::Off: break;
+    }
+    return 1;
+  }
 
   void check_agreement(const float* x, int64_t n) override {
     ProcessGroup& replica = mesh_->replica();
@@ -200,11 +225,18 @@ class DistributedContext final : public ParallelContext {
   MeshCfgSplit cfg_;
   MeshLayerContext layers_;
   std::vector<float> checks_;
-  std::unique_ptr<LocalCores> cores_;  // the replica's cores on this machine (first run_output)
-  std::unique_ptr<RowSplit> rows_;     // --parallel-vae: the decode's rows over the replica
+  LocalCores cores_;               // the replica's cores on this machine, and its machines
+  std::unique_ptr<RowSplit> rows_;  // --vae-parallel machines|ranks: the decode's rows (first decode)
 };
 
 }  // namespace
+
+VaeParallel parse_vae_parallel(const std::string& v) {
+  if (v == "off") return VaeParallel::Off;
+  if (v == "machines") return VaeParallel::Machines;
+  if (v == "ranks") return VaeParallel::Ranks;
+  DIT_FAIL("--vae-parallel: '" << v << "' is not one of machines, ranks, off");
+}
 
 int ulysses_chunks_for(const LaunchEnv& env, int requested) {
   if (requested > 0) return requested;

@@ -21,6 +21,13 @@ namespace dit {
 class DeviceMesh;
 struct LaunchEnv;
 
+// Who decodes a replica's image: the output rank alone, with the cores of the replica's ranks
+// on its machine (Off); one rank per machine, each a band of rows with its machine's cores
+// (Machines: the same as Off when the replica is on one machine); every rank, a band each on
+// its own cores (Ranks).
+enum class VaeParallel { Off, Machines, Ranks };
+VaeParallel parse_vae_parallel(const std::string& v);  // "off" | "machines" | "ranks"; throws otherwise
+
 struct DistributedOptions {
   // Megatron sequence parallelism in the transformer's tensor-parallel regions from this many
   // tokens × batch per TP group on (--sp-min-tokens; chosen from measurements, README).
@@ -29,9 +36,8 @@ struct DistributedOptions {
   // Ulysses: heads per rank pipelined in up to this many chunks (--ulysses-chunks; 1: no overlap);
   // see ulysses_chunks_for.
   int ulysses_chunks = 1;
-  // --parallel-vae: every rank of a replica decodes a band of the image's rows (each holds
-  // the decoder); otherwise the output rank decodes alone with its machine's idle cores.
-  bool parallel_vae = false;
+  // --vae-parallel: how a replica's VAE decode is spread (docs/vae.md §5).
+  VaeParallel vae_parallel = VaeParallel::Machines;
 };
 
 // --ulysses-chunks as given (> 0), else its default: kDefaultUlyssesChunks when the ranks span

@@ -62,6 +62,14 @@ LocalCores combine_local_cores(const std::vector<RankCores>& all, unsigned long 
   return out;
 }
 
+std::vector<int> machine_leaders(const std::vector<RankCores>& all) {
+  std::set<unsigned long long> seen;
+  std::vector<int> out;
+  for (size_t r = 0; r < all.size(); ++r)
+    if (seen.insert(all[r].host).second) out.push_back(int(r));
+  return out;
+}
+
 LocalCores gather_local_cores(ProcessGroup& group, int my_threads) {
   Wire me{};
   me.host = host_key();
@@ -79,7 +87,9 @@ LocalCores gather_local_cores(ProcessGroup& group, int my_threads) {
       if (w.mask[c / 8] & (1u << (c % 8))) r.cpus.push_back(c);
     ranks.push_back(std::move(r));
   }
-  return combine_local_cores(ranks, me.host);
+  LocalCores out = combine_local_cores(ranks, me.host);
+  out.leaders = machine_leaders(ranks);
+  return out;
 }
 
 LentCores::LentCores(const LocalCores& cores) {

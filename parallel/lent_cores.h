@@ -21,6 +21,9 @@ struct LocalCores {
   std::vector<int> cpus;  // the union of the CPU sets of the group's ranks on this machine
   int threads = 1;        // their threads together, at most cpus.size()
   int ranks = 1;          // how many of the group's ranks are on this machine
+  // Every machine's first rank (group ranks, ascending): the ranks that borrow their
+  // machine's cores when work is split over machines (--vae-parallel machines).
+  std::vector<int> leaders{0};
 };
 
 // Collective over `group`: every rank says where it runs (host, CPU set, threads).
@@ -49,5 +52,7 @@ struct RankCores {
   int threads = 1;
 };
 LocalCores combine_local_cores(const std::vector<RankCores>& all, unsigned long long mine);
+// Pure: the first group rank of each machine (host key), ascending.
+std::vector<int> machine_leaders(const std::vector<RankCores>& all);
 
 }  // namespace dit

@@ -1,5 +1,5 @@
 // The rows of an image split over the ranks of a process group (runtime/row_split.h): the
-// VAE decode under --parallel-vae, one band of rows per rank of a replica. Halo rows travel
+// VAE decode under --vae-parallel, one band of rows per rank (or machine) of a replica. Halo rows travel
 // point to point between neighbouring ranks, GroupNorm's sums are all-gathered and added in
 // rank order (the same bits on every rank), and gathers are Gloo all-gathers.
 //

@@ -93,9 +93,10 @@ class ParallelContext {
   // Whether this rank decodes and writes the output (one rank per replica).
   virtual bool is_output_rank() const = 0;
   // The work after the loop (the VAE decode). Every rank of the replica calls it at the same
-  // point. Either fn(nullptr) runs on the output rank, which may use the cores of the
-  // replica's other ranks on its machine meanwhile (they wait), or (--parallel-vae) every
-  // rank runs fn(split), the decode's rows split over the replica (runtime/row_split.h).
+  // point. Either fn(nullptr) runs on the output rank, or fn(split) runs on each rank that
+  // decodes a band of the rows (runtime/row_split.h; --vae-parallel: one rank per machine or
+  // every rank). A decoding rank may use the cores of the replica's other ranks on its machine
+  // meanwhile (they wait).
   virtual void run_output(const std::function<void(RowSplit*)>& fn) = 0;
   // How many bands run_output splits an image's rows into (1: not split).
   virtual int decode_parts() const = 0;

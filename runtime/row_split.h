@@ -1,5 +1,5 @@
 // How the rows of one image are split over the processes that compute it together (the VAE
-// decode under --parallel-vae): contiguous bands of rows, sizes differing by at most one
+// decode under --vae-parallel): contiguous bands of rows, sizes differing by at most one
 // (split_tokens), each band computed by one part. A layer that needs its neighbours' rows (a
 // 3×3 convolution) keeps one halo row above and below its band; GroupNorm adds its sums over
 // the bands; attention over all pixels gathers every band's K/V. The serial split has one

@@ -6,7 +6,7 @@
 #
 #   sudo tools/netbench.sh --preset xl --layers 2 --size 256 --nodes 2 --rate 25gbit
 #   sudo tools/netbench.sh --preset tiny --steps 2            # the CI smoke run
-#   sudo tools/netbench.sh --preset xl --layers 4 --gen "-p 207 --steps 8 --cfg-parallel --parallel-vae"
+#   sudo tools/netbench.sh --preset xl --layers 4 --gen "-p 207 --steps 8 --cfg-parallel --ulysses 2"
 #
 # With --gen, every node runs one whole dit-gen instead (launch, rendezvous, load, steps, decode,
 # PNG), and one JSON line gives node 0's wall time and dit-gen's phase times.

@@ -136,7 +136,7 @@ AttnW load_attn(const WeightStore& s, const std::string& base, int64_t c, DType 
 // block's attention reads the normalised activations as its tokens [H·W, C] directly.
 //
 // Each image is decoded as a band of its rows (all of them serially; one band per rank under
-// --parallel-vae, runtime/row_split.h). Every buffer holds a band with one halo row above and
+// --vae-parallel, runtime/row_split.h). Every buffer holds a band with one halo row above and
 // below, [rows + 2, W, C]: a 3×3 convolution reads the band with its halo rows (its
 // neighbours' rows, or zeros at the image's edges: padding only in W), everything else reads
 // and writes the rows in between. GroupNorm's statistics and the attention's K/V cover the

@@ -8,7 +8,7 @@
 //   vae.prepare(1, 32, 32);                     // latent size; primitives + buffers
 //   vae.decode(latents, image);                 // latents [1,4,32,32] -> image [1,3,256,256] in [0,1]
 //
-// Split over ranks (--parallel-vae): every rank prepares with the same RowSplit (parallel/),
+// Split over ranks (--vae-parallel): every rank prepares with the same RowSplit (parallel/),
 // decodes its band of rows from the whole latents, and gets the whole image.
 #pragma once
 

@@ -25,6 +25,13 @@ TEST_CASE("lent cores: the union of the CPU sets of the ranks on this machine on
   CHECK(unpinned.threads == 2);
 }
 
+TEST_CASE("lent cores: each machine's first rank leads it (--vae-parallel machines)", "[parallel][placement]") {
+  // Ranks 0, 2 on host 7, ranks 1, 3 on host 9, rank 4 on host 5: leaders 0, 1, 4.
+  const std::vector<RankCores> all = {{7, {0}, 1}, {9, {0}, 1}, {7, {1}, 1}, {9, {1}, 1}, {5, {0}, 1}};
+  CHECK(machine_leaders(all) == std::vector<int>{0, 1, 4});
+  CHECK(machine_leaders({{3, {0}, 1}, {3, {1}, 1}}) == std::vector<int>{0});
+}
+
 TEST_CASE("lent cores: widened while alive, restored after", "[parallel][placement]") {
   const std::vector<int> allowed = allowed_cpus();
   if (allowed.size() < 2) {

@@ -1,4 +1,4 @@
-// --parallel-vae: the VAE decode with the image's rows split over ranks (threads of this
+// --vae-parallel: the VAE decode with the image's rows split over ranks (threads of this
 // process here, each with its own decoder) gives the serial decoder's image, on the final
 // latents of the independent reference's runs: halo rows at every 3×3 convolution, GroupNorm
 // statistics over the whole image, the mid block's attention over every pixel. Bands of one

@@ -109,13 +109,14 @@ TEST_CASE("dit-gen: bad input gives a one-line error, a non-zero exit and no out
   expect_failure(kTiny + " -p 1 --sampler lms" + o, "lms", png);
   expect_failure(kTiny + " -p 1 --dtype f16" + o, "dtype", png);
   expect_failure(kTiny + " -p 1 --vae-dtype f16" + o, "--vae-dtype", png);
+  expect_failure(kTiny + " -p 1 --cfg-parallel --vae-parallel all" + o, "--vae-parallel: 'all' is not one of", png);
   {
-    // --parallel-vae: every rank of the replica decodes at least one latent row (4 here, 6
-    // ranks). Refused by the request check on every rank, before the loop: each rank says it.
-    RunResult r = run(gen("-m " + data_path("dit-small") + " -p 1 -W 32 -H 16 --cfg-parallel --ring 3 --parallel-vae" + o));
+    // --vae-parallel ranks: every rank of the replica decodes at least one latent row (4 here,
+    // 6 ranks). Refused by the request check on every rank, before the loop: each rank says it.
+    RunResult r = run(gen("-m " + data_path("dit-small") + " -p 1 -W 32 -H 16 --cfg-parallel --ring 3 --vae-parallel ranks" + o));
     INFO(r.err);
     CHECK(r.code != 0);
-    CHECK(r.err.find("error: --parallel-vae: a 16-pixel-high image has 4 latent rows, fewer than the 6 ranks") !=
+    CHECK(r.err.find("error: --vae-parallel: a 16-pixel-high image has 4 latent rows, fewer than the 6 bands") !=
           std::string::npos);
     CHECK_FALSE(fs::exists(png));
   }

@@ -78,8 +78,8 @@ Output generate(const std::string& model, const std::string& layout_flags, const
   if (world > 1) {
     CHECK(r.err.find("dit-gen: " + std::to_string(world) + " ranks, mesh") != std::string::npos);
     CHECK(count(r.err, "dit-gen:   rank ") == world);
-    CHECK((r.err.find("VAE rows split over each replica's ranks") != std::string::npos) ==
-          (layout_flags.find("--parallel-vae") != std::string::npos));
+    CHECK((r.err.find("VAE decoded in " + std::to_string(world) + " bands of rows") != std::string::npos) ==
+          (layout_flags.find("--vae-parallel ranks") != std::string::npos));
   } else {
     CHECK(r.err.find(" ranks, mesh") == std::string::npos);
   }
@@ -182,13 +182,13 @@ TEST_CASE("parallel layouts equal serial: Ulysses pipelined over head chunks", "
   check_layouts("pixart-tiny", "", {"--ulysses 2 --ulysses-chunks 2", "--ulysses 4 --ulysses-chunks 4"});
 }
 
-TEST_CASE("parallel VAE (--parallel-vae): the decode split over a replica's ranks gives the serial image", "[parallel][equivalence][vae]") {
+TEST_CASE("parallel VAE (--vae-parallel ranks): the decode split over a replica's ranks gives the serial image", "[parallel][equivalence][vae]") {
   // Latent rows over the replica: dit-small's 16 over 2 and 4 ranks, 12 (48x64) over 3 and 5;
   // dit-tiny's 8 over 8 ranks (bands of one row); PixArt-α's binned 208x304 (26 rows) over 4.
-  check_layouts("dit-small", "", {"--cfg-parallel --parallel-vae", "--cfg-parallel --ulysses 2 --parallel-vae"});
-  check_layouts("dit-small", "-W 64 -H 48", {"--ring 3 --parallel-vae", "--ring 5 --parallel-vae"});
-  check_layouts("dit-tiny", "", {"--cfg-parallel --ring 4 --parallel-vae"});
-  check_layouts("pixart-alpha-tiny", "-W 150 -H 100", {"--cfg-parallel --tp 2 --parallel-vae"});
+  check_layouts("dit-small", "", {"--cfg-parallel --vae-parallel ranks", "--cfg-parallel --ulysses 2 --vae-parallel ranks"});
+  check_layouts("dit-small", "-W 64 -H 48", {"--ring 3 --vae-parallel ranks", "--ring 5 --vae-parallel ranks"});
+  check_layouts("dit-tiny", "", {"--cfg-parallel --ring 4 --vae-parallel ranks"});
+  check_layouts("pixart-alpha-tiny", "-W 150 -H 100", {"--cfg-parallel --tp 2 --vae-parallel ranks"});
 }
 
 TEST_CASE("tensor parallel layouts equal serial: DiT (6 heads: tp4 splits them 2, 2, 1, 1)", "[parallel][equivalence][tp]") {

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "models/model_index.h"
+#include "parallel/distributed_context.h"
 #include "parallel/parallel_attention.h"
 #include "runtime/engine.h"
 #include "runtime/error.h"
@@ -113,10 +114,11 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
                  "travels while another is computed (1: no overlap; default: " +
                      std::to_string(kDefaultUlyssesChunks) + " when the ranks span machines, 1 on one machine)")
       ->group(par);
-  app.add_flag("--parallel-vae", o.parallel_vae,
-               "split the VAE decode over the ranks of each replica: each rank holds the decoder and decodes a band "
-               "of image rows, exchanging a halo row per convolution with its neighbours (default: one rank decodes, "
-               "using the idle cores of its machine's ranks; no effect with one rank)")
+  app.add_option("--vae-parallel", o.vae_parallel,
+                 "who decodes a replica's image: machines = the first rank of each machine decodes a band of its rows "
+                 "with that machine's cores (on one machine: the output rank with all of them); ranks = every rank a "
+                 "band on its own cores (each holds the decoder); off = the output rank alone, with its machine's cores")
+      ->capture_default_str()
       ->group(par);
   app.add_flag("--no-pin", o.no_pin,
                "do not pin the ranks: by default local rank r of a machine runs on its own cores (r*threads .. "
@@ -176,6 +178,7 @@ void validate(const GenOptions& o) {
   parse_progress_mode(o.progress);
   parse_compute_type("--dtype", o.dtype);
   if (!o.vae_dtype.empty()) parse_compute_type("--vae-dtype", o.vae_dtype);
+  parse_vae_parallel(o.vae_parallel);
   DIT_CHECK(o.ulysses >= 1 && o.ring >= 1 && o.ulysses <= 1024 && o.ring <= 1024,
             "--ulysses and --ring must be in 1..1024");
   DIT_CHECK(o.threads >= 0 && o.threads <= 4096, "-t/--threads must be in 1..4096");

@@ -38,7 +38,7 @@ struct GenOptions {
   int64_t sp_min_tokens = 0;  // 0: the default (parallel/distributed_context.h)
   int ulysses_chunks = 0;     // 0: the default (parallel/parallel_attention.h)
   bool no_pin = false;  // --no-pin: leave the ranks' CPU affinity alone
-  bool parallel_vae = false;  // --parallel-vae: split the decode's rows over a replica's ranks
+  std::string vae_parallel = "machines";  // --vae-parallel machines|ranks|off (parallel/distributed_context.h)
   std::string weight_cache;  // --weight-cache: "" = the default location, "off", or a directory
   double timeout = 300;
   std::string rendezvous;

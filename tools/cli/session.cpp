@@ -62,8 +62,7 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
     DistributedOptions dopt;
     if (o.sp_min_tokens > 0) dopt.sp_min_tokens = o.sp_min_tokens;
     dopt.ulysses_chunks = ulysses_chunks_for(s.env, o.ulysses_chunks);
-    dopt.parallel_vae = o.parallel_vae;
-    s.parallel_vae = o.parallel_vae;
+    dopt.vae_parallel = parse_vae_parallel(o.vae_parallel);
     po.parallel = make_distributed_context(s.mesh, dopt);
   }
   s.connect_seconds = seconds_since(t_connect);
@@ -92,10 +91,11 @@ double resident_mb() {
 
 void print_layout(Session& s, const MeshDegrees& degrees, int64_t tokens) {
   if (!s.world) return;
+  const int bands = s.pipe->parallel().decode_parts();
   if (s.env.rank == 0)
     std::fprintf(stderr, "dit-gen: %d ranks, mesh %s, %d thread%s per rank%s\n", degrees.world(),
                  mesh_str(degrees).c_str(), num_threads(), num_threads() == 1 ? "" : "s",
-                 s.parallel_vae ? ", VAE rows split over each replica's ranks" : "");
+                 bands > 1 ? (", VAE decoded in " + std::to_string(bands) + " bands of rows").c_str() : "");
   std::fflush(stderr);
   s.world->barrier();
   const ModelInfo& info = s.pipe->info();

@@ -18,7 +18,6 @@ struct Session {
   std::unique_ptr<Pipeline> pipe;
   double connect_seconds = 0;  // rendezvous and the mesh (0 for one process)
   double load_seconds = 0;     // Pipeline::load: configs, weights mapped or converted, VAE
-  bool parallel_vae = false;   // --parallel-vae (the layout printout says so)
 };
 
 // Sets threads, connects the ranks (when world > 1), builds the mesh and loads the pipeline.
