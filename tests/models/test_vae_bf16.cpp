@@ -6,27 +6,10 @@
 #include <catch2/catch.hpp>
 
 #include "../compute_types.h"
-#include "golden_util.h"
-#include "models/vae/vae_decoder.h"
-#include "runtime/json_config.h"
-#include "runtime/safetensors.h"
+#include "vae_util.h"
 
 using namespace dit_test;
 
-namespace {
-
-dit::Tensor decode(const std::string& model, const dit::Tensor& latents, dit::DType compute) {
-  const std::string dir = data_path(model) + "/vae";
-  dit::VaeDecoder vae(dit::vae_config_from(dit::Config::load(dir + "/config.json")), dit::WeightStore::open_dir(dir),
-                      compute);
-  vae.prepare(latents.dim(0), latents.dim(2), latents.dim(3));
-  const int s = vae.config().scale();
-  dit::Tensor image = dit::Tensor::empty({latents.dim(0), 3, latents.dim(2) * s, latents.dim(3) * s});
-  vae.decode(latents.f32(), image.f32());
-  return image;
-}
-
-}  // namespace
 
 TEST_CASE("VAE decodes with bf16 convolutions close to the reference's image", "[models][vae][bf16]") {
   if (!bf16_available()) return;
@@ -38,8 +21,8 @@ TEST_CASE("VAE decodes with bf16 convolutions close to the reference's image", "
                           Case{"dit-small", "dit-small.dpm12.label11.seed9.g4.h48w64.safetensors"});
   INFO(c.file);
   const dit::Tensor latents = golden(c.file, "latents"), want = golden(c.file, "image");
-  const dit::Tensor f32 = decode(c.model, latents, dit::DType::F32);
-  const dit::Tensor bf16 = decode(c.model, latents, dit::DType::BF16);
+  const dit::Tensor f32 = decode_vae(c.model, latents, dit::DType::F32);
+  const dit::Tensor bf16 = decode_vae(c.model, latents, dit::DType::BF16);
   const Diff d32 = diff(f32, want), d16 = diff(bf16, want), between = diff(bf16, f32);
   double mean_abs = 0;
   for (int64_t i = 0; i < want.numel(); ++i) mean_abs += std::fabs(double(bf16.f32()[i]) - want.f32()[i]);

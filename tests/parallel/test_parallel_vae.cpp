@@ -9,34 +9,13 @@
 #include <mutex>
 
 #include "../compute_types.h"
-#include "../models/golden_util.h"
-#include "models/vae/vae_decoder.h"
+#include "../models/vae_util.h"
 #include "parallel/row_split.h"
 #include "runtime/error.h"
-#include "runtime/json_config.h"
-#include "runtime/safetensors.h"
 #include "thread_ranks.h"
 
 using namespace dit_test;
 
-namespace {
-
-struct Vae {
-  std::string dir;
-  dit::VaeConfig cfg;
-  Vae(const std::string& model) : dir(data_path(model) + "/vae"), cfg(dit::vae_config_from(dit::Config::load(dir + "/config.json"))) {}
-};
-
-dit::Tensor decode(const Vae& v, const dit::Tensor& latents, dit::DType compute, dit::RowSplit* split) {
-  dit::VaeDecoder vae(v.cfg, dit::WeightStore::open_dir(v.dir), compute);
-  vae.prepare(latents.dim(0), latents.dim(2), latents.dim(3), split);
-  const int s = vae.config().scale();
-  dit::Tensor image = dit::Tensor::empty({latents.dim(0), 3, latents.dim(2) * s, latents.dim(3) * s});
-  vae.decode(latents.f32(), image.f32());
-  return image;
-}
-
-}  // namespace
 
 TEST_CASE("parallel VAE: the decode split over ranks gives the serial decoder's image", "[parallel][vae]") {
   struct Case {
@@ -54,13 +33,12 @@ TEST_CASE("parallel VAE: the decode split over ranks gives the serial decoder's 
   const dit::DType compute = GENERATE(dit::DType::F32, dit::DType::BF16);
   if (compute == dit::DType::BF16 && !bf16_available()) return;
   INFO(c.file << " over " << c.ranks << " ranks, " << dit::dtype_name(compute));
-  const Vae v(c.model);
   const dit::Tensor latents = golden(c.file, "latents");
-  const dit::Tensor serial = decode(v, latents, compute, nullptr);
+  const dit::Tensor serial = decode_vae(c.model, latents, compute);
   std::vector<dit::Tensor> images(size_t(c.ranks));
   const std::string err = run_rank_threads(c.ranks, std::chrono::seconds(60), [&](std::shared_ptr<dit::ProcessGroup> pg, int r) {
     auto split = dit::make_row_split(pg);
-    images[size_t(r)] = decode(v, latents, compute, split.get());
+    images[size_t(r)] = decode_vae(c.model, latents, compute, split.get());
   });
   REQUIRE(err.empty());
   for (int r = 0; r < c.ranks; ++r) {
@@ -74,14 +52,13 @@ TEST_CASE("parallel VAE: the decode split over ranks gives the serial decoder's 
 }
 
 TEST_CASE("parallel VAE: a latent with fewer rows than ranks is refused on every rank", "[parallel][vae]") {
-  const Vae v("dit-small");
   const dit::Tensor latents = golden("dit-small.dpm12.label11.seed9.g4.h48w64.safetensors", "latents");  // 12 rows
   std::mutex mu;
   std::vector<std::string> errors;
   const std::string err = run_rank_threads(13, std::chrono::seconds(60), [&](std::shared_ptr<dit::ProcessGroup> pg, int) {
     auto split = dit::make_row_split(pg);
     try {
-      decode(v, latents, dit::DType::F32, split.get());
+      decode_vae("dit-small", latents, dit::DType::F32, split.get());
     } catch (const dit::Error& e) {
       std::lock_guard<std::mutex> lock(mu);
       errors.push_back(e.what());

@@ -1,0 +1,26 @@
+// Decoding the reference's latents with a test model's VAE (tests/data/<model>/vae).
+#pragma once
+
+#include <string>
+
+#include "golden_util.h"
+#include "models/vae/vae_decoder.h"
+#include "runtime/json_config.h"
+#include "runtime/safetensors.h"
+
+namespace dit_test {
+
+// latents [B, C, h, w] -> image [B, 3, H, W] in [0, 1]; split: this rank's band of rows (null: all).
+inline dit::Tensor decode_vae(const std::string& model, const dit::Tensor& latents, dit::DType compute,
+                              dit::RowSplit* split = nullptr) {
+  const std::string dir = data_path(model) + "/vae";
+  dit::VaeDecoder vae(dit::vae_config_from(dit::Config::load(dir + "/config.json")), dit::WeightStore::open_dir(dir),
+                      compute);
+  vae.prepare(latents.dim(0), latents.dim(2), latents.dim(3), split);
+  const int s = vae.config().scale();
+  dit::Tensor image = dit::Tensor::empty({latents.dim(0), 3, latents.dim(2) * s, latents.dim(3) * s});
+  vae.decode(latents.f32(), image.f32());
+  return image;
+}
+
+}  // namespace dit_test
