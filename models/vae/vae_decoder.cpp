@@ -156,12 +156,13 @@ struct VaeDecoder::Impl {
   // write a convolution's input in.
   DType compute = DType::F32;
 
-  // Plan for one shape: a list of steps executed in order over four rotating buffers.
+  // Plan for one shape: a list of steps executed in order over three rotating buffers.
   int64_t batch = 0, h0 = 0, w0 = 0;
   RowSplit* split = nullptr;
   std::unique_ptr<RowSplit> serial_split;
   TokenRange band;  // the latent rows decoded here
-  Tensor buf[4];    // f32-sized; a bf16 activation uses the first half
+  static constexpr int kBuffers = 3;
+  Tensor buf[kBuffers];  // f32-sized, rotating; a bf16 activation uses the first half
   Tensor z;         // scaled latents of the band, channels last, with halo rows
   Tensor out_rows;  // the whole image [H, W, 3] (every band gathered)
   // A convolution over a band of `rows` rows of width `width`: a 3×3 one reads the halo rows.
@@ -261,17 +262,18 @@ struct VaeDecoder::Impl {
     return o;
   }
 
-  // x (in buffer cur) -> resnet(x) (in buffer cur afterwards); the other buffers are scratch.
+  // x (in buffer cur) -> resnet(x) (in buffer cur, or the next one with a shortcut); the
+  // other two buffers are scratch.
   void run_resnet(const ResnetOps& o, int& cur) {
-    const int a = (cur + 1) % 4, b = (cur + 2) % 4, c = (cur + 3) % 4;
+    const int a = (cur + 1) % kBuffers, b = (cur + 2) % kBuffers;
     const ResnetW& r = *o.w;
     norm(o.n1, r.n1, cur, a);  // SiLU(GN(x))
     run(o.c1, a, b);           // h = conv1(.)
-    norm(o.n2, r.n2, b, a);    // SiLU(GN(h))
+    norm(o.n2, r.n2, b, a);    // SiLU(GN(h)); h is not needed after this
     if (r.has_shortcut) {
-      run(o.sc, cur, c);  // shortcut(x)
-      run(o.c2, a, c);    // += conv2(.)
-      cur = c;
+      run(o.sc, cur, b);  // shortcut(x)
+      run(o.c2, a, b);    // += conv2(.)
+      cur = b;
     } else {
       run(o.c2, a, cur);  // x += conv2(.)
     }
@@ -280,7 +282,7 @@ struct VaeDecoder::Impl {
   // x += out(attention(GN(x))): a single head; the band's pixels attend to every pixel.
   void run_attention(int cur) {
     AttnOps& o = attn_ops;
-    const int a = (cur + 1) % 4;
+    const int a = (cur + 1) % kBuffers;
     norm(o.gn, mid_attn.gn, cur, a);                          // tokens [band, C]
     o.qkv.run(f32_rows(a, o.c * w0), qkv_band.f32());         // [band, 3C]
     split->gather(qkv_band.f32(), qkv_all.f32(), o.counts);   // [H·W, 3C]
@@ -444,8 +446,8 @@ void VaeDecoder::Impl::decode_image(const float* latents, float* image) {
     for (int64_t i = 0; i < rows * w0; ++i) zr[i * lat + c] = latents[c * hw + band.begin * w0 + i] * inv + shift;
   int cur = 0;
   if (has_post_quant) {
-    post_quant_op.op.run(zr, f32_rows(3, w0 * lat));  // 1×1: the band's rows only
-    run(conv_in_op, 3, cur);
+    post_quant_op.op.run(zr, f32_rows(1, w0 * lat));  // 1×1: the band's rows only
+    run(conv_in_op, 1, cur);
   } else {
     split->exchange_halo(z.data(), rows, size_t(w0 * lat) * 4);
     conv_in_op.op.run(z.f32(), f32_rows(cur, w0 * conv_in.out));
@@ -459,7 +461,7 @@ void VaeDecoder::Impl::decode_image(const float* latents, float* image) {
   for (const UpBlockW& ub : ups) {
     for (size_t r = 0; r < ub.resnets.size(); ++r) run_resnet(resnets[ri++], cur);
     if (ub.has_upsampler) {
-      const int a = (cur + 1) % 4, b = (cur + 2) % 4;
+      const int a = (cur + 1) % kBuffers, b = (cur + 2) % kBuffers;
       const int64_t c = ub.upsampler.in;
       upsample_nearest2x(f32_rows(cur, ww * c), rows_of(a, 2 * ww * c, compute), compute, 1, rr, ww, c);
       rr *= 2;
@@ -468,7 +470,7 @@ void VaeDecoder::Impl::decode_image(const float* latents, float* image) {
       cur = b;
     }
   }
-  const int a = (cur + 1) % 4, b = (cur + 2) % 4;
+  const int a = (cur + 1) % kBuffers, b = (cur + 2) % kBuffers;
   norm(norm_out_spec, norm_out, cur, a);
   run(conv_out_op, a, b);  // [rows·s, W, 3]
   const int64_t oc = cfg.out_channels;
