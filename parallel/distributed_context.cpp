@@ -135,7 +135,7 @@ class DistributedContext final : public ParallelContext {
   // Off: the output rank decodes with its machine's cores. Machines: each machine's first
   // rank decodes a band with its machine's cores (a sub-group of those ranks splits the rows;
   // one machine: as Off). Ranks: every rank decodes a band on its own cores. The others wait
-  // in the barrier (blocked in a receive, not spinning).
+  // in the barrier (blocked in a receive, not spinning) for as long as the decode takes.
   void run_output(const std::function<void(RowSplit*)>& fn) override {
     ProcessGroup& replica = mesh_->replica();
     if (replica.size() == 1) return fn(nullptr);
@@ -157,7 +157,7 @@ class DistributedContext final : public ParallelContext {
       LentCores lent(cores_);
       fn(nullptr);
     }
-    replica.barrier();
+    replica.barrier_for_work();  // a large image's decode may take longer than --timeout
   }
 
   int decode_parts() const override {

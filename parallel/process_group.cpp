@@ -451,14 +451,18 @@ void ProcessGroup::broadcast(float* data, size_t count, int root) {
   broadcast_bytes(data, count * sizeof(float), root);
 }
 
-void ProcessGroup::barrier() {
+void ProcessGroup::barrier() { barrier_with(shared_->timeout); }
+
+void ProcessGroup::barrier_for_work() { barrier_with(std::chrono::hours(24 * 30)); }
+
+void ProcessGroup::barrier_with(std::chrono::milliseconds timeout) {
   check_usable("barrier");
   uint32_t tag = next_tag();
   if (size() == 1) return;
   run("barrier", -1, [&] {
     gloo::BarrierOptions opts(ctx_);
     opts.setTag(tag);
-    opts.setTimeout(shared_->timeout);
+    opts.setTimeout(timeout);
     gloo::barrier(opts);
   });
 }

@@ -116,6 +116,11 @@ class ProcessGroup {
   void broadcast(float* data, size_t count, int root);
   void broadcast_bytes(void* data, size_t bytes, int root);
   void barrier();
+  // A barrier that waits as long as the other ranks take (their own work, say a long decode)
+  // instead of the group's timeout: a rank that dies breaks its connections, and one that
+  // stops responding is named by the stall watchdog within seconds, so this never hangs on a
+  // lost rank.
+  void barrier_for_work();
 
   // --- point to point (ring attention) ---
   // Buffers are registered once per (pointer, size, direction) and reused; keep using the
@@ -145,6 +150,7 @@ class ProcessGroup {
   void run(const char* op, int peer, F&& f);
   [[noreturn]] void fail(const char* op, int peer, const std::string& what);
   void check_usable(const char* op) const;
+  void barrier_with(std::chrono::milliseconds timeout);
   P2PHandle post(bool is_send, void* data, size_t bytes, int peer, uint32_t tag);
   void wait_handle(P2PHandle& h);
   // After a failure: keeps the Gloo context and buffers alive for the rest of the process.

@@ -124,7 +124,9 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
                "do not pin the ranks: by default local rank r of a machine runs on its own cores (r*threads .. "
                "r*threads+threads-1 of the allowed set; -v prints them)")
       ->group(par);
-  app.add_option("--timeout", o.timeout, "seconds any collective may wait before the run fails")
+  app.add_option("--timeout", o.timeout,
+                 "seconds any collective may wait before the run fails (the ranks waiting for another's VAE decode "
+                 "wait as long as it takes: a lost rank is named by the heartbeats)")
       ->capture_default_str()
       ->group(par);
   app.add_option("--rendezvous", o.rendezvous,
