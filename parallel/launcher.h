@@ -41,6 +41,12 @@
 
 namespace dit {
 
+// A rank's exit code for bad input that every rank finds alike (a request the pipeline
+// refuses): the first rank of each machine prints the one line, the others exit quietly, and
+// the launcher adds nothing when that machine's first rank reported it.
+constexpr int kInputErrorExit = 2;
+
+
 struct LaunchEnv {
   int rank = 0, world = 1;
   int local_rank = 0, local_world = 1;  // on this machine

@@ -366,7 +366,7 @@ void Supervisor::attribute_failure() {
       others ? "; stopping the other " + std::to_string(others) + " rank" + (others == 1 ? "" : "s") : std::string();
   if (!unresponsive_.empty())
     write_all(2, opts_.program + ": " + unresponsive_ + rest + "\n");
-  else
+  else if (exit_code_of(workers_[size_t(first_failed_)].status) != kInputErrorExit)  // bad input: see outcome()
     write_all(2, opts_.program + ": rank " + std::to_string(workers_[size_t(first_failed_)].rank) + " " +
                      describe_status(workers_[size_t(first_failed_)].status) + rest + "\n");
 }
@@ -393,6 +393,16 @@ int Supervisor::outcome() const {
   }
   if (first_failed_ >= 0) {
     const Worker& w = workers_[size_t(first_failed_)];
+    if (exit_code_of(w.status) == kInputErrorExit) {
+      // Bad input every rank found alike: this machine's first rank printed it, unless it
+      // ended otherwise (stopped before it got there): then say it here, once.
+      const Worker& first = workers_.front();
+      if (WIFEXITED(first.status) && WEXITSTATUS(first.status) == kInputErrorExit) return kInputErrorExit;
+      const auto ab = store_.find_abort();
+      write_all(2, opts_.program + ": error: " + (ab ? ab->message : "rank " + std::to_string(w.rank) + " " +
+                                                                           describe_status(w.status)) + "\n");
+      return kInputErrorExit;
+    }
     std::string msg = opts_.program + ": failed: rank " + std::to_string(w.rank) + " " + describe_status(w.status);
     if (!w.last_err_line.empty()) msg += ": " + w.last_err_line;
     write_all(2, msg + "\n");

@@ -62,6 +62,10 @@ int main(int argc, char** argv) {
     const int rc = o.batch.empty() ? run_single(o, s) : run_batch(o, s);
     if (s.world) s.world->shutdown();
     return rc;
+  } catch (const SameOnEveryRank& e) {
+    if (s.env.local_rank == 0) std::fprintf(stderr, "dit-gen: error: %s\n", e.what());
+    if (s.world) s.world->abort(e.what());
+    return s.env.world > 1 ? dit::kInputErrorExit : 1;
   } catch (const std::exception& e) {
     // On a terminal, clear a progress bar's line first; elsewhere the error is the only line.
     std::fprintf(stderr, "%sdit-gen: error: %s\n", ::isatty(STDERR_FILENO) ? "\r\033[K" : "", e.what());

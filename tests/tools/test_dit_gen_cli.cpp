@@ -110,14 +110,31 @@ TEST_CASE("dit-gen: bad input gives a one-line error, a non-zero exit and no out
   expect_failure(kTiny + " -p 1 --dtype f16" + o, "dtype", png);
   expect_failure(kTiny + " -p 1 --vae-dtype f16" + o, "--vae-dtype", png);
   expect_failure(kTiny + " -p 1 --cfg-parallel --vae-parallel all" + o, "--vae-parallel: 'all' is not one of", png);
-  {
-    // --vae-parallel ranks: every rank of the replica decodes at least one latent row (4 here,
-    // 6 ranks). Refused by the request check on every rank, before the loop: each rank says it.
-    RunResult r = run(gen("-m " + data_path("dit-small") + " -p 1 -W 32 -H 16 --cfg-parallel --ring 3 --vae-parallel ranks" + o));
-    INFO(r.err);
+  // A bad request in a parallel run: every rank refuses it alike after loading; one line says
+  // so (rank 0's), not one per rank and the launcher's account of it.
+  struct Parallel {
+    std::string args, needle;
+  };
+  for (const Parallel& p : {Parallel{kTiny + " -p zebra --cfg-parallel", "unknown class 'zebra'"},
+                            Parallel{kTiny + " -p 1 -W 17 --cfg-parallel --ulysses 2", "multiples of"},
+                            Parallel{kTiny + " -p 1 --sampler lms --ring 3", "unknown sampler 'lms'"},
+                            // --vae-parallel ranks: a latent row per rank (4 rows, 6 ranks).
+                            Parallel{"-m " + data_path("dit-small") +
+                                         " -p 1 -W 32 -H 16 --cfg-parallel --ring 3 --vae-parallel ranks",
+                                     "error: --vae-parallel: a 16-pixel-high image has 4 latent rows, fewer than the 6 "
+                                     "bands"}}) {
+    RunResult r = run(gen(p.args + o));
+    INFO(p.args << "\n" << r.err);
     CHECK(r.code != 0);
-    CHECK(r.err.find("error: --vae-parallel: a 16-pixel-high image has 4 latent rows, fewer than the 6 bands") !=
-          std::string::npos);
+    CHECK(r.err.find(p.needle) != std::string::npos);
+    int error_lines = 0;
+    std::istringstream lines(r.err);
+    for (std::string line; std::getline(lines, line);) {
+      error_lines += line.find("error") != std::string::npos;
+      CHECK(line.find("[rank ") == std::string::npos);
+      CHECK(line.find("exited with code") == std::string::npos);
+    }
+    CHECK(error_lines == 1);
     CHECK_FALSE(fs::exists(png));
   }
   // bf16 where oneDNN cannot compute it (AVX2-only CPUs): refused before anything starts.

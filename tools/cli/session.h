@@ -7,6 +7,7 @@
 #include "models/dit_gen.h"
 #include "parallel/launcher.h"
 #include "parallel/mesh.h"
+#include "runtime/error.h"
 #include "tools/cli/options.h"
 
 namespace dit::cli {
@@ -19,6 +20,21 @@ struct Session {
   double connect_seconds = 0;  // rendezvous and the mesh (0 for one process)
   double load_seconds = 0;     // Pipeline::load: configs, weights mapped or converted, VAE
 };
+
+// An error every rank of a parallel run meets alike (a request the pipeline refuses): the
+// first rank of each machine reports it, the others exit quietly (parallel/launcher.h:
+// kInputErrorExit), so a bad prompt is one line however many ranks run.
+struct SameOnEveryRank : Error {
+  using Error::Error;
+};
+template <class F>
+auto same_on_every_rank(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    throw SameOnEveryRank(e.what());
+  }
+}
 
 // Sets threads, connects the ranks (when world > 1), builds the mesh and loads the pipeline.
 // `world` is filled as soon as it exists so the caller can abort it on failure.

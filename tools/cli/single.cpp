@@ -27,7 +27,8 @@ int run_single(const GenOptions& o, Session& s) {
   const ProgressMode pmode = s.env.rank == 0 ? parse_progress_mode(o.progress) : ProgressMode::None;
   Request req = o.request();
   req.keep_first_noise_pred = !o.save_noise_pred.empty();
-  const ResolvedRequest rr = s.pipe->resolve(req);  // a bad request fails here, before the layout is printed
+  // A bad request fails here, before the layout is printed, alike on every rank.
+  const ResolvedRequest rr = same_on_every_rank([&] { return s.pipe->resolve(req); });
   if (rr.prompt.truncated && s.env.rank == 0)
     std::fprintf(stderr, "dit-gen: the prompt is longer than %d tokens: it was cut (--max-sequence-length)\n",
                  rr.max_sequence_length);
