@@ -161,6 +161,18 @@ TEST_CASE("dit-gen: bad input gives a one-line error, a non-zero exit and no out
   fs::copy_file(data_path("dit-tiny/transformer/diffusion_pytorch_model.safetensors"), st);
   fs::resize_file(st, fs::file_size(st) / 2);
   expect_failure("-m " + broken + " -p 1" + o, "diffusion_pytorch_model.safetensors", png);
+  {
+    // The same over four ranks: each finds it while loading; one line says so.
+    RunResult r = run(gen("-m " + broken + " -p 1 --cfg-parallel --ulysses 2" + o));
+    INFO(r.err);
+    CHECK(r.code != 0);
+    CHECK(r.err.find("diffusion_pytorch_model.safetensors") != std::string::npos);
+    int error_lines = 0;
+    std::istringstream lines(r.err);
+    for (std::string line; std::getline(lines, line);) error_lines += line.find("error") != std::string::npos;
+    CHECK(error_lines == 1);
+    CHECK_FALSE(fs::exists(png));
+  }
 }
 
 // After the loop the other ranks wait while the output rank decodes; a large image's decode

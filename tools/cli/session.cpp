@@ -67,7 +67,8 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
   }
   s.connect_seconds = seconds_since(t_connect);
   const auto t_load = Clock::now();
-  s.pipe = Pipeline::load(po);
+  // Every rank reads the same files: a broken checkpoint is refused alike everywhere.
+  s.pipe = same_on_every_rank([&] { return Pipeline::load(po); });
   s.load_seconds = seconds_since(t_load);
   const ModelInfo& info = s.pipe->info();
   if (o.verbose) {

@@ -21,9 +21,9 @@ struct Session {
   double load_seconds = 0;     // Pipeline::load: configs, weights mapped or converted, VAE
 };
 
-// An error every rank of a parallel run meets alike (a request the pipeline refuses): the
-// first rank of each machine reports it, the others exit quietly (parallel/launcher.h:
-// kInputErrorExit), so a bad prompt is one line however many ranks run.
+// An error every rank of a parallel run meets alike (a checkpoint or a request the pipeline
+// refuses): the first rank of each machine reports it, the others exit quietly
+// (parallel/launcher.h: kInputErrorExit), so bad input is one line however many ranks run.
 struct SameOnEveryRank : Error {
   using Error::Error;
 };
