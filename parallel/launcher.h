@@ -42,10 +42,9 @@
 namespace dit {
 
 // A rank's exit code for bad input that every rank finds alike (a checkpoint or a request
-// the pipeline refuses): the first rank of each machine prints the one line, the others exit quietly, and
-// the launcher adds nothing when that machine's first rank reported it.
+// the pipeline refuses): the first rank of each machine prints the one line, the others exit
+// quietly, and the launcher adds nothing when that machine's first rank reported it.
 constexpr int kInputErrorExit = 2;
-
 
 struct LaunchEnv {
   int rank = 0, world = 1;
