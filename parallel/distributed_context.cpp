@@ -145,17 +145,16 @@ class DistributedContext final : public ParallelContext {
     }
     const std::vector<int>& leaders = cores_.leaders;
     const bool by_machine = opt_.vae_parallel == VaeParallel::Machines && leaders.size() > 1;
-    if (by_machine && std::find(leaders.begin(), leaders.end(), replica.rank()) != leaders.end()) {
-      if (!rows_) {
+    const bool decodes = by_machine ? std::find(leaders.begin(), leaders.end(), replica.rank()) != leaders.end()
+                                    : is_output_rank();
+    if (decodes) {
+      if (by_machine && !rows_) {
         std::vector<int> global;
         for (int r : leaders) global.push_back(replica.global_rank(r));
         rows_ = make_row_split(replica.split("vae-machines-" + std::to_string(replica.global_rank(0)), global));
       }
       LentCores lent(cores_);
-      fn(rows_.get());
-    } else if (!by_machine && is_output_rank()) {
-      LentCores lent(cores_);
-      fn(nullptr);
+      fn(rows_.get());  // null unless split by machine
     }
     replica.barrier_for_work();  // a large image's decode may take longer than --timeout
   }

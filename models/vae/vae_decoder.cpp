@@ -142,7 +142,6 @@ AttnW load_attn(const WeightStore& s, const std::string& base, int64_t c, DType 
 // and writes the rows in between. GroupNorm's statistics and the attention's K/V cover the
 // whole image.
 struct VaeDecoder::Impl {
-  VaeConfig config;
   // Weights.
   bool has_post_quant = false;
   ConvW post_quant, conv_in, conv_out;
@@ -165,16 +164,10 @@ struct VaeDecoder::Impl {
   Tensor buf[kBuffers];  // f32-sized, rotating; a bf16 activation uses the first half
   Tensor z;         // scaled latents of the band, channels last, with halo rows
   Tensor out_rows;  // the whole image [H, W, 3] (every band gathered)
-  // A convolution over a band of `rows` rows of width `width`: a 3×3 one reads the halo rows.
-  struct BandConv {
-    Conv2d op;
-    int64_t rows = 0, width = 0, c_in = 0;
-    bool halo = false;
-  };
   struct ResnetOps {
     const ResnetW* w = nullptr;
     GroupNormSpec n1, n2;
-    BandConv c1, c2, sc;
+    Conv2d c1, c2, sc;
   };
   struct AttnOps {
     GroupNormSpec gn;
@@ -186,8 +179,8 @@ struct VaeDecoder::Impl {
   };
   std::vector<ResnetOps> resnets;  // in execution order
   AttnOps attn_ops;
-  std::vector<BandConv> upsample_convs;
-  BandConv post_quant_op, conv_in_op, conv_out_op;
+  std::vector<Conv2d> upsample_convs;
+  Conv2d post_quant_op, conv_in_op, conv_out_op;
   GroupNormSpec norm_out_spec;
   std::vector<size_t> image_counts;  // output floats per part
   Tensor qkv_band, qkv_all, attn_buf;  // mid attention scratch
@@ -197,9 +190,11 @@ struct VaeDecoder::Impl {
   void* rows_of(int i, int64_t row, DType t) { return static_cast<char*>(buf[i].data()) + row * int64_t(dtype_size(t)); }
   float* f32_rows(int i, int64_t row) { return static_cast<float*>(rows_of(i, row, DType::F32)); }
 
+  // A convolution over a band of `rows` rows: a 3×3 one reads the band with its halo rows
+  // (height rows + 2, no zero rows added), a 1×1 one the rows alone.
   // input: the type run() gets (F32 for the latents and the shortcut's x, compute after
   // GroupNorm or the upsampler); an f32 x with bf16 compute is converted inside the convolution.
-  BandConv conv(const ConvW& cw, int64_t c_in, int64_t rows, int64_t width, bool accumulate, DType input) {
+  Conv2d conv(const ConvW& cw, int64_t c_in, int64_t rows, int64_t width, bool accumulate, DType input) {
     Conv2dSpec s;
     s.batch = 1;
     s.in_channels = c_in;
@@ -216,23 +211,24 @@ struct VaeDecoder::Impl {
     s.nhwc = true;
     s.compute = compute;
     s.input = input;
-    return {Conv2d(s, cw.w, cw.b, conv_ws), rows, width, c_in, halo};
+    return Conv2d(s, cw.w, cw.b, conv_ws);
   }
-  // Runs c on buffer `in` (as its input type) into buffer `out`'s rows (f32).
-  void run(const BandConv& c, int in, int out) {
-    const DType t = c.op.spec().input;
-    const int64_t row = c.width * c.c_in;
-    const void* x = rows_of(in, row, t);
-    if (c.halo) {
-      split->exchange_halo(buf[in].data(), c.rows, size_t(row) * dtype_size(t));
-      x = buf[in].data();
-    }
-    float* y = f32_rows(out, c.width * c.op.spec().out_channels);
-    if (t == DType::BF16)
-      c.op.run(static_cast<const uint16_t*>(x), y);
+  // Runs c on the band at `band` (halo row first, in c's input type) into buffer `out`'s rows
+  // (f32); a 3×3 convolution fetches the halo rows first.
+  void run_on(const Conv2d& c, void* band, int out) {
+    const Conv2dSpec& s = c.spec();
+    const bool halo = s.kernel > 1;
+    const int64_t rows = halo ? s.height - 2 : s.height;
+    const size_t row_bytes = size_t(s.width * s.in_channels) * dtype_size(s.input);
+    if (halo) split->exchange_halo(band, rows, row_bytes);
+    const void* x = halo ? band : static_cast<const char*>(band) + row_bytes;
+    float* y = f32_rows(out, s.width * s.out_channels);
+    if (s.input == DType::BF16)
+      c.run(static_cast<const uint16_t*>(x), y);
     else
-      c.op.run(static_cast<const float*>(x), y);
+      c.run(static_cast<const float*>(x), y);
   }
+  void run(const Conv2d& c, int in, int out) { run_on(c, buf[in].data(), out); }
   GroupNormSpec gn(int64_t c, int64_t rows, int64_t width, int64_t image_rows, bool silu_after, DType out) {
     GroupNormSpec s;
     s.batch = 1;
@@ -294,13 +290,12 @@ struct VaeDecoder::Impl {
     add(x, y, x, o.tokens * o.c);
   }
 
-  void decode_image(const float* latents, float* image);
+  void decode_image(const VaeConfig& cfg, const float* latents, float* image);
 };
 
 VaeDecoder::VaeDecoder(const VaeConfig& cfg, const WeightStore& s, DType compute)
     : cfg_(cfg), impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
-  m.config = cfg;
   require_compute(compute);
   m.compute = compute;
   m.groups = cfg.groups;
@@ -432,12 +427,11 @@ void VaeDecoder::decode_raw(const float* latents, float* image) {
   Impl& m = *impl_;
   const int64_t lat = cfg_.latent_channels, s = cfg_.scale();
   for (int64_t n = 0; n < m.batch; ++n)
-    m.decode_image(latents + n * lat * m.h0 * m.w0, image + n * cfg_.out_channels * m.h0 * s * m.w0 * s);
+    m.decode_image(cfg_, latents + n * lat * m.h0 * m.w0, image + n * cfg_.out_channels * m.h0 * s * m.w0 * s);
 }
 
 // latents [C, h, w] -> image [3, H, W] (every part gets the whole image).
-void VaeDecoder::Impl::decode_image(const float* latents, float* image) {
-  const VaeConfig& cfg = config;
+void VaeDecoder::Impl::decode_image(const VaeConfig& cfg, const float* latents, float* image) {
   const int64_t lat = cfg.latent_channels, hw = h0 * w0, rows = band.size();
   // z = latents / scaling_factor (+ shift_factor), the band's rows, [C, h, w] -> [rows, w, C]
   const float inv = float(1.0 / cfg.scaling_factor), shift = float(cfg.shift_factor.value_or(0.0));
@@ -446,11 +440,10 @@ void VaeDecoder::Impl::decode_image(const float* latents, float* image) {
     for (int64_t i = 0; i < rows * w0; ++i) zr[i * lat + c] = latents[c * hw + band.begin * w0 + i] * inv + shift;
   int cur = 0;
   if (has_post_quant) {
-    post_quant_op.op.run(zr, f32_rows(1, w0 * lat));  // 1×1: the band's rows only
+    run_on(post_quant_op, z.data(), 1);  // 1×1: the band's rows only
     run(conv_in_op, 1, cur);
   } else {
-    split->exchange_halo(z.data(), rows, size_t(w0 * lat) * 4);
-    conv_in_op.op.run(z.f32(), f32_rows(cur, w0 * conv_in.out));
+    run_on(conv_in_op, z.data(), cur);
   }
   size_t ri = 0;
   run_resnet(resnets[ri++], cur);
