@@ -142,6 +142,11 @@ class Pipeline {
 // What requests of one micro-batch must share (Pipeline::generate_batch).
 std::string batch_key(const ResolvedRequest& r);
 
+// What the pipeline sets up for (buffers, primitives, the VAE decoder): generation size, text
+// length and guidance on/off. Consecutive requests with equal keys reuse that set-up; a
+// change of key prepares again (a batch orders its work by this key).
+std::string shape_key(const ResolvedRequest& r);
+
 // Whether two parameters texts describe the same image: equal up to their ", Version: " field.
 bool same_parameters(const std::string& a, const std::string& b);
 

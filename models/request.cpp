@@ -122,4 +122,10 @@ std::string batch_key(const ResolvedRequest& r) {
   return k.str();
 }
 
+std::string shape_key(const ResolvedRequest& r) {
+  std::ostringstream k;
+  k << r.gen_width << "x" << r.gen_height << " " << r.cfg << " " << r.max_sequence_length;
+  return k.str();
+}
+
 }  // namespace dit

@@ -86,6 +86,7 @@ LaunchEnv detect_launch_env(const LaunchOptions& opts) {
     env.local_world = env_int("DIT_LOCAL_WORLD_SIZE", env.world);
     env.local_known = env_str("DIT_LOCAL_RANK") && env_str("DIT_LOCAL_WORLD_SIZE");
     env.source = "DIT_RANK";
+    env.supervised = env_str("DIT_RENDEZVOUS_GENERATION") != nullptr;
   } else if (env_str("OMPI_COMM_WORLD_RANK") && env_str("OMPI_COMM_WORLD_SIZE")) {
     env.rank = env_int("OMPI_COMM_WORLD_RANK", 0);
     env.world = env_int("OMPI_COMM_WORLD_SIZE", 1);

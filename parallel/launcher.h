@@ -45,6 +45,11 @@ namespace dit {
 // the pipeline refuses): the first rank of each machine prints the one line, the others exit
 // quietly, and the launcher adds nothing when that machine's first rank reported it.
 constexpr int kInputErrorExit = 2;
+// A rank's exit code when it stopped because another rank failed (ProcessGroup::
+// failed_because_of_peer): under dit-gen's own launcher it prints nothing, and the launcher
+// reports the cause once (the failed rank's own error, its signal, or the abort record of a
+// rank on another machine). Ranks started by another launcher print their error as before.
+constexpr int kPeerFailedExit = 3;
 
 struct LaunchEnv {
   int rank = 0, world = 1;
@@ -52,6 +57,7 @@ struct LaunchEnv {
   bool local_known = false;             // both came from the environment (else guessed: rank, world)
   std::string rendezvous;               // "file:DIR" or "redis://HOST:PORT[/RUN]"; empty if world == 1
   bool external = false;                // this process was started as a rank (by us or mpirun/srun/...)
+  bool supervised = false;              // ... by dit-gen's own launcher (DIT_RENDEZVOUS_GENERATION set)
   int threads = 0;                      // DIT_THREADS (0: not set)
   std::string source;                   // "DIT_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID" or ""
 };

@@ -75,6 +75,7 @@ struct ProcessGroup::Shared {
   std::chrono::milliseconds timeout;
   std::atomic<bool> aborted{false};
   std::atomic<bool> comm_failed{false};  // some group failed: this rank is a casualty, not the cause
+  std::atomic<bool> peer_cause{false};   // ... and the failure was traced to another rank
 };
 
 struct P2PHandle::Slot {
@@ -263,6 +264,7 @@ void ProcessGroup::fail(const char* op, int peer, const std::string& what) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  if (!diagnosis.empty()) shared_->peer_cause.store(true);
   if (!diagnosis.empty() && what.find(diagnosis) == std::string::npos)
     os << diagnosis << " (" << what << ")";
   else
@@ -291,6 +293,8 @@ void ProcessGroup::run(const char* op, int peer, F&& f) {
     fail(op, peer, clean(e.what()));
   }
 }
+
+bool ProcessGroup::failed_because_of_peer() const noexcept { return shared_->peer_cause.load(); }
 
 void ProcessGroup::abort(const std::string& message) noexcept {
   shared_->aborted.store(true);

@@ -138,6 +138,10 @@ class ProcessGroup {
   // connections. Also done by the destructor unless the group failed or was aborted.
   void shutdown() noexcept;
   bool failed() const { return !first_error_.empty(); }
+  // Whether a group of this process failed because of another rank, named in its error (a
+  // rank that died, stopped responding or reported its own failure): this rank is a casualty
+  // and the cause is reported where it happened (dit-gen: launcher.h, kPeerFailedExit).
+  bool failed_because_of_peer() const noexcept;
 
  private:
   struct Shared;

@@ -343,7 +343,9 @@ void Supervisor::reap() {
 // Who failed first? Ranks that fail because another one did end a moment later, and may
 // be reaped first; wait a little, then prefer a worker reported as not responding (it is
 // still there, stopped), then one killed by a signal (not ours), then one that reported its
-// own failure, then the first one reaped.
+// own failure, then one that did not stop for another rank (kPeerFailedExit), then the first
+// one reaped. Ranks still running are told why they are being stopped; the verdict is
+// outcome()'s one line.
 void Supervisor::attribute_failure() {
   if (!failures_.empty() && !interrupted_ && attribute_at_ == Clock::time_point{}) {
     attribute_at_ = Clock::now() + std::chrono::milliseconds(300);
@@ -360,13 +362,17 @@ void Supervisor::attribute_failure() {
   if (first_failed_ < 0 && ab && !ab->secondary)
     for (int i : failures_)
       if (workers_[size_t(i)].rank == ab->rank) first_failed_ = i;
+  for (size_t k = 0; k < failures_.size() && first_failed_ < 0; k++)  // not one that stopped for another
+    if (exit_code_of(workers_[size_t(failures_[k])].status) != kPeerFailedExit) first_failed_ = failures_[k];
   if (first_failed_ < 0) first_failed_ = failures_.front();
   const int others = alive();
   const std::string rest =
       others ? "; stopping the other " + std::to_string(others) + " rank" + (others == 1 ? "" : "s") : std::string();
+  const int code = exit_code_of(workers_[size_t(first_failed_)].status);
+  if (others == 0) return;  // nothing to stop: outcome() says it once
   if (!unresponsive_.empty())
     write_all(2, opts_.program + ": " + unresponsive_ + rest + "\n");
-  else if (exit_code_of(workers_[size_t(first_failed_)].status) != kInputErrorExit)  // bad input: see outcome()
+  else if (code != kInputErrorExit && code != kPeerFailedExit)  // those: see outcome()
     write_all(2, opts_.program + ": rank " + std::to_string(workers_[size_t(first_failed_)].rank) + " " +
                      describe_status(workers_[size_t(first_failed_)].status) + rest + "\n");
 }
@@ -402,6 +408,15 @@ int Supervisor::outcome() const {
       write_all(2, opts_.program + ": error: " + (ab ? ab->message : "rank " + std::to_string(w.rank) + " " +
                                                                            describe_status(w.status)) + "\n");
       return kInputErrorExit;
+    }
+    if (exit_code_of(w.status) == kPeerFailedExit) {
+      // Every rank here stopped because a rank elsewhere failed: its launcher or itself
+      // posted the cause.
+      const auto ab = store_.find_abort();
+      write_all(2, opts_.program + ": failed: " +
+                       (ab ? ab->describe() : "rank " + std::to_string(w.rank) + " stopped because another rank failed") +
+                       "\n");
+      return 1;
     }
     std::string msg = opts_.program + ": failed: rank " + std::to_string(w.rank) + " " + describe_status(w.status);
     if (!w.last_err_line.empty()) msg += ": " + w.last_err_line;

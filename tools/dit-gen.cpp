@@ -18,6 +18,7 @@
 #include "runtime/atomic_file.h"
 #include "runtime/error.h"
 #include "tools/cli/batch.h"
+#include "tools/cli/batch_relay.h"
 #include "tools/cli/demo_model.h"
 #include "tools/cli/options.h"
 #include "tools/cli/session.h"
@@ -67,6 +68,13 @@ int main(int argc, char** argv) {
     if (s.world) s.world->abort(e.what());
     return s.env.world > 1 ? dit::kInputErrorExit : 1;
   } catch (const std::exception& e) {
+    // This rank stopped because another one failed: under our launcher, which reports the
+    // cause once, it exits quietly (4 ranks used to print 5 lines for one killed rank).
+    const bool casualty = (s.world && s.world->failed_because_of_peer()) || dynamic_cast<const BatchAbort*>(&e);
+    if (casualty && s.env.supervised) {
+      if (s.world) s.world->abort(e.what());
+      return dit::kPeerFailedExit;
+    }
     // On a terminal, clear a progress bar's line first; elsewhere the error is the only line.
     std::fprintf(stderr, "%sdit-gen: error: %s\n", ::isatty(STDERR_FILENO) ? "\r\033[K" : "", e.what());
     if (s.world)

@@ -104,7 +104,6 @@ TEST_CASE("launcher: a worker SIGKILLed mid-collective - survivors fail on their
   INFO(r.output);
   CHECK(r.code == 128 + SIGKILL);
   CHECK(r.seconds < 2.0 * timeout_ms / 1000 + 2.0);  // + process start-up and rendezvous
-  CHECK_THAT(r.output, Catch::Contains("test-launcher: rank 1 was killed by signal 9 (SIGKILL)"));
   // The survivors name rank 1: from its pid (gone), or from the abort its launcher posted.
   CHECK_THAT(r.output, Catch::Contains("[rank 2] error: all_reduce_sum on group 'world' (rank 2 of 4): rank 1 ") &&
                            (Catch::Contains("rank 1 is no longer running") ||

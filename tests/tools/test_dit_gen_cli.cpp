@@ -3,8 +3,11 @@
 
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "runtime/engine.h"
 #include "cli_util.h"
@@ -172,6 +175,77 @@ TEST_CASE("dit-gen: bad input gives a one-line error, a non-zero exit and no out
     for (std::string line; std::getline(lines, line);) error_lines += line.find("error") != std::string::npos;
     CHECK(error_lines == 1);
     CHECK_FALSE(fs::exists(png));
+  }
+}
+
+namespace {
+
+void write(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+}
+
+// Lines of `err` that report a failure (the layout and progress lines do not).
+std::vector<std::string> failure_lines(const std::string& err) {
+  std::vector<std::string> out;
+  std::istringstream lines(err);
+  for (std::string l; std::getline(lines, l);)
+    if (l.find("error") != std::string::npos || l.find("fail") != std::string::npos ||
+        l.find("signal") != std::string::npos)
+      out.push_back(l);
+  return out;
+}
+
+// A shell script: runs `dit-gen ARGS` (a long run) in the background with its stderr in
+// `err_file`, SIGKILLs the `victim`-th worker process of that launcher once `watch_file` reports
+// a step, waits, and prints "code <dit-gen's exit code>".
+std::string kill_worker_script(const std::string& args, const std::string& err_file, int victim,
+                               const std::string& watch_file) {
+  return bin("dit-gen") + " " + args + " 2> " + err_file + " &\npid=$!\ni=0\n" +
+         "while ! grep -q step_seconds " + watch_file + " 2>/dev/null && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done\n" +
+         "kill -9 $(pgrep -P $pid | sed -n " + std::to_string(victim + 1) + "p)\nwait $pid\necho code $?\n";
+}
+
+}  // namespace
+
+// A rank killed mid-run: the launcher names it in one line, and the ranks that stopped
+// because of it say nothing (4 ranks used to print 5 lines: each survivor's error, then two
+// from the launcher). On a second "machine" (another launcher sharing the rendezvous), whose
+// ranks cannot see the victim's exit status, the one line is the abort its launcher posted.
+TEST_CASE("dit-gen: a killed rank is reported in one line, the ranks it stopped stay quiet", "[cli]") {
+  Scratch s;
+  const std::string long_run = kTiny + " -p 3 --steps 1000 -t 1 --no-decode ";
+  {
+    write(s.file("one.sh"), kill_worker_script("--progress json" + long_run + "--cfg-parallel --ulysses 2",
+                                               s.file("one.err"), 2, s.file("one.err")));
+    RunResult r = run("sh " + s.file("one.sh"));
+    const std::string err = slurp(s.file("one.err"));
+    INFO(err);
+    CHECK(r.out == "code 137\n");
+    const auto lines = failure_lines(err);
+    REQUIRE(lines.size() == 1);
+    CHECK(lines[0] == "dit-gen: failed: rank 2 was killed by signal 9 (SIGKILL)");
+  }
+  {
+    const std::string rdzv = " --rendezvous file:" + s.file("rdzv") + " --nnodes 2 --cfg-parallel --ulysses 2 ";
+    fs::create_directories(s.file("rdzv"));
+    // Node 0 (ranks 0, 1) reports the steps; node 1 (ranks 2, 3) loses its second worker.
+    write(s.file("two.sh"), "(" + bin("dit-gen") + " --progress json" + long_run + rdzv + "--node-rank 0 2> " +
+                                s.file("n0.err") + "; echo $? > " + s.file("n0.code") + ") &\n" +
+                                kill_worker_script("--progress none" + long_run + rdzv + "--node-rank 1",
+                                                   s.file("n1.err"), 1, s.file("n0.err")) +
+                                "wait\n");
+    RunResult r = run("sh " + s.file("two.sh"));
+    const std::string err0 = slurp(s.file("n0.err")), err1 = slurp(s.file("n1.err"));
+    INFO("node 0:\n" << err0 << "node 1:\n" << err1);
+    CHECK(r.out == "code 137\n");
+    const auto lines1 = failure_lines(err1);
+    REQUIRE(lines1.size() == 1);
+    CHECK(lines1[0] == "dit-gen: failed: rank 3 was killed by signal 9 (SIGKILL)");
+    CHECK(slurp(s.file("n0.code")) == "1\n");
+    const auto lines0 = failure_lines(err0);
+    REQUIRE(lines0.size() == 1);
+    CHECK(lines0[0].rfind("dit-gen: failed: rank 3 failed: killed by signal 9 on ", 0) == 0);
   }
 }
 

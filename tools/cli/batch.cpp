@@ -112,7 +112,9 @@ class BatchRun {
   }
 
   // The items left go round-robin to the replicas; this replica's, same-shape ones together
-  // (groups in the order of their first item), up to --micro-batch each.
+  // (groups in the order of their first item), up to --micro-batch each. The groups then run
+  // shape by shape (shapes in the order of their first item, file order within one): a change
+  // of size sets up the transformer's buffers and the VAE decoder again.
   void share_out() {
     std::vector<int> expected(size_t(replicas_), 0);
     int j = 0;
@@ -130,12 +132,29 @@ class BatchRun {
       else
         queue_.push_back({int(i)});
     }
+    order_by_shape();
     relay_.emplace(s_.world ? s_.world->store() : nullptr, s_.env.world, replica_, expected,
                    replicas_ > 1 && o_.progress == "json");
     const ModelInfo& info = pipe_.info();
     const int m = info.size_multiple;
     const int W = o_.width ? o_.width : info.default_width, H = o_.height ? o_.height : info.default_height;
     print_layout(s_, o_.degrees(), int64_t(std::max(1, H / m)) * std::max(1, W / m));
+  }
+
+  void order_by_shape() {
+    std::vector<std::string> shapes;  // in the order of their first group
+    auto rank_of = [&](const std::vector<int>& g) {
+      const std::string k = shape_key(items_[size_t(g.front())].resolved);
+      const auto it = std::find(shapes.begin(), shapes.end(), k);
+      if (it != shapes.end()) return size_t(it - shapes.begin());
+      shapes.push_back(k);
+      return shapes.size() - 1;
+    };
+    std::vector<std::pair<size_t, std::vector<int>>> ranked;
+    for (std::vector<int>& g : queue_) ranked.emplace_back(rank_of(g), std::move(g));
+    std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    queue_.clear();
+    for (auto& r : ranked) queue_.push_back(std::move(r.second));
   }
 
   // Rank 0 records the items settled before generating (skipped, failed): in one write, and
