@@ -231,7 +231,7 @@ TEST_CASE("Ulysses: a degree above the head count is a clear error", "[parallel]
   for (int r = 0; r < 3; ++r)
     threads.emplace_back([&, r] {
       auto timeout = std::chrono::milliseconds(20000);
-      auto pg = ProcessGroup::create_world(RendezvousStore::wrap(hash, 3, timeout), r, 3, {timeout});
+      auto pg = ProcessGroup::create_world(RendezvousStore::wrap(hash, 3, timeout), r, 3, dit_test::comm_options(timeout));
       auto attn = make_sequence_parallel_attention(pg, nullptr);
       SelfAttentionShape s;
       s.batch = 1;

@@ -78,7 +78,7 @@ TEST_CASE("a rank that never arrives: rendezvous times out with a clear error", 
   auto hash = std::make_shared<MemoryStore>();
   auto store = RendezvousStore::wrap(hash, 2, std::chrono::milliseconds(500));
   auto t0 = std::chrono::steady_clock::now();
-  REQUIRE_THROWS_WITH(ProcessGroup::create_world(store, 0, 2, {std::chrono::milliseconds(500)}),
+  REQUIRE_THROWS_WITH(ProcessGroup::create_world(store, 0, 2, dit_test::comm_options(std::chrono::milliseconds(500))),
                       Catch::Contains("timed out") && Catch::Contains("connect on group 'world'"));
   REQUIRE(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
 }
@@ -92,7 +92,7 @@ TEST_CASE("a rank that posts an abort stops the others waiting in rendezvous", "
     store2->post_abort(2, "cannot open model 'nope.safetensors'");
   });
   auto t0 = std::chrono::steady_clock::now();
-  REQUIRE_THROWS_WITH(ProcessGroup::create_world(store0, 0, 3, {std::chrono::seconds(60)}),
+  REQUIRE_THROWS_WITH(ProcessGroup::create_world(store0, 0, 3, dit_test::comm_options(std::chrono::seconds(60))),
                       Catch::Contains("rank 2 failed: cannot open model 'nope.safetensors'"));
   failer.join();
   REQUIRE(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));

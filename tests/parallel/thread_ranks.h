@@ -14,6 +14,13 @@
 
 namespace dit_test {
 
+// CommOptions with this timeout and the defaults for the rest (one machine).
+inline dit::CommOptions comm_options(std::chrono::milliseconds timeout) {
+  dit::CommOptions o;
+  o.timeout = timeout;
+  return o;
+}
+
 // Runs fn(world group, rank) on `world` threads; returns the first failure ("rank r: ...")
 // or "" (Catch assertions are not thread-safe: rank threads throw instead).
 inline std::string run_rank_threads(int world, std::chrono::milliseconds timeout,
@@ -26,7 +33,7 @@ inline std::string run_rank_threads(int world, std::chrono::milliseconds timeout
     threads.emplace_back([&, r] {
       try {
         auto store = dit::RendezvousStore::wrap(hash, world, timeout);
-        auto pg = dit::ProcessGroup::create_world(store, r, world, {timeout});
+        auto pg = dit::ProcessGroup::create_world(store, r, world, comm_options(timeout));
         fn(pg, r);
         pg->shutdown();
       } catch (const std::exception& e) {
