@@ -30,8 +30,8 @@ std::u32string decode(const std::string& s) {
       ++i;
       continue;
     }
-    int len;
-    char32_t c, min;
+    int len = 0;  // fail() throws: the zeros are never used
+    char32_t c = 0, min = 0;
     if ((b & 0xe0) == 0xc0) {
       len = 2, c = b & 0x1f, min = 0x80;
     } else if ((b & 0xf0) == 0xe0) {

@@ -45,7 +45,7 @@ std::atomic<long> g_executes{0}, g_creates{0};
 std::atomic<int> g_in_execute{0};
 // A counted allocation; `break dit_alloc_counted` in gdb shows who allocates.
 extern "C" __attribute__((noinline)) void dit_alloc_counted() { asm volatile(""); }
-inline void note() {
+[[maybe_unused]] inline void note() {
   if (g_counting.load(std::memory_order_relaxed)) {
     if (g_in_execute.load(std::memory_order_relaxed) > 0) {
       g_onednn_allocs.fetch_add(1, std::memory_order_relaxed);
@@ -132,7 +132,7 @@ struct LoopCounts {
 };
 
 // What happens during steps 2..steps of one generation (everything after the first step).
-LoopCounts count_loop(dit::Pipeline& pipe, dit::Request req) {
+[[maybe_unused]] LoopCounts count_loop(dit::Pipeline& pipe, dit::Request req) {
   req.decode = false;
   pipe.generate(req, [&](const dit::StepInfo& si) {
     if (si.step == 1) {
