@@ -115,16 +115,16 @@ bool same_parameters(const std::string& a, const std::string& b) {
   return a.compare(0, ia, b, 0, ib) == 0 && ia == ib;
 }
 
-std::string batch_key(const ResolvedRequest& r) {
-  std::ostringstream k;
-  k << r.gen_width << "x" << r.gen_height << " " << r.steps << " " << r.sampler << " " << r.cfg << " "
-    << r.req.decode << " " << r.max_sequence_length;
-  return k.str();
-}
-
 std::string shape_key(const ResolvedRequest& r) {
   std::ostringstream k;
   k << r.gen_width << "x" << r.gen_height << " " << r.cfg << " " << r.max_sequence_length;
+  return k.str();
+}
+
+// A micro-batch shares its set-up (shape_key) and one loop: steps, sampler, decoding.
+std::string batch_key(const ResolvedRequest& r) {
+  std::ostringstream k;
+  k << shape_key(r) << " " << r.steps << " " << r.sampler << " " << r.req.decode;
   return k.str();
 }
 

@@ -23,11 +23,6 @@ namespace {
 const std::string kTiny = " -m " + data_path("dit-tiny");
 std::string batch(const std::string& args) { return bin("dit-gen") + kTiny + " -t 1 " + args; }
 
-void write(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  f << text;
-}
-
 // results.jsonl: index -> its last record.
 std::map<int, json> results(const std::string& dir) {
   std::map<int, json> m;
@@ -58,7 +53,7 @@ const char* kPrompts =
 
 TEST_CASE("batch: a text file gives one PNG per prompt, seeds --seed + index, and results.jsonl", "[cli][batch]") {
   Scratch s;
-  write(s.file("p.txt"), kPrompts);
+  write_text(s.file("p.txt"), kPrompts);
   const std::string out = s.file("out");
   RunResult r = run(batch("--batch " + s.file("p.txt") + " --output-dir " + out + " --steps 2 -s 10 --progress none"));
   INFO(r.err);
@@ -92,7 +87,7 @@ TEST_CASE("batch: a text file gives one PNG per prompt, seeds --seed + index, an
 TEST_CASE("batch: JSONL keys override the command line - standard input", "[cli][batch]") {
   Scratch s;
   const std::string out = s.file("out");
-  write(s.file("b.jsonl"),
+  write_text(s.file("b.jsonl"),
         "{\"prompt\": \"tiger shark\", \"seed\": 7, \"steps\": 3, \"output\": \"sharks/tiger.png\"}\n"
         "{\"prompt\": 1, \"width\": 32, \"height\": 16, \"sampler\": \"euler\", \"guidance_scale\": 1.5}\n"
         "{\"seed\": 9}\n");
@@ -112,9 +107,9 @@ TEST_CASE("batch: JSONL keys override the command line - standard input", "[cli]
 TEST_CASE("batch: resume skips finished items and generates the rest", "[cli][batch]") {
   Scratch s;
   const std::string out = s.file("out");
-  write(s.file("p.txt"), kPrompts);
+  write_text(s.file("p.txt"), kPrompts);
   // A batch "killed" after two items: the first two lines done by a shorter batch.
-  write(s.file("first.txt"), "tench\ngoldfish\n");
+  write_text(s.file("first.txt"), "tench\ngoldfish\n");
   REQUIRE(run(batch("--batch " + s.file("first.txt") + " --output-dir " + out + " --steps 2 --progress none")).code ==
           0);
   const std::string done0 = out + "/00000-tench.png", done1 = out + "/00001-goldfish.png";
@@ -156,7 +151,7 @@ TEST_CASE("batch: a killed batch finishes the rest when run again", "[cli][batch
   std::string prompts;
   const int n = 40;  // about 40 ms each at 100 steps: the kill lands well before the end
   for (int i = 0; i < n; ++i) prompts += std::to_string(i % 10) + "\n";
-  write(s.file("p.txt"), prompts);
+  write_text(s.file("p.txt"), prompts);
   // Kill the run (SIGKILL, nothing cleaned up) as soon as the first item is reported done.
   const std::string cmd = batch("--batch " + s.file("p.txt") + " --output-dir " + out + " --steps 100 --progress json");
   run("sh -c '" + cmd + " 2> " + s.file("ev") + " & pid=$!; i=0; while ! grep -q item_done " + s.file("ev") +
@@ -211,7 +206,7 @@ TEST_CASE("batch: a killed batch finishes the rest when run again", "[cli][batch
 TEST_CASE("batch: bad items are recorded as failed and the batch goes on", "[cli][batch]") {
   Scratch s;
   const std::string out = s.file("out");
-  write(s.file("b.jsonl"),
+  write_text(s.file("b.jsonl"),
         "{\"prompt\": \"tench\"}\n"
         "{\"prompt\": \"zebra\"}\n"
         "{this is not json\n"
@@ -250,7 +245,7 @@ TEST_CASE("batch: a symbolic link inside --output-dir cannot lead an output out 
   fs::create_directories(out);
   fs::create_directories(outside);
   fs::create_directory_symlink(outside, out + "/link");
-  write(s.file("b.jsonl"),
+  write_text(s.file("b.jsonl"),
         "{\"prompt\": \"tench\", \"output\": \"link/x.png\"}\n"
         "{\"prompt\": \"tench\", \"output\": \"sub/y.png\"}\n");
   RunResult r = run(batch("--batch " + s.file("b.jsonl") + " --output-dir " + out + " --steps 2 --progress none"));
@@ -282,7 +277,7 @@ TEST_CASE("batch: --dp 2 and --micro-batch give the same files as one replica on
   Scratch s;
   std::string prompts;
   for (int i = 0; i < 7; ++i) prompts += std::to_string(i % 10) + "\n";
-  write(s.file("p.txt"), prompts);
+  write_text(s.file("p.txt"), prompts);
   auto go = [&](const std::string& dir, const std::string& flags) {
     RunResult r = run(batch("--batch " + s.file("p.txt") + " --output-dir " + s.file(dir) +
                             " --steps 3 --save-item-latents --progress none " + flags));
@@ -327,7 +322,7 @@ TEST_CASE("batch: same-size items run together wherever they stand in the file, 
           "[cli][batch]") {
   Scratch s;
   // Sizes alternate: items 0 and 2 are 16x16, 1 and 3 are 32x16.
-  write(s.file("b.jsonl"),
+  write_text(s.file("b.jsonl"),
         "{\"prompt\": \"tench\"}\n"
         "{\"prompt\": \"goldfish\", \"width\": 32}\n"
         "{\"prompt\": \"hen\"}\n"
@@ -360,7 +355,7 @@ TEST_CASE("batch: same-size items run together wherever they stand in the file, 
 
 TEST_CASE("batch: the JSON progress stream parses and counts every step", "[cli][batch]") {
   Scratch s;
-  write(s.file("p.txt"), kPrompts);
+  write_text(s.file("p.txt"), kPrompts);
   for (const char* flags : {"", "--micro-batch 2", "--dp 2", "--dp 2 --micro-batch 2"}) {
     INFO(flags);
     RunResult r = run(batch("--batch " + s.file("p.txt") + " --output-dir " + s.file("out") +
@@ -408,7 +403,7 @@ TEST_CASE("batch: the JSON progress stream parses and counts every step", "[cli]
 
 TEST_CASE("batch: flag errors", "[cli][batch]") {
   Scratch s;
-  write(s.file("p.txt"), "tench\n");
+  write_text(s.file("p.txt"), "tench\n");
   auto fails = [&](const std::string& args, const std::string& needle) {
     RunResult r = run(batch(args));
     INFO(args << "\n" << r.err);
@@ -428,8 +423,8 @@ TEST_CASE("batch: a results.jsonl torn by a kill is mended before new records", 
   Scratch s;
   const std::string out = s.file("out");
   fs::create_directories(out);
-  write(out + "/results.jsonl", "{\"index\":0,\"prompt\":\"1\",\"seed\":4");  // no newline: a torn write
-  write(s.file("p.txt"), "1\n2\n");
+  write_text(out + "/results.jsonl", "{\"index\":0,\"prompt\":\"1\",\"seed\":4");  // no newline: a torn write
+  write_text(s.file("p.txt"), "1\n2\n");
   RunResult r = run(batch("--batch " + s.file("p.txt") + " --output-dir " + out + " --steps 2"));
   INFO(r.err);
   REQUIRE(r.code == 0);

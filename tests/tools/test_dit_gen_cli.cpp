@@ -180,11 +180,6 @@ TEST_CASE("dit-gen: bad input gives a one-line error, a non-zero exit and no out
 
 namespace {
 
-void write(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  f << text;
-}
-
 // Lines of `err` that report a failure (the layout and progress lines do not).
 std::vector<std::string> failure_lines(const std::string& err) {
   std::vector<std::string> out;
@@ -216,7 +211,7 @@ TEST_CASE("dit-gen: a killed rank is reported in one line, the ranks it stopped 
   Scratch s;
   const std::string long_run = kTiny + " -p 3 --steps 1000 -t 1 --no-decode ";
   {
-    write(s.file("one.sh"), kill_worker_script("--progress json" + long_run + "--cfg-parallel --ulysses 2",
+    write_text(s.file("one.sh"), kill_worker_script("--progress json" + long_run + "--cfg-parallel --ulysses 2",
                                                s.file("one.err"), 2, s.file("one.err")));
     RunResult r = run("sh " + s.file("one.sh"));
     const std::string err = slurp(s.file("one.err"));
@@ -230,7 +225,7 @@ TEST_CASE("dit-gen: a killed rank is reported in one line, the ranks it stopped 
     const std::string rdzv = " --rendezvous file:" + s.file("rdzv") + " --nnodes 2 --cfg-parallel --ulysses 2 ";
     fs::create_directories(s.file("rdzv"));
     // Node 0 (ranks 0, 1) reports the steps; node 1 (ranks 2, 3) loses its second worker.
-    write(s.file("two.sh"), "(" + bin("dit-gen") + " --progress json" + long_run + rdzv + "--node-rank 0 2> " +
+    write_text(s.file("two.sh"), "(" + bin("dit-gen") + " --progress json" + long_run + rdzv + "--node-rank 0 2> " +
                                 s.file("n0.err") + "; echo $? > " + s.file("n0.code") + ") &\n" +
                                 kill_worker_script("--progress none" + long_run + rdzv + "--node-rank 1",
                                                    s.file("n1.err"), 1, s.file("n0.err")) +
