@@ -23,6 +23,7 @@
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
+#include "parallel/shm_exchange.h"
 #include "parallel/stall_watchdog.h"
 #include "runtime/error.h"
 
@@ -73,13 +74,16 @@ struct ProcessGroup::Shared {
   std::unique_ptr<StallWatchdog> watchdog;  // null for a world of one
   std::shared_ptr<gloo::transport::Device> device;
   std::chrono::milliseconds timeout;
+  bool shared_memory = true;
+  std::string host;  // shm_host_identity(), when shared_memory
   std::atomic<bool> aborted{false};
   std::atomic<bool> comm_failed{false};  // some group failed: this rank is a casualty, not the cause
   std::atomic<bool> peer_cause{false};   // ... and the failure was traced to another rank
 };
 
 struct P2PHandle::Slot {
-  std::unique_ptr<gloo::transport::UnboundBuffer> buf;
+  std::unique_ptr<gloo::transport::UnboundBuffer> buf;  // TCP
+  uint64_t shm_op = 0;                                  // shared memory: the pending operation
   bool busy = false;
 };
 
@@ -98,6 +102,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create_world(std::shared_ptr<Rendezv
   auto shared = std::make_shared<Shared>();
   shared->store = std::move(store);
   shared->timeout = opts.timeout;
+  shared->shared_memory = opts.shared_memory;
+  if (opts.shared_memory) shared->host = shm_host_identity();
   std::vector<int> members(size);
   std::iota(members.begin(), members.end(), 0);
   std::shared_ptr<ProcessGroup> pg(new ProcessGroup(shared, "world", members, rank));
@@ -165,6 +171,53 @@ void ProcessGroup::connect(gloo::rendezvous::Store& store) {
   });
   if (shared_->watchdog) shared_->watchdog->add_context(ctx);
   ctx_ = std::move(ctx);
+  connect_shared_memory(store);
+}
+
+// Every member publishes its machine (shm_host_identity), or that it wants TCP only; when all
+// match, they map one segment for the all-to-alls, all-gathers and point-to-point messages.
+// Every rank takes part whatever its own option, so that ranks started with different options
+// still agree (on TCP). A failure to set up the segment on any rank leaves the whole group on
+// TCP; shared_memory_note() says why.
+void ProcessGroup::connect_shared_memory(gloo::rendezvous::Store& store) {
+  run("connect (shared memory)", -1, [&] {
+    const std::string mine = shared_->shared_memory ? shared_->host : std::string("tcp");
+    store.set("host/" + std::to_string(rank_), std::vector<char>(mine.begin(), mine.end()));
+    std::string first;
+    for (int r = 0; r < size(); r++) {
+      std::vector<char> h = store.get("host/" + std::to_string(r));
+      const std::string theirs(h.begin(), h.end());
+      if (r == 0) first = theirs;
+      if (theirs == "tcp") {
+        shm_note_ = "rank " + std::to_string(r) + " of group '" + name_ + "' asked for TCP only";
+        return;
+      }
+      if (theirs != first) {
+        shm_note_ = "rank " + std::to_string(r) + " of group '" + name_ + "' is on another machine than rank 0";
+        return;
+      }
+    }
+    ShmOptions o;
+    o.timeout = shared_->timeout;
+    Shared* sh = shared_.get();
+    o.aborted = [sh] {
+      return sh->aborted.load() || (sh->watchdog && !sh->watchdog->stall_message().empty()) ||
+             sh->store->find_abort().has_value();
+    };
+    shm_ = ShmExchange::create(store, rank_, size(), o, [this](bool ok) { return all_ranks_agree(ok); }, &shm_note_);
+  });
+}
+
+bool ProcessGroup::all_ranks_agree(bool mine) {
+  int32_t v = mine ? 1 : 0;
+  gloo::AllreduceOptions opts(ctx_);
+  opts.setOutput(&v, 1);
+  void (*fn)(void*, const void*, const void*, size_t) = &gloo::min<int32_t>;
+  opts.setReduceFunction(fn);
+  opts.setTag(next_tag());
+  opts.setTimeout(shared_->timeout);
+  gloo::allreduce(opts);
+  return v == 1;
 }
 
 ProcessGroup::~ProcessGroup() {
@@ -315,6 +368,7 @@ void ProcessGroup::all_to_all_bytes(const void* send, void* recv, size_t bytes_p
     return;
   }
   DIT_CHECK(send != recv, "all_to_all: send and recv must be different buffers");
+  if (shm_) return run("all_to_all", -1, [&] { shm_->all_to_all(send, recv, bytes_per_rank); });
   run("all_to_all", -1, [&] {
     gloo::AlltoallOptions opts(ctx_);
     opts.setInput(static_cast<uint8_t*>(const_cast<void*>(send)), bytes_per_rank * size());
@@ -362,6 +416,7 @@ void ProcessGroup::all_gather_bytes(const void* send, void* recv, size_t bytes) 
     std::memmove(recv, send, bytes);
     return;
   }
+  if (shm_) return run("all_gather", -1, [&] { shm_->all_gather_v(send, recv, std::vector<size_t>(size(), bytes)); });
   run("all_gather", -1, [&] {
     gloo::AllgatherOptions opts(ctx_);
     opts.setInput(static_cast<uint8_t*>(const_cast<void*>(send)), bytes);
@@ -386,6 +441,11 @@ void ProcessGroup::all_gather_v(const float* send, float* recv, const std::vecto
   if (size() == 1) {
     std::memmove(recv, send, total * sizeof(float));
     return;
+  }
+  if (shm_) {
+    std::vector<size_t> bytes(recv_counts);
+    for (size_t& b : bytes) b *= sizeof(float);
+    return run("all_gather_v", -1, [&] { shm_->all_gather_v(send, recv, bytes); });
   }
   run("all_gather_v", -1, [&] {
     gloo::AllgathervOptions opts(ctx_);
@@ -504,7 +564,7 @@ P2PHandle ProcessGroup::post(bool is_send, void* data, size_t bytes, int peer, u
   auto it = slots.find(key);
   if (it == slots.end()) {
     auto s = std::make_unique<P2PHandle::Slot>();
-    s->buf = ctx_->createUnboundBuffer(data, bytes);
+    if (!shm_) s->buf = ctx_->createUnboundBuffer(data, bytes);
     it = slots.emplace(key, std::move(s)).first;
   }
   P2PHandle::Slot* slot = it->second.get();
@@ -512,7 +572,9 @@ P2PHandle ProcessGroup::post(bool is_send, void* data, size_t bytes, int peer, u
                             << " bytes) still has a pending operation; wait() for it first");
   uint64_t gslot = gloo::Slot::build(kP2PSlotPrefix, tag);
   run(op, peer, [&] {
-    if (is_send)
+    if (shm_)
+      slot->shm_op = is_send ? shm_->post_send(data, bytes, peer, tag) : shm_->post_recv(data, bytes, peer, tag);
+    else if (is_send)
       slot->buf->send(peer, gslot, 0, bytes);
     else
       slot->buf->recv(peer, gslot, 0, bytes);
@@ -544,7 +606,10 @@ void ProcessGroup::wait_handle(P2PHandle& h) {
   check_usable(op);
   bool ok = true;
   run(op, peer, [&] {
-    ok = is_send ? slot->buf->waitSend(nullptr, shared_->timeout) : slot->buf->waitRecv(nullptr, shared_->timeout);
+    if (shm_)
+      shm_->wait(slot->shm_op);
+    else
+      ok = is_send ? slot->buf->waitSend(nullptr, shared_->timeout) : slot->buf->waitRecv(nullptr, shared_->timeout);
   });
   if (!ok) fail(op, peer, "the operation was aborted");
   slot->busy = false;

@@ -1,4 +1,6 @@
-// ProcessGroup: the collectives every parallel feature uses, over a Gloo context (TCP).
+// ProcessGroup: the collectives every parallel feature uses, over a Gloo context (TCP), and for
+// a group whose ranks all run on one machine, all-to-all, all-gather and point-to-point
+// through shared memory (parallel/shm_exchange.h; the rest stays on TCP).
 //
 //   auto store = RendezvousStore::open(env.rendezvous, env.world, timeout);
 //   auto world = ProcessGroup::create_world(store, env.rank, env.world, {timeout});
@@ -14,7 +16,9 @@
 // the group's timeout; any failure (a peer died, a timeout, a Gloo error) becomes
 // dit::Error("<op> on group '<name>' (rank r of n): ...") naming the peer where known,
 // and leaves the group unusable: later calls fail at once with the first error.
-// A group is used by one thread at a time (p2p waits included).
+// A group is used by one thread at a time (p2p waits included). Over shared memory a message
+// waits in its link until its receive is posted: post receives before waiting for later
+// messages from the same peer (every caller here posts all receives first).
 #pragma once
 
 #include <atomic>
@@ -45,9 +49,20 @@ struct CommOptions {
   // host's name or address (DIT_ADDR), or a network interface name in `iface`.
   std::string hostname = "127.0.0.1";
   std::string iface;
+  // The all-to-alls, all-gathers and point-to-point messages of a group whose ranks share this
+  // machine go through a shared-memory segment (parallel/shm_exchange.h); false (on any rank
+  // of a group): TCP for everything (--transport tcp).
+  bool shared_memory = true;
 };
 
+// The --transport flag's help (dit-gen, dit-bench, dit-comm-bench): auto | tcp.
+inline constexpr const char* kTransportHelp =
+    "auto: the all-to-alls, all-gathers and point-to-point messages (Ulysses, Ring, the CFG exchange) of ranks on "
+    "one machine go through shared memory, the rest and everything between machines over TCP; tcp: everything over "
+    "TCP (Gloo)";
+
 class ProcessGroup;
+class ShmExchange;
 
 // A pending point-to-point send or receive. wait() blocks until it completes (or throws
 // dit::Error after the group's timeout / when the peer fails). Move-only; waiting twice is
@@ -142,12 +157,19 @@ class ProcessGroup {
   // rank that died, stopped responding or reported its own failure): this rank is a casualty
   // and the cause is reported where it happened (dit-gen: launcher.h, kPeerFailedExit).
   bool failed_because_of_peer() const noexcept;
+  // Whether this group's all-to-all, all-gather and point-to-point messages go through shared
+  // memory (its ranks are on one machine, none turned it off), and if not, why (empty for a
+  // group of one).
+  bool uses_shared_memory() const { return shm_ != nullptr; }
+  const std::string& shared_memory_note() const { return shm_note_; }
 
  private:
   struct Shared;
   friend class P2PHandle;
   ProcessGroup(std::shared_ptr<Shared> shared, std::string name, std::vector<int> members, int rank);
   void connect(gloo::rendezvous::Store& store);
+  void connect_shared_memory(gloo::rendezvous::Store& store);
+  bool all_ranks_agree(bool mine);  // a TCP all-reduce (min): true only if every rank says true
   uint32_t next_tag() { return next_tag_++; }
   // Runs f, translating any exception into dit::Error naming op, group and peer.
   template <class F>
@@ -170,6 +192,8 @@ class ProcessGroup {
   bool closed_ = false;
   std::map<std::pair<const void*, size_t>, std::unique_ptr<P2PHandle::Slot>> send_slots_, recv_slots_;
   std::vector<float> scratch_;  // reduce_scatter staging
+  std::unique_ptr<ShmExchange> shm_;  // null: TCP only
+  std::string shm_note_;
 };
 
 }  // namespace dit

@@ -146,7 +146,8 @@ json measure(const Opts& o, const char* argv0, const RunPlan& p, std::vector<flo
                                    "--gemm-runs",  std::to_string(o.gemm_runs), "--result-dir",
                                    rdir.string(),  "--qkv",     o.qkv,
                                    "--sp-min-tokens", std::to_string(o.sp_min_tokens),
-                                   "--ulysses-chunks", std::to_string(o.ulysses_chunks)};
+                                   "--ulysses-chunks", std::to_string(o.ulysses_chunks),
+                                   "--transport",  o.transport};
   if (o.no_pin) args.push_back("--no-pin");
   if (o.load_only) args.push_back("--load-only");
   if (!o.weight_cache.empty()) args.insert(args.end(), {"--weight-cache", o.weight_cache});
@@ -342,6 +343,9 @@ int main(int argc, char** argv) {
   app.add_option("--ulysses-chunks", o.ulysses_chunks,
                  "Ulysses: heads pipelined in up to this many chunks (1: no overlap; default: dit-gen's: " +
                      std::to_string(kDefaultUlyssesChunks) + " across machines, 1 on one)");
+  app.add_option("--transport", o.transport, kTransportHelp)
+      ->check(CLI::IsMember({"auto", "tcp"}))
+      ->capture_default_str();
   app.add_option("--weight-cache", o.weight_cache,
                  "converted-weight cache as dit-gen's --weight-cache: DIR, or off (default: dit-gen's default "
                  "directory)");

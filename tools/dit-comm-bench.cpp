@@ -87,7 +87,7 @@ struct Bench {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"dit-comm-bench: Gloo TCP bandwidth/latency of all-to-all, all-gather and send/recv"};
+  CLI::App app{"dit-comm-bench: bandwidth/latency of all-to-all, all-gather and send/recv between ranks (Gloo TCP, and shared memory on one machine)"};
   int nproc = 2, iters_flag = 0, timeout_s = 300, warmup = 2;
   std::string sizes_flag = "16K,64K,256K,1M,4M,16M,64M", ops_flag = "all_to_all,all_gather,pingpong,ring";
   app.add_option("--nproc", nproc, "local processes (ranks)")->capture_default_str();
@@ -96,6 +96,8 @@ int main(int argc, char** argv) {
   app.add_option("--iters", iters_flag, "iterations per size (0: 5..50 by size)")->capture_default_str();
   app.add_option("--warmup", warmup, "untimed iterations per size")->capture_default_str();
   app.add_option("--timeout", timeout_s, "communication timeout, seconds")->capture_default_str();
+  std::string transport = "auto";
+  app.add_option("--transport", transport, dit::kTransportHelp)->check(CLI::IsMember({"auto", "tcp"}))->capture_default_str();
   if (auto rc = dit::parse_args(app, argc, argv, "dit-comm-bench")) return *rc;
 
   std::shared_ptr<dit::ProcessGroup> world;
@@ -109,6 +111,7 @@ int main(int argc, char** argv) {
     env = dit::detect_launch_env(lo);
     dit::CommOptions co;
     co.timeout = std::chrono::seconds(timeout_s);
+    co.shared_memory = transport == "auto";
     world = dit::connect_world(env, co);
     dit::ProcessGroup& pg = *world;
     const int n = pg.size(), r = pg.rank();
@@ -175,7 +178,8 @@ int main(int argc, char** argv) {
     }
     if (r == 0) {
       nlohmann::json out = {{"tool", "dit-comm-bench"},
-                            {"transport", "gloo tcp, loopback"},
+                            {"transport", pg.uses_shared_memory() ? "shared memory (all_to_all, all_gather), gloo tcp (send/recv)" : "gloo tcp"},
+                            {"shared_memory_note", pg.shared_memory_note()},
                             {"world", n},
                             {"threads_per_rank", 1},
                             {"results", results}};

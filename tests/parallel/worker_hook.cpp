@@ -11,6 +11,9 @@
 //   DIT_PT_NNODES, DIT_PT_NODE_RANK   --nnodes, --node-rank
 //   DIT_PT_SCENARIO=collectives|kill|badinput|loop|hang
 //   DIT_PT_VICTIM=r         the rank that dies (kill) or cannot load its input (badinput)
+//   DIT_PT_OP=all_reduce|all_to_all|p2p   what kill/loop repeat (all_reduce: TCP; the others
+//                           go through shared memory on one machine)
+//   DIT_PT_TRANSPORT=tcp    CommOptions::shared_memory = false
 //   DIT_PT_MESH=dp,cfg,ring,ulysses   also build and check a device mesh (collectives)
 #include <signal.h>
 #include <unistd.h>
@@ -37,12 +40,17 @@ int run_rank(const dit::LaunchEnv& env) {
   int victim = env_int("DIT_PT_VICTIM", 1);
   dit::CommOptions co;
   co.timeout = std::chrono::milliseconds(env_int("DIT_PT_TIMEOUT_MS", 30000));
+  const char* transport = std::getenv("DIT_PT_TRANSPORT");
+  co.shared_memory = !(transport && std::string(transport) == "tcp");
+  const std::string op = std::getenv("DIT_PT_OP") ? std::getenv("DIT_PT_OP") : "all_reduce";
   std::shared_ptr<dit::ProcessGroup> world;
   try {
     if (scenario == "badinput" && env.rank == victim)
       throw dit::Error("cannot load input '/nonexistent/prompts.txt': No such file or directory");
     world = dit::connect_world(env, co);
     if (scenario == "collectives") {
+      if (std::getenv("DIT_PT_EXPECT_SHM") && !world->uses_shared_memory())
+        throw dit::Error("expected shared memory: " + world->shared_memory_note());
       dit_test::check_everything(*world);
       if (const char* m = std::getenv("DIT_PT_MESH")) {
         dit::MeshDegrees d;
@@ -53,11 +61,21 @@ int run_rank(const dit::LaunchEnv& env) {
         dit_test::check_ring_p2p(mesh.ring(), 100, 3);
       }
     } else if (scenario == "kill" || scenario == "badinput" || scenario == "loop") {
-      std::vector<float> x(1 << 16, 1.f);
+      std::vector<float> x(1 << 16, 1.f), y(x.size() * size_t(world->size()), 0.f);
+      const int next = (world->rank() + 1) % world->size(), prev = (world->rank() + world->size() - 1) % world->size();
       for (int step = 0;; step++) {
         if (scenario == "kill" && env.rank == victim && step == 20) raise(SIGKILL);
-        world->all_reduce_sum(x.data(), x.size());
-        std::fill(x.begin(), x.end(), 1.f);
+        if (op == "all_to_all") {
+          world->all_to_all(y.data(), y.data() + y.size() / 2, y.size() / 2 / size_t(world->size()));
+        } else if (op == "p2p") {
+          auto r = world->irecv(y.data(), x.size() * 4, prev, uint32_t(step));
+          auto s = world->isend(x.data(), x.size() * 4, next, uint32_t(step));
+          s.wait();
+          r.wait();
+        } else {
+          world->all_reduce_sum(x.data(), x.size());
+          std::fill(x.begin(), x.end(), 1.f);
+        }
       }
     } else if (scenario == "hang") {
       world->barrier();

@@ -99,7 +99,9 @@ int run_worker(const Opts& o) {
     po.weight_cache = weight_cache_option(o.weight_cache);
     std::shared_ptr<DeviceMesh> mesh;
     if (lay.deg.world() > 1) {
-      world = connect_world(env);
+      CommOptions co;
+      co.shared_memory = o.transport == "auto";
+      world = connect_world(env, co);
       mesh = std::make_shared<DeviceMesh>(world, lay.deg);
       DistributedOptions dopt;
       if (o.sp_min_tokens > 0) dopt.sp_min_tokens = o.sp_min_tokens;
@@ -169,6 +171,7 @@ int run_worker(const Opts& o) {
     r["local_rank"] = env.local_rank;
     r["threads"] = num_threads();
     r["ulysses_chunks"] = ulysses_chunks_for(env, o.ulysses_chunks);
+    r["shared_memory"] = world && world->uses_shared_memory();
     r["cpus"] = place.cpus;
     r["pinned"] = place.pinned;
     r["oversubscribed"] = place.oversubscribed;

@@ -114,6 +114,10 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
                  "travels while another is computed (1: no overlap; default: " +
                      std::to_string(kDefaultUlyssesChunks) + " when the ranks span machines, 1 on one machine)")
       ->group(par);
+  app.add_option("--transport", o.transport, kTransportHelp)
+      ->check(CLI::IsMember({"auto", "tcp"}))
+      ->capture_default_str()
+      ->group(par);
   app.add_option("--vae-parallel", o.vae_parallel,
                  "who decodes a replica's image: machines = the first rank of each machine decodes a band of its rows "
                  "with that machine's cores (on one machine: the output rank with all of them); ranks = every rank a "

@@ -41,6 +41,7 @@ struct GenOptions {
   std::string vae_parallel = "machines";  // --vae-parallel machines|ranks|off (parallel/distributed_context.h)
   std::string weight_cache;  // --weight-cache: "" = the default location, "off", or a directory
   double timeout = 300;
+  std::string transport = "auto";  // --transport auto|tcp (parallel/process_group.h)
   std::string rendezvous;
   int nnodes = 1, node_rank = 0, nproc_per_node = 0;
   // Batch mode (tools/cli/batch.h).

@@ -57,6 +57,7 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
   if (degrees.world() > 1) {
     CommOptions co;
     co.timeout = std::chrono::milliseconds(int64_t(o.timeout * 1000));
+    co.shared_memory = o.transport == "auto";
     s.world = connect_world(s.env, co);
     s.mesh = std::make_shared<DeviceMesh>(s.world, degrees);
     DistributedOptions dopt;

@@ -1,0 +1,374 @@
+#include "parallel/shm_exchange.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+#include <gloo/rendezvous/store.h>
+
+#include "runtime/error.h"
+
+namespace dit {
+
+namespace {
+
+constexpr uint64_t kMagic = 0x6469742d73686d31ull;  // "dit-shm1"
+constexpr size_t kLine = 64;
+constexpr int kMaxRanks = 4096;
+// A wait spins for kSpinFor (a peer a few microseconds late), then yields the core until
+// kYieldFor (other ranks or threads on an oversubscribed core run meanwhile), then sleeps
+// 50 µs at a time (a peer that is still computing).
+constexpr std::chrono::microseconds kSpinFor{50}, kYieldFor{1000};
+// After a point-to-point wait, pending sends are pushed on until the link has not moved for this long.
+constexpr std::chrono::microseconds kFlushIdle{30};
+// While sleeping, look at the peer's process, the abort flag and the deadline this often.
+constexpr std::chrono::milliseconds kCheckEvery{20};
+
+size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+std::string read_first_line(const char* path) {
+  std::ifstream f(path);
+  std::string s;
+  std::getline(f, s);
+  return s;
+}
+
+std::string ns_id(const char* name) {
+  struct stat st;
+  std::string p = std::string("/proc/self/ns/") + name;
+  if (stat(p.c_str(), &st) != 0) return "?";
+  return std::to_string(uint64_t(st.st_dev)) + ":" + std::to_string(uint64_t(st.st_ino));
+}
+
+// Per rank a pid and two counters on their own cache lines, and a slot; per ordered pair of
+// ranks a link (two counters, a ring buffer).
+struct Layout {
+  size_t pids, posted, done, link_ctr, slots, links, slot_bytes, link_bytes, total;
+  Layout(int n, size_t slot, size_t link) : slot_bytes(slot), link_bytes(link) {
+    const size_t pairs = size_t(n) * size_t(n - 1);
+    pids = kLine;
+    posted = round_up(pids + size_t(n) * sizeof(int32_t), kLine);
+    done = posted + size_t(n) * kLine;
+    link_ctr = done + size_t(n) * kLine;
+    slots = round_up(link_ctr + pairs * 2 * kLine, 4096);
+    links = slots + size_t(n) * slot;
+    total = links + pairs * link;
+  }
+};
+
+// Slot size: 4 MB for a few ranks, less for many (the slots stay within 32 MB), at least 1 MB.
+size_t slot_bytes_for(int n) {
+  size_t s = (size_t(32) << 20) / size_t(n);
+  s = std::clamp(s, size_t(1) << 20, ShmExchange::kSlotBytes);
+  return s / 4096 * 4096;
+}
+
+// Link size: 1 MB for two ranks, less for many (the links stay within 32 MB), at least 64 KB.
+size_t link_bytes_for(int n) {
+  size_t s = (size_t(32) << 20) / (size_t(n) * size_t(n - 1));
+  s = std::clamp(s, size_t(64) << 10, size_t(1) << 20);
+  return s / 4096 * 4096;
+}
+
+bool process_gone(int32_t pid) {
+  if (pid <= 0 || pid == getpid()) return false;
+  if (kill(pid, 0) != 0) return errno == ESRCH;
+  // A killed child its parent has not reaped yet is still listed, as a zombie.
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(f, line)) return true;
+  size_t p = line.rfind(')');
+  return p != std::string::npos && p + 2 < line.size() && (line[p + 2] == 'Z' || line[p + 2] == 'X');
+}
+
+void pause_cpu() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
+}  // namespace
+
+std::string shm_host_identity() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  std::ostringstream os;
+  os << host << "/" << read_first_line("/proc/sys/kernel/random/boot_id");
+  for (const char* ns : {"pid", "net", "ipc", "mnt"}) os << "/" << ns << "=" << ns_id(ns);
+  return os.str();
+}
+
+struct ShmExchange::Header {
+  uint64_t magic;
+  uint32_t size;
+  uint32_t reserved;
+  uint64_t slot_bytes, link_bytes;
+};
+
+ShmExchange::ShmExchange(void* base, size_t slot_bytes, size_t link_bytes, int rank, int size, const ShmOptions& opts)
+    : base_(base), rank_(rank), size_(size), opts_(opts), header_(static_cast<Header*>(base)) {
+  const Layout lay(size, slot_bytes, link_bytes);
+  bytes_ = lay.total;
+  slot_bytes_ = lay.slot_bytes;
+  link_bytes_ = lay.link_bytes;
+  pids_ = lay.pids;
+  posted_ = lay.posted;
+  done_ = lay.done;
+  link_ctr_ = lay.link_ctr;
+  slots_ = lay.slots;
+  links_ = lay.links;
+  sends_to_.resize(size_t(size));
+  recvs_from_.resize(size_t(size));
+  incoming_.resize(size_t(size));
+  ops_.reserve(64);
+  free_ops_.reserve(64);
+  for (int j = 0; j < size; ++j) {
+    sends_to_[size_t(j)].reserve(32);
+    recvs_from_[size_t(j)].reserve(32);
+  }
+}
+
+ShmExchange::~ShmExchange() {
+  if (base_) munmap(base_, bytes_);
+}
+
+std::unique_ptr<ShmExchange> ShmExchange::create(gloo::rendezvous::Store& store, int rank, int size,
+                                                 const ShmOptions& opts, const std::function<bool(bool)>& agree,
+                                                 std::string* why) {
+  DIT_CHECK(size >= 2 && size <= kMaxRanks && rank >= 0 && rank < size, "ShmExchange: rank " << rank << " of " << size);
+  const Layout lay(size, slot_bytes_for(size), link_bytes_for(size));
+  std::string name, error;
+  void* base = MAP_FAILED;
+  int fd = -1;
+  bool created = false;
+  if (rank == 0) {
+    std::random_device rd;
+    std::ostringstream os;
+    os << "/dev/shm/dit-gen-" << getpid() << "-" << std::hex << ((uint64_t(rd()) << 32) | rd());
+    name = os.str();
+    fd = open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    created = fd >= 0;
+    if (fd < 0) {
+      error = "cannot create " + name + ": " + std::strerror(errno);
+    } else if (int e = posix_fallocate(fd, 0, off_t(lay.total)); e != 0) {  // no SIGBUS later on a full /dev/shm
+      error = "cannot reserve " + std::to_string(lay.total >> 20) + " MB in " + name + ": " + std::strerror(e);
+    }
+    const std::string published = error.empty() ? name : "";
+    store.set("shm", std::vector<char>(published.begin(), published.end()));
+  } else {
+    std::vector<char> v = store.get("shm");
+    name.assign(v.begin(), v.end());
+    if (name.empty()) {
+      error = "rank 0 could not create the segment";
+    } else {
+      fd = open(name.c_str(), O_RDWR | O_CLOEXEC);
+      if (fd < 0) error = "cannot open " + name + ": " + std::strerror(errno);
+    }
+  }
+  if (error.empty()) {
+    struct stat st;
+    if (fstat(fd, &st) != 0 || size_t(st.st_size) != lay.total) {
+      error = name + " is not the segment rank 0 made";
+    } else {
+      base = mmap(nullptr, lay.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (base == MAP_FAILED) error = "cannot map " + name + ": " + std::strerror(errno);
+    }
+  }
+  if (fd >= 0) close(fd);
+  std::unique_ptr<ShmExchange> ex;
+  if (base != MAP_FAILED) {
+    ex.reset(new ShmExchange(base, lay.slot_bytes, lay.link_bytes, rank, size, opts));
+    if (rank == 0) {
+      ex->header_->magic = kMagic;
+      ex->header_->size = uint32_t(size);
+      ex->header_->slot_bytes = lay.slot_bytes;
+      ex->header_->link_bytes = lay.link_bytes;
+    }
+    reinterpret_cast<std::atomic<int32_t>*>(static_cast<char*>(base) + lay.pids)[rank].store(int32_t(getpid()));
+  }
+  const bool all = agree(error.empty());  // a barrier: rank 0's header and every pid are written
+  if (created) unlink(name.c_str());
+  if (why) *why = !error.empty() ? error : all ? "" : "another rank could not map the segment";
+  if (!all) return nullptr;
+  DIT_CHECK(ex->header_->magic == kMagic && ex->header_->size == uint32_t(size) &&
+                ex->header_->slot_bytes == lay.slot_bytes && ex->header_->link_bytes == lay.link_bytes,
+            "ShmExchange: " << name << " has another layout than this rank expects");
+  return ex;
+}
+
+char* ShmExchange::slot(int r) const { return static_cast<char*>(base_) + slots_ + size_t(r) * slot_bytes_; }
+
+std::atomic<uint64_t>& ShmExchange::posted(int r) const {
+  return *reinterpret_cast<std::atomic<uint64_t>*>(static_cast<char*>(base_) + posted_ + size_t(r) * kLine);
+}
+
+std::atomic<uint64_t>& ShmExchange::done(int r) const {
+  return *reinterpret_cast<std::atomic<uint64_t>*>(static_cast<char*>(base_) + done_ + size_t(r) * kLine);
+}
+
+void ShmExchange::check_peer(int peer) const {
+  // Any member gone stops the wait (the one waited for first): an exchange needs them all, and
+  // a run that lost a rank is over.
+  auto gone = [&](int j) {
+    const int32_t pid = reinterpret_cast<const std::atomic<int32_t>*>(static_cast<const char*>(base_) + pids_)[j].load();
+    if (process_gone(pid)) DIT_FAIL("rank " << j << " (pid " << pid << ") is no longer running");
+  };
+  if (peer >= 0) gone(peer);
+  for (int j = 0; j < size_; ++j)
+    if (j != rank_ && j != peer) gone(j);
+}
+
+struct ShmExchange::Backoff {
+  using Clock = std::chrono::steady_clock;
+  const ShmExchange* ex;
+  int peer;
+  Clock::time_point start = Clock::now(), deadline, next_check = start + kCheckEvery;
+  uint64_t polls = 0;
+  Backoff(const ShmExchange& e, int p, Clock::time_point d) : ex(&e), peer(p), deadline(d) {}
+  // Between two polls: a pause instruction; every 64th time, a yield or a sleep once the
+  // wait is long, and every kCheckEvery the checks (throws dit::Error).
+  void pause() {
+    if (++polls % 64 != 0) {
+      pause_cpu();
+      return;
+    }
+    const auto now = Clock::now();
+    if (now - start >= kYieldFor) {
+      timespec ts{0, 50000};
+      nanosleep(&ts, nullptr);
+    } else if (now - start >= kSpinFor) {
+      sched_yield();
+    }
+    if (now < next_check) return;
+    next_check = now + kCheckEvery;
+    ex->check_peer(peer);
+    if (ex->opts_.aborted && ex->opts_.aborted()) DIT_FAIL("stopped waiting for rank " << peer << ": the run is aborting");
+    if (now >= deadline)
+      DIT_FAIL("timed out after " << ex->opts_.timeout.count() / 1000.0 << " s waiting for rank " << peer
+                                  << " (shared memory)");
+  }
+};
+
+void ShmExchange::wait_for(std::atomic<uint64_t>& c, uint64_t target, int peer,
+                           std::chrono::steady_clock::time_point deadline) {
+  if (c.load(std::memory_order_acquire) >= target) return;
+  Backoff b(*this, peer, deadline);
+  while (c.load(std::memory_order_acquire) < target) {
+    if (pending_ > 0) progress();  // a peer may be waiting for our point-to-point data first
+    b.pause();
+  }
+}
+
+// A point-to-point operation (shm_p2p.cpp): progress on every link until it is complete.
+void ShmExchange::wait(uint64_t id) {
+  DIT_CHECK(id >= 1 && id <= ops_.size() && ops_[id - 1].used, "shared memory: wait for an unknown operation " << id);
+  Op& op = ops_[id - 1];
+  if (!op.done) {
+    Backoff b(*this, op.peer, std::chrono::steady_clock::now() + opts_.timeout);
+    while (!op.done) {
+      if (progress()) b = Backoff(*this, op.peer, b.deadline);  // data moves: keep spinning
+      if (!op.done) b.pause();
+    }
+  }
+  op.used = false;
+  free_ops_.push_back(uint32_t(id));
+  flush_sends();
+}
+
+// Sends still in progress move only while this rank is inside a wait: keep writing them while
+// their receivers take the data (they are waiting for it now, most likely), so that a rank
+// whose receive completed does not go off computing with its peer's receive half done. Stops
+// once nothing has moved for kFlushIdle (the receivers are busy).
+void ShmExchange::flush_sends() {
+  using Clock = std::chrono::steady_clock;
+  auto last = Clock::now();
+  for (;;) {
+    bool any = false, moved = false;
+    for (int j = 0; j < size_; ++j)
+      if (j != rank_ && !sends_to_[size_t(j)].empty()) {
+        any = true;
+        moved |= progress_send(j);
+      }
+    if (!any) return;
+    const auto now = Clock::now();
+    if (moved)
+      last = now;
+    else if (now - last >= kFlushIdle)
+      return;
+    pause_cpu();
+  }
+}
+
+void ShmExchange::begin_piece(uint64_t seq, std::chrono::steady_clock::time_point deadline) {
+  // Every other rank has read my slot's previous piece.
+  for (int j = 0; j < size_; ++j)
+    if (j != rank_) wait_for(done(j), seq - 1, j, deadline);
+}
+
+void ShmExchange::all_to_all(const void* send, void* recv, size_t bytes_per_rank) {
+  if (bytes_per_rank == 0) return;
+  const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
+  const char* in = static_cast<const char*>(send);
+  char* out = static_cast<char*>(recv);
+  const size_t piece = slot_bytes_ / size_t(size_) / kLine * kLine;  // per destination
+  for (size_t off = 0; off < bytes_per_rank; off += piece) {
+    const size_t len = std::min(piece, bytes_per_rank - off);
+    const uint64_t seq = ++seq_;
+    begin_piece(seq, deadline);
+    char* mine = slot(rank_);
+    for (int j = 0; j < size_; ++j)
+      if (j != rank_) std::memcpy(mine + size_t(j) * piece, in + size_t(j) * bytes_per_rank + off, len);
+    posted(rank_).store(seq, std::memory_order_release);
+    std::memcpy(out + size_t(rank_) * bytes_per_rank + off, in + size_t(rank_) * bytes_per_rank + off, len);
+    for (int k = 1; k < size_; ++k) {  // starting after this rank: the ranks do not all read one slot at once
+      const int j = (rank_ + k) % size_;
+      wait_for(posted(j), seq, j, deadline);
+      std::memcpy(out + size_t(j) * bytes_per_rank + off, slot(j) + size_t(rank_) * piece, len);
+    }
+    done(rank_).store(seq, std::memory_order_release);
+  }
+}
+
+void ShmExchange::all_gather_v(const void* send, void* recv, const std::vector<size_t>& bytes) {
+  DIT_CHECK(int(bytes.size()) == size_, "ShmExchange::all_gather_v: " << bytes.size() << " sizes for " << size_ << " ranks");
+  const size_t most = *std::max_element(bytes.begin(), bytes.end());
+  if (most == 0) return;
+  const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
+  std::vector<size_t> at(size_, 0);
+  for (int j = 1; j < size_; ++j) at[j] = at[j - 1] + bytes[j - 1];
+  const char* in = static_cast<const char*>(send);
+  char* out = static_cast<char*>(recv);
+  const size_t piece = slot_bytes_;
+  auto part = [&](int j, size_t off) { return bytes[j] > off ? std::min(piece, bytes[j] - off) : size_t(0); };
+  for (size_t off = 0; off < most; off += piece) {
+    const uint64_t seq = ++seq_;
+    begin_piece(seq, deadline);
+    const size_t mine = part(rank_, off);
+    if (mine) std::memcpy(slot(rank_), in + off, mine);
+    posted(rank_).store(seq, std::memory_order_release);
+    if (mine) std::memmove(out + at[rank_] + off, in + off, mine);
+    for (int k = 1; k < size_; ++k) {
+      const int j = (rank_ + k) % size_;
+      wait_for(posted(j), seq, j, deadline);
+      if (const size_t n = part(j, off)) std::memcpy(out + at[j] + off, slot(j), n);
+    }
+    done(rank_).store(seq, std::memory_order_release);
+  }
+}
+
+}  // namespace dit

@@ -1,0 +1,134 @@
+// ShmExchange: the all-to-all and all-gather of a group whose ranks all run on one machine,
+// through a shared-memory segment instead of TCP (ProcessGroup uses it when it can; the
+// transport of everything else, and of groups that span machines, stays Gloo over TCP).
+//
+//   // every member, after the group's Gloo connection (the segment's name travels through
+//   // the group's store; rank 0 creates it, everyone maps it, rank 0 unlinks it)
+//   auto shm = ShmExchange::create(store, rank, size, {timeout, aborted, peer_failed});
+//   shm->all_to_all(send, recv, bytes_per_rank);
+//
+// Each rank owns one slot of kSlotBytes. An operation runs in pieces: every rank copies its
+// piece of the data for the others into its slot and publishes the piece's sequence number
+// (`posted`), then copies what it needs out of the other ranks' slots and publishes that it
+// is done reading (`done`); a rank overwrites its slot only after every other rank is done
+// with the previous piece. Two copies of each byte, no system call while data flows, and the
+// waits spin briefly, then yield, then sleep 50 µs at a time (a late peer costs no core).
+//
+// Failure: a wait gives up after the group's timeout, when the process aborts, or at once when
+// a peer's process is gone (its pid, kept in the segment, no longer exists): dit::Error naming
+// the rank. The group then fails as for a TCP error (process_group.cpp).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace gloo::rendezvous {
+class Store;
+}
+
+namespace dit {
+
+// What the members of a group must share for the segment to be used: the machine (host name,
+// boot id) and the namespaces that make one pid and one /dev/shm mean the same process and
+// file (pid, net, ipc, mount). Simulated machines in their own namespaces (tools/netbench.sh)
+// differ.
+std::string shm_host_identity();
+
+struct ShmOptions {
+  std::chrono::milliseconds timeout{60000};
+  // True once this process is aborting (checked while waiting).
+  std::function<bool()> aborted;
+};
+
+class ShmExchange {
+ public:
+  static constexpr size_t kSlotBytes = size_t(4) << 20;
+
+  // Collective over the `size` ranks (each calls it once, `store` scoped to the group).
+  // Returns null on every rank when the segment cannot be created or mapped on some rank
+  // (`why` then says why, on the rank that failed; the others see "another rank ...").
+  // `agree` combines every rank's local success: true only if all succeeded (the caller's
+  // all-reduce over TCP), so that all ranks choose the same transport.
+  static std::unique_ptr<ShmExchange> create(gloo::rendezvous::Store& store, int rank, int size,
+                                             const ShmOptions& opts, const std::function<bool(bool)>& agree,
+                                             std::string* why);
+  ~ShmExchange();
+  ShmExchange(const ShmExchange&) = delete;
+  ShmExchange& operator=(const ShmExchange&) = delete;
+
+  // send: size()·bytes_per_rank, block j for rank j; recv: block j from rank j.
+  void all_to_all(const void* send, void* recv, size_t bytes_per_rank);
+  // This rank contributes bytes[rank] from send; recv gets every rank's block, packed in rank order.
+  void all_gather_v(const void* send, void* recv, const std::vector<size_t>& bytes);
+
+  // Point to point over a link (a ring buffer) per ordered pair of ranks (shm_p2p.cpp). A send
+  // is complete once its bytes are in the link, a receive once they are in its buffer. Every
+  // wait moves the data of all pending operations (two ranks waiting for each other's sends
+  // both make progress). Messages on a link arrive in the order sent, each into the receive
+  // posted with its tag; one whose receive is not posted yet holds up its link until it is.
+  // Returns an operation id for wait().
+  uint64_t post_send(const void* data, size_t bytes, int dst, uint32_t tag);
+  uint64_t post_recv(void* data, size_t bytes, int src, uint32_t tag);
+  void wait(uint64_t op);
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+ private:
+  struct Header;
+  struct Op {
+    char* data = nullptr;
+    size_t bytes = 0, moved = 0;  // moved: payload bytes (padded) through the link so far
+    uint32_t tag = 0;
+    int peer = -1;
+    bool send = false, header = false, done = false, used = false;
+  };
+  struct Incoming {  // the message being read from a peer's link
+    uint32_t op = 0;   // 0: none
+    size_t read = 0;
+  };
+  ShmExchange(void* base, size_t slot_bytes, size_t link_bytes, int rank, int size, const ShmOptions& opts);
+  char* slot(int r) const;
+  std::atomic<uint64_t>& posted(int r) const;
+  std::atomic<uint64_t>& done(int r) const;
+  // Waits until c >= target; `peer` is the rank whose progress it shows.
+  void wait_for(std::atomic<uint64_t>& c, uint64_t target, int peer,
+                std::chrono::steady_clock::time_point deadline);
+  void begin_piece(uint64_t seq, std::chrono::steady_clock::time_point deadline);  // my slot is free
+  void check_peer(int peer) const;
+  // Spin, yield or sleep between polls (see the top of the file); every kCheckEvery, the
+  // peer's process, the abort flag and the deadline.
+  struct Backoff;
+  // Links: the ring buffer from rank i to rank j and its counters (bytes written, read).
+  char* link(int from, int to) const;
+  std::atomic<uint64_t>& link_head(int from, int to) const;
+  std::atomic<uint64_t>& link_tail(int from, int to) const;
+  uint32_t new_op();
+  bool progress();  // moves what it can on every link; true if anything moved
+  bool progress_send(int dst);
+  bool progress_recv(int src);
+  void flush_sends();
+
+  void* base_;
+  size_t bytes_ = 0, slot_bytes_ = 0;
+  size_t pids_ = 0, posted_ = 0, done_ = 0, slots_ = 0;  // offsets in the segment
+  size_t link_bytes_ = 0, link_ctr_ = 0, links_ = 0;
+  std::vector<Op> ops_;                             // [id - 1]; reused
+  std::vector<uint32_t> free_ops_;
+  std::vector<std::vector<uint32_t>> sends_to_;     // per peer: pending sends in post order
+  std::vector<std::vector<uint32_t>> recvs_from_;   // per peer: pending receives in post order
+  std::vector<Incoming> incoming_;                  // per peer
+  int pending_ = 0;                                 // operations not yet complete
+  int rank_, size_;
+  ShmOptions opts_;
+  Header* header_;
+  uint64_t seq_ = 0;
+};
+
+}  // namespace dit

@@ -1,0 +1,192 @@
+// The shared-memory transport of a group on one machine (parallel/shm_exchange.h): data larger
+// than a slot or a link (several pieces, wrapping rings), odd sizes, receives posted out of
+// order, two ranks waiting on their own sends first, the same bytes as TCP; and failures:
+// a rank killed while the others wait in shared memory is named within the timeout.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include <cstring>
+
+#include "collective_checks.h"
+#include "parallel/process_group.h"
+#include "parallel/shm_exchange.h"
+#include "process_util.h"
+#include "runtime/error.h"
+#include "thread_ranks.h"
+
+using namespace dit;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Byte i of what rank `src` sends to rank `dst` in message `m`.
+uint8_t byte_of(int src, int dst, int m, size_t i) { return uint8_t(src * 31 + dst * 7 + m * 13 + int(i % 251)); }
+
+void fill(std::vector<uint8_t>& v, size_t at, size_t n, int src, int dst, int m) {
+  for (size_t i = 0; i < n; ++i) v[at + i] = byte_of(src, dst, m, i);
+}
+
+void expect(const std::vector<uint8_t>& v, size_t at, size_t n, int src, int dst, int m, const char* what) {
+  for (size_t i = 0; i < n; ++i)
+    if (v[at + i] != byte_of(src, dst, m, i))
+      DIT_FAIL(what << ": byte " << i << " of " << n << " from rank " << src << " to " << dst << " is wrong");
+}
+
+// Everything the transport does, with sizes that do not fit one slot or one link.
+void exercise(ProcessGroup& pg) {
+  const int r = pg.rank(), w = pg.size();
+  // all_to_all: 3 MB + 12 bytes per rank (several pieces of a slot / w).
+  const size_t per = (size_t(3) << 20) + 12;
+  std::vector<uint8_t> send(per * size_t(w)), recv(per * size_t(w) + 1, 0xEE);
+  for (int d = 0; d < w; ++d) fill(send, size_t(d) * per, per, r, d, 0);
+  pg.all_to_all_bytes(send.data(), recv.data(), per);
+  for (int s = 0; s < w; ++s) expect(recv, size_t(s) * per, per, s, r, 0, "all_to_all");
+  if (recv.back() != 0xEE) DIT_FAIL("all_to_all wrote past the end");
+
+  // all_gather_v: uneven, one rank sends nothing, the others 4 MB and more (two pieces of a slot).
+  std::vector<size_t> counts(static_cast<size_t>(w));
+  size_t total = 0;
+  for (int j = 0; j < w; ++j) total += counts[size_t(j)] = j == 1 ? 0 : (size_t(1) << 20) + size_t(j) * 3;  // floats
+  std::vector<float> minef(counts[size_t(r)]);
+  for (size_t i = 0; i < minef.size(); ++i) minef[i] = float(r * 1000 + int(i % 977));
+  std::vector<float> allf(total + 1, -1.f);
+  pg.all_gather_v(minef.data(), allf.data(), counts);
+  size_t o = 0;
+  for (int s = 0; s < w; ++s)
+    for (size_t i = 0; i < counts[size_t(s)]; ++i, ++o)
+      dit_test::expect_eq(allf[o], float(s * 1000 + int(i % 977)), "all_gather_v", o, r);
+  dit_test::expect_eq(allf[total], -1.f, "all_gather_v (past the end)", total, r);
+
+  // Point to point with every peer: three messages each way (2.5 MB, 0 bytes, 100001 bytes),
+  // the receives posted in the reverse order of the sends, then every send waited for first.
+  const size_t sizes[3] = {(size_t(5) << 20) / 2, 0, 100001};
+  std::vector<std::vector<uint8_t>> out(size_t(3 * w)), in(size_t(3 * w));
+  std::vector<P2PHandle> recvs, sends;
+  for (int p = 0; p < w; ++p) {
+    if (p == r) continue;
+    for (int m = 2; m >= 0; --m) {
+      std::vector<uint8_t>& b = in[size_t(p * 3 + m)];
+      b.assign(sizes[m] + 1, 0xEE);
+      recvs.push_back(pg.irecv(b.data(), sizes[m], p, uint32_t(100 + m)));
+    }
+  }
+  for (int p = 0; p < w; ++p) {
+    if (p == r) continue;
+    for (int m = 0; m < 3; ++m) {
+      std::vector<uint8_t>& b = out[size_t(p * 3 + m)];
+      b.resize(sizes[m] + 1);  // never empty: distinct buffers (a p2p buffer is keyed by address and size)
+      fill(b, 0, sizes[m], r, p, m + 1);
+      sends.push_back(pg.isend(b.data(), sizes[m], p, uint32_t(100 + m)));
+    }
+  }
+  for (P2PHandle& h : sends) h.wait();  // needs the peers to drain the links meanwhile
+  for (P2PHandle& h : recvs) h.wait();
+  for (int p = 0; p < w; ++p) {
+    if (p == r) continue;
+    for (int m = 0; m < 3; ++m) {
+      const std::vector<uint8_t>& b = in[size_t(p * 3 + m)];
+      expect(b, 0, sizes[m], p, r, m + 1, "p2p");
+      if (b.back() != 0xEE) DIT_FAIL("p2p wrote past the end of a receive");
+    }
+  }
+  dit_test::check_ring_p2p(pg, (size_t(3) << 20) / 4 + 3, 2 * w + 1);  // ring attention's pattern, 3 MB blocks
+  pg.barrier();
+}
+
+void run_threads(int world, bool shared_memory, bool expect_shm) {
+  auto hash = std::make_shared<MemoryStore>();
+  std::mutex mu;
+  std::string first_error;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        CommOptions o = dit_test::comm_options(60s);
+        o.shared_memory = shared_memory;
+        auto pg = ProcessGroup::create_world(RendezvousStore::wrap(hash, world, 60s), r, world, o);
+        if (pg->uses_shared_memory() != expect_shm)
+          DIT_FAIL("uses_shared_memory() is " << pg->uses_shared_memory() << " (" << pg->shared_memory_note() << ")");
+        exercise(*pg);
+        pg->shutdown();
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (first_error.empty()) first_error = "rank " + std::to_string(r) + ": " + e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  if (!first_error.empty()) FAIL(first_error);
+}
+
+}  // namespace
+
+TEST_CASE("shared memory: collectives and messages larger than a slot or a link, as over TCP", "[parallel]") {
+  const int world = GENERATE(2, 3, 5);
+  INFO("world " << world);
+  run_threads(world, true, true);
+  run_threads(world, false, false);  // the same checks over TCP (--transport tcp)
+}
+
+TEST_CASE("shared memory: ranks on other namespaces or asking for TCP agree on TCP", "[parallel]") {
+  // Rank 1 asks for TCP: both ranks must end up on TCP (no hang, no mixed transports).
+  auto hash = std::make_shared<MemoryStore>();
+  std::string err[2];
+  bool shm[2] = {true, true};
+  std::thread t[2];
+  for (int r = 0; r < 2; ++r)
+    t[r] = std::thread([&, r] {
+      try {
+        CommOptions o = dit_test::comm_options(30s);
+        o.shared_memory = r == 0;
+        auto pg = ProcessGroup::create_world(RendezvousStore::wrap(hash, 2, 30s), r, 2, o);
+        shm[r] = pg->uses_shared_memory();
+        if (r == 0) err[0] = pg->shared_memory_note();
+        dit_test::check_everything(*pg);
+        pg->shutdown();
+      } catch (const std::exception& e) {
+        err[r] = std::string("error: ") + e.what();
+      }
+    });
+  for (auto& x : t) x.join();
+  CHECK_FALSE(shm[0]);
+  CHECK_FALSE(shm[1]);
+  CHECK(err[0] == "rank 1 of group 'world' asked for TCP only");
+  CHECK(err[1].empty());
+  // The identity names the machine and the namespaces that make pids and /dev/shm shared.
+  const std::string id = shm_host_identity();
+  for (const char* part : {"/pid=", "/net=", "/ipc=", "/mnt="}) CHECK_THAT(id, Catch::Contains(part));
+}
+
+TEST_CASE("shared memory: a rank killed mid-exchange is named by the others within the timeout", "[parallel]") {
+  // The launcher does not help (long grace): the survivors, waiting in shared memory where no
+  // connection breaks, must see that rank 1's process is gone.
+  const char* op = GENERATE("all_to_all", "p2p");
+  INFO(op);
+  const int timeout_ms = 20000;
+  std::map<std::string, std::string> vars = {{"DIT_PT_MODE", "launch"},       {"DIT_PT_WORLD", "3"},
+                                             {"DIT_PT_SCENARIO", "kill"},     {"DIT_PT_VICTIM", "1"},
+                                             {"DIT_PT_OP", op},               {"DIT_PT_GRACE_MS", "60000"},
+                                             {"DIT_PT_TIMEOUT_MS", std::to_string(timeout_ms)}};
+  dit_test::Result r = dit_test::wait_proc(dit_test::spawn_self(vars), 40s);
+  INFO(r.output);
+  CHECK(r.code == 128 + SIGKILL);
+  CHECK(r.seconds < 10);  // well before the 20 s timeout
+  const std::string want = std::string(op == std::string("p2p") ? "" : "all_to_all on group 'world'");
+  CHECK_THAT(r.output, Catch::Contains("rank 1 is no longer running") || Catch::Contains("rank 1 (pid"));
+  if (!want.empty()) CHECK_THAT(r.output, Catch::Contains(want));
+  CHECK_THAT(r.output, Catch::Contains("test-launcher: failed: rank 1 was killed by signal 9"));
+}
+
+TEST_CASE("shared memory: worker processes use it, and TCP when asked", "[parallel]") {
+  for (const char* transport : {"auto", "tcp"}) {
+    INFO(transport);
+    std::map<std::string, std::string> vars = {{"DIT_PT_MODE", "launch"}, {"DIT_PT_WORLD", "4"},
+                                               {"DIT_PT_SCENARIO", "collectives"}, {"DIT_PT_MESH", "1,2,1,2"},
+                                               {"DIT_PT_TRANSPORT", transport}};
+    if (std::string(transport) == "auto") vars["DIT_PT_EXPECT_SHM"] = "1";
+    dit_test::Result r = dit_test::wait_proc(dit_test::spawn_self(vars), 120s);
+    INFO(r.output);
+    CHECK(r.code == 0);
+    CHECK_THAT(r.output, Catch::Contains("ok: rank 0 of 4 passed"));
+  }
+}
