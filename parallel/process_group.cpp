@@ -205,6 +205,7 @@ void ProcessGroup::connect_shared_memory(gloo::rendezvous::Store& store) {
              sh->store->find_abort().has_value();
     };
     shm_ = ShmExchange::create(store, rank_, size(), o, [this](bool ok) { return all_ranks_agree(ok); }, &shm_note_);
+    shm_counts_.assign(size_t(size()), 0);
   });
 }
 
@@ -397,6 +398,9 @@ void ProcessGroup::all_to_all_v(const float* send, const std::vector<size_t>& se
     if (send_counts[0]) std::memmove(recv, send, send_counts[0] * sizeof(float));
     return;
   }
+  if (shm_)
+    return run("all_to_all_v", -1,
+               [&] { shm_->all_to_all_v(send, send_counts.data(), recv, recv_counts.data(), sizeof(float)); });
   std::vector<int64_t> sc(send_counts.begin(), send_counts.end()), rc(recv_counts.begin(), recv_counts.end());
   run("all_to_all_v", -1, [&] {
     gloo::AlltoallvOptions opts(ctx_);
@@ -416,7 +420,10 @@ void ProcessGroup::all_gather_bytes(const void* send, void* recv, size_t bytes) 
     std::memmove(recv, send, bytes);
     return;
   }
-  if (shm_) return run("all_gather", -1, [&] { shm_->all_gather_v(send, recv, std::vector<size_t>(size(), bytes)); });
+  if (shm_) {
+    std::fill(shm_counts_.begin(), shm_counts_.end(), bytes);
+    return run("all_gather", -1, [&] { shm_->all_gather_v(send, recv, shm_counts_.data(), 1); });
+  }
   run("all_gather", -1, [&] {
     gloo::AllgatherOptions opts(ctx_);
     opts.setInput(static_cast<uint8_t*>(const_cast<void*>(send)), bytes);
@@ -442,11 +449,7 @@ void ProcessGroup::all_gather_v(const float* send, float* recv, const std::vecto
     std::memmove(recv, send, total * sizeof(float));
     return;
   }
-  if (shm_) {
-    std::vector<size_t> bytes(recv_counts);
-    for (size_t& b : bytes) b *= sizeof(float);
-    return run("all_gather_v", -1, [&] { shm_->all_gather_v(send, recv, bytes); });
-  }
+  if (shm_) return run("all_gather_v", -1, [&] { shm_->all_gather_v(send, recv, recv_counts.data(), sizeof(float)); });
   run("all_gather_v", -1, [&] {
     gloo::AllgathervOptions opts(ctx_);
     opts.setInput(const_cast<float*>(send), recv_counts[rank_]);
@@ -461,6 +464,7 @@ void ProcessGroup::all_reduce_sum(float* data, size_t count) {
   check_usable("all_reduce_sum");
   uint32_t tag = next_tag();
   if (count == 0 || size() == 1) return;
+  if (shm_) return all_reduce_sum_shm(data, count);
   run("all_reduce_sum", -1, [&] {
     gloo::AllreduceOptions opts(ctx_);
     opts.setOutput(data, count);
@@ -469,6 +473,27 @@ void ProcessGroup::all_reduce_sum(float* data, size_t count) {
     opts.setTag(tag);
     opts.setTimeout(shared_->timeout);
     gloo::allreduce(opts);
+  });
+}
+
+// Over shared memory: a reduce-scatter (all-to-all of blocks, each rank sums its block over
+// the ranks in rank order) and an all-gather of the sums. Every element is summed once, in one
+// order, so every rank gets the same bits.
+void ProcessGroup::all_reduce_sum_shm(float* data, size_t count) {
+  const size_t n = size_t(size()), per = (count + n - 1) / n;
+  if (scratch_.size() < 2 * n * per + per) scratch_.resize(2 * n * per + per);
+  float* blocks = scratch_.data();  // data, zero-padded to n·per
+  float* mine = blocks + n * per;   // block rank() from every rank
+  float* sum = mine + n * per;
+  std::memcpy(blocks, data, count * sizeof(float));
+  std::fill(blocks + count, blocks + n * per, 0.0f);
+  for (size_t j = 0; j < n; ++j) shm_counts_[j] = std::min(per, count - std::min(count, j * per));
+  run("all_reduce_sum", -1, [&] {
+    shm_->all_to_all(blocks, mine, per * sizeof(float));
+    std::memcpy(sum, mine, per * sizeof(float));
+    for (size_t r = 1; r < n; ++r)
+      for (size_t i = 0; i < per; ++i) sum[i] += mine[r * per + i];
+    shm_->all_gather_v(sum, data, shm_counts_.data(), sizeof(float));
   });
 }
 

@@ -169,7 +169,8 @@ class ProcessGroup {
   ProcessGroup(std::shared_ptr<Shared> shared, std::string name, std::vector<int> members, int rank);
   void connect(gloo::rendezvous::Store& store);
   void connect_shared_memory(gloo::rendezvous::Store& store);
-  bool all_ranks_agree(bool mine);  // a TCP all-reduce (min): true only if every rank says true
+  bool all_ranks_agree(bool mine);
+  void all_reduce_sum_shm(float* data, size_t count);  // a TCP all-reduce (min): true only if every rank says true
   uint32_t next_tag() { return next_tag_++; }
   // Runs f, translating any exception into dit::Error naming op, group and peer.
   template <class F>
@@ -193,6 +194,7 @@ class ProcessGroup {
   std::map<std::pair<const void*, size_t>, std::unique_ptr<P2PHandle::Slot>> send_slots_, recv_slots_;
   std::vector<float> scratch_;  // reduce_scatter staging
   std::unique_ptr<ShmExchange> shm_;  // null: TCP only
+  std::vector<size_t> shm_counts_;    // per rank, reused (nothing is allocated per call)
   std::string shm_note_;
 };
 

@@ -135,6 +135,8 @@ ShmExchange::ShmExchange(void* base, size_t slot_bytes, size_t link_bytes, int r
   sends_to_.resize(size_t(size));
   recvs_from_.resize(size_t(size));
   incoming_.resize(size_t(size));
+  for (std::vector<size_t>* v : {&a_, &b_, &c_, &d_, &e_, &f_}) v->assign(size_t(size), 0);
+  most_.assign(size_t(size), 0);
   ops_.reserve(64);
   free_ops_.reserve(64);
   for (int j = 0; j < size; ++j) {
@@ -344,13 +346,57 @@ void ShmExchange::all_to_all(const void* send, void* recv, size_t bytes_per_rank
   }
 }
 
-void ShmExchange::all_gather_v(const void* send, void* recv, const std::vector<size_t>& bytes) {
-  DIT_CHECK(int(bytes.size()) == size_, "ShmExchange::all_gather_v: " << bytes.size() << " sizes for " << size_ << " ranks");
+void ShmExchange::all_to_all_v(const void* send, const size_t* send_counts, void* recv, const size_t* recv_counts,
+                               size_t elem_bytes) {
+  const size_t n = size_t(size_);
+  std::vector<size_t>&send_bytes = a_, &recv_bytes = b_, &sat = c_, &rat = d_;  // preallocated: no allocation here
+  for (size_t j = 0; j < n; ++j) {
+    send_bytes[j] = send_counts[j] * elem_bytes;
+    recv_bytes[j] = recv_counts[j] * elem_bytes;
+  }
+  // The number of pieces follows from the largest block anyone sends: agreed first.
+  uint64_t most = *std::max_element(send_bytes.begin(), send_bytes.end());
+  std::fill(sat.begin(), sat.end(), sizeof(uint64_t));
+  all_gather_v(&most, most_.data(), sat.data(), 1);
+  most = *std::max_element(most_.begin(), most_.end());
+  if (most == 0) return;
+  const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
+  sat[0] = rat[0] = 0;
+  for (size_t j = 1; j < n; ++j) {
+    sat[j] = sat[j - 1] + send_bytes[j - 1];
+    rat[j] = rat[j - 1] + recv_bytes[j - 1];
+  }
+  const char* in = static_cast<const char*>(send);
+  char* out = static_cast<char*>(recv);
+  const size_t piece = slot_bytes_ / size_t(size_) / kLine * kLine;  // per destination
+  auto part = [&](size_t n, size_t off) { return n > off ? std::min(piece, n - off) : size_t(0); };
+  for (size_t off = 0; off < most; off += piece) {
+    const uint64_t seq = ++seq_;
+    begin_piece(seq, deadline);
+    char* mine = slot(rank_);
+    for (int j = 0; j < size_; ++j)
+      if (j != rank_)
+        if (const size_t n = part(send_bytes[size_t(j)], off)) std::memcpy(mine + size_t(j) * piece, in + sat[size_t(j)] + off, n);
+    posted(rank_).store(seq, std::memory_order_release);
+    if (const size_t n = part(recv_bytes[size_t(rank_)], off)) std::memmove(out + rat[size_t(rank_)] + off, in + sat[size_t(rank_)] + off, n);
+    for (int k = 1; k < size_; ++k) {
+      const int j = (rank_ + k) % size_;
+      wait_for(posted(j), seq, j, deadline);
+      if (const size_t n = part(recv_bytes[size_t(j)], off)) std::memcpy(out + rat[size_t(j)] + off, slot(j) + size_t(rank_) * piece, n);
+    }
+    done(rank_).store(seq, std::memory_order_release);
+  }
+}
+
+void ShmExchange::all_gather_v(const void* send, void* recv, const size_t* counts, size_t elem_bytes) {
+  const size_t n = size_t(size_);
+  std::vector<size_t>&bytes = e_, &at = f_;  // preallocated: no allocation here
+  for (size_t j = 0; j < n; ++j) bytes[j] = counts[j] * elem_bytes;
   const size_t most = *std::max_element(bytes.begin(), bytes.end());
   if (most == 0) return;
   const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
-  std::vector<size_t> at(size_, 0);
-  for (int j = 1; j < size_; ++j) at[j] = at[j - 1] + bytes[j - 1];
+  at[0] = 0;
+  for (size_t j = 1; j < n; ++j) at[j] = at[j - 1] + bytes[j - 1];
   const char* in = static_cast<const char*>(send);
   char* out = static_cast<char*>(recv);
   const size_t piece = slot_bytes_;

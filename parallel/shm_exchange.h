@@ -64,8 +64,14 @@ class ShmExchange {
 
   // send: size()·bytes_per_rank, block j for rank j; recv: block j from rank j.
   void all_to_all(const void* send, void* recv, size_t bytes_per_rank);
-  // This rank contributes bytes[rank] from send; recv gets every rank's block, packed in rank order.
-  void all_gather_v(const void* send, void* recv, const std::vector<size_t>& bytes);
+  // Uneven: send_counts[j] elements of elem_bytes to rank j (packed in rank order),
+  // recv_counts[j] from rank j; every rank's send_counts[j] must equal rank j's
+  // recv_counts[me] (as over TCP). Arrays of size() counts.
+  void all_to_all_v(const void* send, const size_t* send_counts, void* recv, const size_t* recv_counts,
+                    size_t elem_bytes);
+  // This rank contributes counts[rank] elements from send; recv gets every rank's block, packed
+  // in rank order.
+  void all_gather_v(const void* send, void* recv, const size_t* counts, size_t elem_bytes);
 
   // Point to point over a link (a ring buffer) per ordered pair of ranks (shm_p2p.cpp). A send
   // is complete once its bytes are in the link, a receive once they are in its buffer. Every
@@ -124,6 +130,8 @@ class ShmExchange {
   std::vector<std::vector<uint32_t>> sends_to_;     // per peer: pending sends in post order
   std::vector<std::vector<uint32_t>> recvs_from_;   // per peer: pending receives in post order
   std::vector<Incoming> incoming_;                  // per peer
+  std::vector<size_t> a_, b_, c_, d_, e_, f_;       // per-rank sizes and offsets of a collective
+  std::vector<uint64_t> most_;
   int pending_ = 0;                                 // operations not yet complete
   int rank_, size_;
   ShmOptions opts_;

@@ -58,6 +58,28 @@ void exercise(ProcessGroup& pg) {
       dit_test::expect_eq(allf[o], float(s * 1000 + int(i % 977)), "all_gather_v", o, r);
   dit_test::expect_eq(allf[total], -1.f, "all_gather_v (past the end)", total, r);
 
+  // all_to_all_v: blocks of 0 to 1.5 MB, some larger than a piece; all_reduce_sum of 10 MB
+  // (built on all-to-all and all-gather over shared memory).
+  {
+    std::vector<size_t> sc(static_cast<size_t>(w)), rc(static_cast<size_t>(w));
+    size_t st = 0, rt = 0;
+    auto count = [](int src, int dst) { return size_t((src + 2 * dst) % 3) * ((size_t(1) << 17) + 5); };
+    for (int j = 0; j < w; ++j) {
+      st += sc[size_t(j)] = count(r, j);
+      rt += rc[size_t(j)] = count(j, r);
+    }
+    std::vector<float> s(st + 1), v(rt + 1, -1.f);
+    size_t at = 0;
+    for (int d = 0; d < w; ++d)
+      for (size_t i = 0; i < sc[size_t(d)]; ++i) s[at++] = dit_test::val(r, d, i);
+    pg.all_to_all_v(s.data(), sc, v.data(), rc);
+    at = 0;
+    for (int src = 0; src < w; ++src)
+      for (size_t i = 0; i < rc[size_t(src)]; ++i, ++at) dit_test::expect_eq(v[at], dit_test::val(src, r, i), "all_to_all_v", at, r);
+    dit_test::expect_eq(v[rt], -1.f, "all_to_all_v (past the end)", rt, r);
+  }
+  dit_test::check_all_reduce(pg, (size_t(5) << 19) + 7);
+
   // Point to point with every peer: three messages each way (2.5 MB, 0 bytes, 100001 bytes),
   // the receives posted in the reverse order of the sends, then every send waited for first.
   const size_t sizes[3] = {(size_t(5) << 20) / 2, 0, 100001};
