@@ -200,10 +200,8 @@ void ProcessGroup::connect_shared_memory(gloo::rendezvous::Store& store) {
     ShmOptions o;
     o.timeout = shared_->timeout;
     Shared* sh = shared_.get();
-    o.aborted = [sh] {
-      return sh->aborted.load() || (sh->watchdog && !sh->watchdog->stall_message().empty()) ||
-             sh->store->find_abort().has_value();
-    };
+    o.aborted = [sh] { return sh->aborted.load() || (sh->watchdog && !sh->watchdog->stall_message().empty()); };
+    o.peer_failed = [sh] { return sh->store->find_abort().has_value(); };
     shm_ = ShmExchange::create(store, rank_, size(), o, [this](bool ok) { return all_ranks_agree(ok); }, &shm_note_);
     shm_counts_.assign(size_t(size()), 0);
   });

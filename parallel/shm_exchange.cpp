@@ -36,8 +36,10 @@ constexpr int kMaxRanks = 4096;
 constexpr std::chrono::microseconds kSpinFor{50}, kYieldFor{1000};
 // After a point-to-point wait, pending sends are pushed on until the link has not moved for this long.
 constexpr std::chrono::microseconds kFlushIdle{30};
-// While sleeping, look at the peer's process, the abort flag and the deadline this often.
-constexpr std::chrono::milliseconds kCheckEvery{20};
+// While sleeping, look at the members' processes, the abort flag and the deadline this often;
+// at the store's abort records (which may wait for the store's lock, held by the heartbeat
+// while it writes: hundreds of ms on a slow disk) only in waits this long, this often.
+constexpr std::chrono::milliseconds kCheckEvery{20}, kStoreCheckAfter{1000};
 
 size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
@@ -71,16 +73,16 @@ struct Layout {
   }
 };
 
-// Slot size: 4 MB for a few ranks, less for many (the slots stay within 32 MB), at least 1 MB.
+// Slot size: 4 MB for a few ranks, less for many (the slots stay within 16 MB), at least 512 KB.
 size_t slot_bytes_for(int n) {
-  size_t s = (size_t(32) << 20) / size_t(n);
-  s = std::clamp(s, size_t(1) << 20, ShmExchange::kSlotBytes);
+  size_t s = (size_t(16) << 20) / size_t(n);
+  s = std::clamp(s, size_t(512) << 10, ShmExchange::kSlotBytes);
   return s / 4096 * 4096;
 }
 
-// Link size: 1 MB for two ranks, less for many (the links stay within 32 MB), at least 64 KB.
+// Link size: 1 MB for a few ranks, less for many (the links stay within 16 MB), at least 64 KB.
 size_t link_bytes_for(int n) {
-  size_t s = (size_t(32) << 20) / (size_t(n) * size_t(n - 1));
+  size_t s = (size_t(16) << 20) / (size_t(n) * size_t(n - 1));
   s = std::clamp(s, size_t(64) << 10, size_t(1) << 20);
   return s / 4096 * 4096;
 }
@@ -239,7 +241,7 @@ struct ShmExchange::Backoff {
   using Clock = std::chrono::steady_clock;
   const ShmExchange* ex;
   int peer;
-  Clock::time_point start = Clock::now(), deadline, next_check = start + kCheckEvery;
+  Clock::time_point start = Clock::now(), deadline, next_check = start + kCheckEvery, next_store_check = start;
   uint64_t polls = 0;
   Backoff(const ShmExchange& e, int p, Clock::time_point d) : ex(&e), peer(p), deadline(d) {}
   // Between two polls: a pause instruction; every 64th time, a yield or a sleep once the
@@ -260,6 +262,11 @@ struct ShmExchange::Backoff {
     next_check = now + kCheckEvery;
     ex->check_peer(peer);
     if (ex->opts_.aborted && ex->opts_.aborted()) DIT_FAIL("stopped waiting for rank " << peer << ": the run is aborting");
+    if (now - start >= kStoreCheckAfter && now >= next_store_check) {
+      next_store_check = now + kStoreCheckAfter;
+      if (ex->opts_.peer_failed && ex->opts_.peer_failed())
+        DIT_FAIL("stopped waiting for rank " << peer << ": another rank reported a failure");
+    }
     if (now >= deadline)
       DIT_FAIL("timed out after " << ex->opts_.timeout.count() / 1000.0 << " s waiting for rank " << peer
                                   << " (shared memory)");

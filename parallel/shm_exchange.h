@@ -14,9 +14,10 @@
 // with the previous piece. Two copies of each byte, no system call while data flows, and the
 // waits spin briefly, then yield, then sleep 50 µs at a time (a late peer costs no core).
 //
-// Failure: a wait gives up after the group's timeout, when the process aborts, or at once when
-// a peer's process is gone (its pid, kept in the segment, no longer exists): dit::Error naming
-// the rank. The group then fails as for a TCP error (process_group.cpp).
+// Failure: a wait gives up after the group's timeout, when the process aborts or another rank
+// reports a failure, or at once when a member's process is gone (its pid, kept in the segment,
+// no longer exists): dit::Error naming the rank. The group then fails as for a TCP error
+// (process_group.cpp).
 #pragma once
 
 #include <atomic>
@@ -42,8 +43,12 @@ std::string shm_host_identity();
 
 struct ShmOptions {
   std::chrono::milliseconds timeout{60000};
-  // True once this process is aborting (checked while waiting).
+  // True once this process is aborting or has named a stopped rank (cheap; checked every
+  // 20 ms while waiting).
   std::function<bool()> aborted;
+  // True once another rank has reported a failure (reads the rendezvous store, which may
+  // wait for its lock: checked only in waits longer than a second, once a second).
+  std::function<bool()> peer_failed;
 };
 
 class ShmExchange {
