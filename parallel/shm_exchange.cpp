@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -34,8 +36,6 @@ constexpr int kMaxRanks = 4096;
 // kYieldFor (other ranks or threads on an oversubscribed core run meanwhile), then sleeps
 // 50 µs at a time (a peer that is still computing).
 constexpr std::chrono::microseconds kSpinFor{50}, kYieldFor{1000};
-// After a point-to-point wait, pending sends are pushed on until the link has not moved for this long.
-constexpr std::chrono::microseconds kFlushIdle{30};
 // While sleeping, look at the members' processes, the abort flag and the deadline this often;
 // at the store's abort records (which may wait for the store's lock, held by the heartbeat
 // while it writes: hundreds of ms on a slow disk) only in waits this long, this often.
@@ -60,13 +60,14 @@ std::string ns_id(const char* name) {
 // Per rank a pid and two counters on their own cache lines, and a slot; per ordered pair of
 // ranks a link (two counters, a ring buffer).
 struct Layout {
-  size_t pids, posted, done, link_ctr, slots, links, slot_bytes, link_bytes, total;
+  size_t pids, posted, done, bells, link_ctr, slots, links, slot_bytes, link_bytes, total;
   Layout(int n, size_t slot, size_t link) : slot_bytes(slot), link_bytes(link) {
     const size_t pairs = size_t(n) * size_t(n - 1);
     pids = kLine;
     posted = round_up(pids + size_t(n) * sizeof(int32_t), kLine);
     done = posted + size_t(n) * kLine;
-    link_ctr = done + size_t(n) * kLine;
+    bells = done + size_t(n) * kLine;
+    link_ctr = bells + size_t(n) * kLine;
     slots = round_up(link_ctr + pairs * 2 * kLine, 4096);
     links = slots + size_t(n) * slot;
     total = links + pairs * link;
@@ -131,6 +132,7 @@ ShmExchange::ShmExchange(void* base, size_t slot_bytes, size_t link_bytes, int r
   pids_ = lay.pids;
   posted_ = lay.posted;
   done_ = lay.done;
+  bells_ = lay.bells;
   link_ctr_ = lay.link_ctr;
   slots_ = lay.slots;
   links_ = lay.links;
@@ -148,6 +150,14 @@ ShmExchange::ShmExchange(void* base, size_t slot_bytes, size_t link_bytes, int r
 }
 
 ShmExchange::~ShmExchange() {
+  if (progress_thread_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    ring_bell(rank_);
+    progress_thread_.join();
+  }
   if (base_) munmap(base_, bytes_);
 }
 
@@ -160,6 +170,15 @@ std::unique_ptr<ShmExchange> ShmExchange::create(gloo::rendezvous::Store& store,
   void* base = MAP_FAILED;
   int fd = -1;
   bool created = false;
+  // Rank 0 removes the name once every rank has mapped the segment, or when set-up fails
+  // (agree() throws when a peer is lost): nothing is left in /dev/shm either way.
+  struct Unlink {
+    const std::string& name;
+    const bool& created;
+    ~Unlink() {
+      if (created) unlink(name.c_str());
+    }
+  } unlink_at_exit{name, created};
   if (rank == 0) {
     std::random_device rd;
     std::ostringstream os;
@@ -206,7 +225,6 @@ std::unique_ptr<ShmExchange> ShmExchange::create(gloo::rendezvous::Store& store,
     reinterpret_cast<std::atomic<int32_t>*>(static_cast<char*>(base) + lay.pids)[rank].store(int32_t(getpid()));
   }
   const bool all = agree(error.empty());  // a barrier: rank 0's header and every pid are written
-  if (created) unlink(name.c_str());
   if (why) *why = !error.empty() ? error : all ? "" : "another rank could not map the segment";
   if (!all) return nullptr;
   DIT_CHECK(ex->header_->magic == kMagic && ex->header_->size == uint32_t(size) &&
@@ -277,50 +295,70 @@ void ShmExchange::wait_for(std::atomic<uint64_t>& c, uint64_t target, int peer,
                            std::chrono::steady_clock::time_point deadline) {
   if (c.load(std::memory_order_acquire) >= target) return;
   Backoff b(*this, peer, deadline);
-  while (c.load(std::memory_order_acquire) < target) {
-    if (pending_ > 0) progress();  // a peer may be waiting for our point-to-point data first
-    b.pause();
-  }
+  while (c.load(std::memory_order_acquire) < target) b.pause();
 }
 
-// A point-to-point operation (shm_p2p.cpp): progress on every link until it is complete.
+// A point-to-point operation (shm_p2p.cpp): moves data itself (as the progress thread does)
+// until the operation is complete.
 void ShmExchange::wait(uint64_t id) {
+  std::unique_lock<std::mutex> lock(mu_);
   DIT_CHECK(id >= 1 && id <= ops_.size() && ops_[id - 1].used, "shared memory: wait for an unknown operation " << id);
-  Op& op = ops_[id - 1];
-  if (!op.done) {
-    Backoff b(*this, op.peer, std::chrono::steady_clock::now() + opts_.timeout);
-    while (!op.done) {
-      if (progress()) b = Backoff(*this, op.peer, b.deadline);  // data moves: keep spinning
-      if (!op.done) b.pause();
+  if (!ops_[id - 1].done) {
+    const int peer = ops_[id - 1].peer;
+    Backoff b(*this, peer, std::chrono::steady_clock::now() + opts_.timeout);
+    for (;;) {
+      const bool moved = progress();
+      if (ops_[id - 1].done) break;
+      lock.unlock();
+      if (moved) b = Backoff(*this, peer, b.deadline);  // data moves: keep spinning
+      b.pause();
+      lock.lock();
     }
   }
-  op.used = false;
+  ops_[id - 1].used = false;
   free_ops_.push_back(uint32_t(id));
-  flush_sends();
 }
 
-// Sends still in progress move only while this rank is inside a wait: keep writing them while
-// their receivers take the data (they are waiting for it now, most likely), so that a rank
-// whose receive completed does not go off computing with its peer's receive half done. Stops
-// once nothing has moved for kFlushIdle (the receivers are busy).
-void ShmExchange::flush_sends() {
-  using Clock = std::chrono::steady_clock;
-  auto last = Clock::now();
+// The progress thread: moves the data of pending point-to-point operations while the rank
+// computes (a ring's next K/V block travels during the current block's attention, as Gloo's
+// I/O thread moves TCP data). It runs on the rank's cores (it inherits their affinity) and
+// sleeps on this rank's doorbell (a futex in the segment) whenever nothing moves: a peer rings
+// it after writing into a link to this rank or reading from one, and a post rings it here.
+void ShmExchange::progress_loop() {
+  std::atomic<uint32_t>& bell = this->bell(rank_);
+  std::atomic<uint32_t>& asleep = sleeping(rank_);
   for (;;) {
-    bool any = false, moved = false;
-    for (int j = 0; j < size_; ++j)
-      if (j != rank_ && !sends_to_[size_t(j)].empty()) {
-        any = true;
-        moved |= progress_send(j);
-      }
-    if (!any) return;
-    const auto now = Clock::now();
-    if (moved)
-      last = now;
-    else if (now - last >= kFlushIdle)
-      return;
-    pause_cpu();
+    const uint32_t seen = bell.load();
+    bool moved = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) return;
+      if (pending_ > 0) moved = progress();
+    }
+    if (moved) continue;
+    asleep.store(1);
+    timespec ts{0, 100 * 1000 * 1000};  // look at stop_ now and then
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&bell), FUTEX_WAIT, seen, &ts, nullptr, 0);
+    asleep.store(0);
   }
+}
+
+std::atomic<uint32_t>& ShmExchange::bell(int r) const {
+  return *reinterpret_cast<std::atomic<uint32_t>*>(static_cast<char*>(base_) + bells_ + size_t(r) * kLine);
+}
+
+std::atomic<uint32_t>& ShmExchange::sleeping(int r) const {
+  return *reinterpret_cast<std::atomic<uint32_t>*>(static_cast<char*>(base_) + bells_ + size_t(r) * kLine + 4);
+}
+
+void ShmExchange::ring_bell(int r) {
+  bell(r).fetch_add(1);
+  if (sleeping(r).load()) syscall(SYS_futex, reinterpret_cast<uint32_t*>(&bell(r)), FUTEX_WAKE, 1, nullptr, nullptr, 0);
+}
+
+void ShmExchange::start_progress_thread() {
+  if (progress_thread_.joinable()) return;
+  progress_thread_ = std::thread([this] { progress_loop(); });
 }
 
 void ShmExchange::begin_piece(uint64_t seq, std::chrono::steady_clock::time_point deadline) {

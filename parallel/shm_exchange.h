@@ -26,7 +26,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace gloo::rendezvous {
@@ -79,11 +81,11 @@ class ShmExchange {
   void all_gather_v(const void* send, void* recv, const size_t* counts, size_t elem_bytes);
 
   // Point to point over a link (a ring buffer) per ordered pair of ranks (shm_p2p.cpp). A send
-  // is complete once its bytes are in the link, a receive once they are in its buffer. Every
-  // wait moves the data of all pending operations (two ranks waiting for each other's sends
-  // both make progress). Messages on a link arrive in the order sent, each into the receive
-  // posted with its tag; one whose receive is not posted yet holds up its link until it is.
-  // Returns an operation id for wait().
+  // is complete once its bytes are in the link, a receive once they are in its buffer. A
+  // progress thread (started by the first post) moves the data of pending operations while
+  // the rank computes, and every wait moves it too. Messages on a link arrive in the order
+  // sent, each into the receive posted with its tag; one whose receive is not posted yet
+  // holds up its link until it is. Returns an operation id for wait().
   uint64_t post_send(const void* data, size_t bytes, int dst, uint32_t tag);
   uint64_t post_recv(void* data, size_t bytes, int src, uint32_t tag);
   void wait(uint64_t op);
@@ -124,11 +126,17 @@ class ShmExchange {
   bool progress();  // moves what it can on every link; true if anything moved
   bool progress_send(int dst);
   bool progress_recv(int src);
-  void flush_sends();
+  bool read_link(int src);
+  void progress_loop();
+  // Doorbells: a futex word per rank, rung when its links move, and whether its thread sleeps.
+  std::atomic<uint32_t>& bell(int r) const;
+  std::atomic<uint32_t>& sleeping(int r) const;
+  void ring_bell(int r);
+  void start_progress_thread();
 
   void* base_;
   size_t bytes_ = 0, slot_bytes_ = 0;
-  size_t pids_ = 0, posted_ = 0, done_ = 0, slots_ = 0;  // offsets in the segment
+  size_t pids_ = 0, posted_ = 0, done_ = 0, bells_ = 0, slots_ = 0;  // offsets in the segment
   size_t link_bytes_ = 0, link_ctr_ = 0, links_ = 0;
   std::vector<Op> ops_;                             // [id - 1]; reused
   std::vector<uint32_t> free_ops_;
@@ -138,6 +146,10 @@ class ShmExchange {
   std::vector<size_t> a_, b_, c_, d_, e_, f_;       // per-rank sizes and offsets of a collective
   std::vector<uint64_t> most_;
   int pending_ = 0;                                 // operations not yet complete
+  // Point-to-point state above is guarded by mu_: the rank's thread and the progress thread.
+  std::mutex mu_;
+  bool stop_ = false;
+  std::thread progress_thread_;
   int rank_, size_;
   ShmOptions opts_;
   Header* header_;

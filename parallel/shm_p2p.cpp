@@ -3,7 +3,8 @@
 // A message on a link is a 64-byte header (tag, payload bytes) and the payload, padded to a
 // multiple of 64 bytes; the link's size is a multiple of 64, so a header never wraps. The
 // sender advances `head` (release) after writing, the receiver `tail` after reading; both
-// count bytes since the start and only grow, so head - tail is what the link holds.
+// count bytes since the start and only grow, so head - tail is what the link holds. The
+// operation tables are guarded by mu_ (the rank's thread and the progress thread both move data).
 #include <algorithm>
 #include <cstring>
 
@@ -71,6 +72,8 @@ uint32_t ShmExchange::new_op() {
 
 uint64_t ShmExchange::post_send(const void* data, size_t bytes, int dst, uint32_t tag) {
   DIT_CHECK(dst >= 0 && dst < size_ && dst != rank_, "shared memory: bad destination rank " << dst);
+  start_progress_thread();
+  std::unique_lock<std::mutex> lock(mu_);
   const uint32_t id = new_op();
   Op& op = ops_[id - 1];
   op.data = static_cast<char*>(const_cast<void*>(data));
@@ -80,11 +83,15 @@ uint64_t ShmExchange::post_send(const void* data, size_t bytes, int dst, uint32_
   op.send = true;
   sends_to_[size_t(dst)].push_back(id);
   progress_send(dst);  // as much as the link takes now
+  lock.unlock();
+  ring_bell(rank_);  // the progress thread writes the rest
   return id;
 }
 
 uint64_t ShmExchange::post_recv(void* data, size_t bytes, int src, uint32_t tag) {
   DIT_CHECK(src >= 0 && src < size_ && src != rank_, "shared memory: bad source rank " << src);
+  start_progress_thread();
+  std::unique_lock<std::mutex> lock(mu_);
   const uint32_t id = new_op();
   Op& op = ops_[id - 1];
   op.data = static_cast<char*>(data);
@@ -92,6 +99,9 @@ uint64_t ShmExchange::post_recv(void* data, size_t bytes, int src, uint32_t tag)
   op.tag = tag;
   op.peer = src;
   recvs_from_[size_t(src)].push_back(id);
+  progress_recv(src);  // what has arrived already
+  lock.unlock();
+  ring_bell(rank_);
   return id;
 }
 
@@ -105,7 +115,7 @@ bool ShmExchange::progress_send(int dst) {
     uint64_t h = head.load(std::memory_order_relaxed);  // only this rank writes it
     size_t space = link_bytes_ - size_t(h - link_tail(rank_, dst).load(std::memory_order_acquire));
     if (!op.header) {
-      if (space < kLine) return moved;
+      if (space < kLine) break;
       MessageHeader mh{op.tag, 0, op.bytes};
       std::memcpy(ring + h % link_bytes_, &mh, sizeof(mh));
       h += kLine;
@@ -122,15 +132,22 @@ bool ShmExchange::progress_send(int dst) {
       head.store(h + n, std::memory_order_release);
       moved = true;
     }
-    if (op.moved < total) return moved;
+    if (op.moved < total) break;
     op.done = true;
     --pending_;
     q.erase(q.begin());
   }
+  if (moved) ring_bell(dst);  // data to read
   return moved;
 }
 
 bool ShmExchange::progress_recv(int src) {
+  const bool moved = read_link(src);
+  if (moved) ring_bell(src);  // room to write
+  return moved;
+}
+
+bool ShmExchange::read_link(int src) {
   Incoming& in = incoming_[size_t(src)];
   std::vector<uint32_t>& posted = recvs_from_[size_t(src)];
   std::atomic<uint64_t>& tail = link_tail(src, rank_);

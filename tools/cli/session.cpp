@@ -91,13 +91,32 @@ double resident_mb() {
   return 0;
 }
 
+// Which of rank 0's groups exchange data through shared memory, and why the others do not:
+// "shared memory (ulysses, cfg)", or "TCP (ring: rank 1 of group ... is on another machine ...)".
+std::string transport_summary(DeviceMesh& mesh) {
+  std::string shm, tcp;
+  for (const GroupDef& def : mesh_groups()) {
+    ProcessGroup& g = mesh.group(def.group);
+    if (g.size() < 2) continue;
+    std::string& list = g.uses_shared_memory() ? shm : tcp;
+    list += (list.empty() ? "" : ", ") + std::string(def.name);
+    if (!g.uses_shared_memory() && !g.shared_memory_note().empty()) list += ": " + g.shared_memory_note();
+  }
+  std::string out;
+  if (!shm.empty()) out = "shared memory (" + shm + ")";
+  if (!tcp.empty()) out += (out.empty() ? "" : ", ") + std::string("TCP (") + tcp + ")";
+  return out;
+}
+
 void print_layout(Session& s, const MeshDegrees& degrees, int64_t tokens) {
   if (!s.world) return;
   const int bands = s.pipe->parallel().decode_parts();
-  if (s.env.rank == 0)
+  if (s.env.rank == 0) {
     std::fprintf(stderr, "dit-gen: %d ranks, mesh %s, %d thread%s per rank%s\n", degrees.world(),
                  mesh_str(degrees).c_str(), num_threads(), num_threads() == 1 ? "" : "s",
                  bands > 1 ? (", VAE decoded in " + std::to_string(bands) + " bands of rows").c_str() : "");
+    std::fprintf(stderr, "dit-gen: rank 0 exchanges data by %s\n", transport_summary(*s.mesh).c_str());
+  }
   std::fflush(stderr);
   s.world->barrier();
   const ModelInfo& info = s.pipe->info();
