@@ -1,6 +1,6 @@
 // ProcessGroup: the collectives every parallel feature uses, over a Gloo context (TCP), and for
-// a group whose ranks all run on one machine, all-to-all, all-gather and point-to-point
-// through shared memory (parallel/shm_exchange.h; the rest stays on TCP).
+// a group whose ranks all run on one machine, all-to-all, all-gather, all-reduce and
+// point-to-point through shared memory (parallel/shm_exchange.h; the rest stays on TCP).
 //
 //   auto store = RendezvousStore::open(env.rendezvous, env.world, timeout);
 //   auto world = ProcessGroup::create_world(store, env.rank, env.world, {timeout});
@@ -49,17 +49,17 @@ struct CommOptions {
   // host's name or address (DIT_ADDR), or a network interface name in `iface`.
   std::string hostname = "127.0.0.1";
   std::string iface;
-  // The all-to-alls, all-gathers and point-to-point messages of a group whose ranks share this
-  // machine go through a shared-memory segment (parallel/shm_exchange.h); false (on any rank
-  // of a group): TCP for everything (--transport tcp).
+  // The all-to-alls, all-gathers, all-reduces and point-to-point messages of a group whose
+  // ranks share this machine go through a shared-memory segment (parallel/shm_exchange.h);
+  // false (on any rank of a group): TCP for everything (--transport tcp).
   bool shared_memory = true;
 };
 
 // The --transport flag's help (dit-gen, dit-bench, dit-comm-bench): auto | tcp.
 inline constexpr const char* kTransportHelp =
-    "auto: the all-to-alls, all-gathers and point-to-point messages (Ulysses, Ring, the CFG exchange) of ranks on "
-    "one machine go through shared memory, the rest and everything between machines over TCP; tcp: everything over "
-    "TCP (Gloo)";
+    "auto: the collectives (all-to-all, all-gather, all-reduce) and messages (Ulysses, Ring, the CFG exchange, "
+    "tensor parallelism) of ranks on one machine go through shared memory; barriers, broadcasts and everything "
+    "between machines over TCP; tcp: everything over TCP (Gloo)";
 
 class ProcessGroup;
 class ShmExchange;
@@ -157,8 +157,8 @@ class ProcessGroup {
   // rank that died, stopped responding or reported its own failure): this rank is a casualty
   // and the cause is reported where it happened (dit-gen: launcher.h, kPeerFailedExit).
   bool failed_because_of_peer() const noexcept;
-  // Whether this group's all-to-all, all-gather and point-to-point messages go through shared
-  // memory (its ranks are on one machine, none turned it off), and if not, why (empty for a
+  // Whether this group's all-to-all, all-gather, all-reduce and point-to-point messages go
+  // through shared memory (its ranks are on one machine, none turned it off), and if not, why (empty for a
   // group of one).
   bool uses_shared_memory() const { return shm_ != nullptr; }
   const std::string& shared_memory_note() const { return shm_note_; }

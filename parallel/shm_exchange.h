@@ -1,13 +1,17 @@
-// ShmExchange: the all-to-all and all-gather of a group whose ranks all run on one machine,
-// through a shared-memory segment instead of TCP (ProcessGroup uses it when it can; the
-// transport of everything else, and of groups that span machines, stays Gloo over TCP).
+// ShmExchange: the all-to-all, all-gather and point-to-point messages of a group whose ranks
+// all run on one machine, through a shared-memory segment instead of TCP (ProcessGroup uses
+// it when it can, and builds its all-reduce from these; barriers, broadcasts and groups that
+// span machines stay on Gloo over TCP).
 //
 //   // every member, after the group's Gloo connection (the segment's name travels through
 //   // the group's store; rank 0 creates it, everyone maps it, rank 0 unlinks it)
-//   auto shm = ShmExchange::create(store, rank, size, {timeout, aborted, peer_failed});
+//   ShmOptions o{timeout, aborted, peer_failed};
+//   std::string why;
+//   auto shm = ShmExchange::create(store, rank, size, o, agree_over_tcp, &why);  // null: use TCP
 //   shm->all_to_all(send, recv, bytes_per_rank);
+//   uint64_t s = shm->post_send(buf, bytes, peer, tag);  shm->wait(s);
 //
-// Each rank owns one slot of kSlotBytes. An operation runs in pieces: every rank copies its
+// Collectives: each rank owns one slot (up to kSlotBytes). An operation runs in pieces: every rank copies its
 // piece of the data for the others into its slot and publishes the piece's sequence number
 // (`posted`), then copies what it needs out of the other ranks' slots and publishes that it
 // is done reading (`done`); a rank overwrites its slot only after every other rank is done
