@@ -307,6 +307,7 @@ void ShmExchange::wait(uint64_t id) {
     const int peer = ops_[id - 1].peer;
     Backoff b(*this, peer, std::chrono::steady_clock::now() + opts_.timeout);
     for (;;) {
+      if (!failure_.empty()) DIT_FAIL(failure_);
       const bool moved = progress();
       if (ops_[id - 1].done) break;
       lock.unlock();
@@ -333,7 +334,11 @@ void ShmExchange::progress_loop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stop_) return;
-      if (pending_ > 0) moved = progress();
+      try {
+        if (pending_ > 0 && failure_.empty()) moved = progress();
+      } catch (const std::exception& e) {  // a malformed message: the rank's next wait reports it
+        failure_ = e.what();
+      }
     }
     if (moved) continue;
     asleep.store(1);

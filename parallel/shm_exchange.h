@@ -153,6 +153,7 @@ class ShmExchange {
   // Point-to-point state above is guarded by mu_: the rank's thread and the progress thread.
   std::mutex mu_;
   bool stop_ = false;
+  std::string failure_;  // what stopped the progress thread (rethrown by the next wait)
   std::thread progress_thread_;
   int rank_, size_;
   ShmOptions opts_;

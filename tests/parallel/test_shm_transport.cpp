@@ -212,3 +212,29 @@ TEST_CASE("shared memory: worker processes use it, and TCP when asked", "[parall
     CHECK_THAT(r.output, Catch::Contains("ok: rank 0 of 4 passed"));
   }
 }
+
+TEST_CASE("shared memory: a message longer or shorter than its receive is an error naming both sizes", "[parallel]") {
+  auto hash = std::make_shared<MemoryStore>();
+  std::string err[2];
+  std::thread t[2];
+  for (int r = 0; r < 2; ++r)
+    t[r] = std::thread([&, r] {
+      try {
+        auto pg = ProcessGroup::create_world(RendezvousStore::wrap(hash, 2, 10s), r, 2, dit_test::comm_options(2s));
+        if (!pg->uses_shared_memory()) DIT_FAIL("not on shared memory: " << pg->shared_memory_note());
+        std::vector<uint8_t> b(200, 1);
+        if (r == 0) {
+          pg->isend(b.data(), 100, 1, 5).wait();  // fits in the link: complete at once
+        } else {
+          pg->irecv(b.data(), 200, 0, 5).wait();
+        }
+      } catch (const std::exception& e) {
+        err[r] = e.what();
+      }
+    });
+  for (auto& x : t) x.join();
+  INFO(err[0] << " | " << err[1]);
+  CHECK(err[0].empty());
+  CHECK_THAT(err[1], Catch::Contains("recv on group 'world' (rank 1 of 2) with rank 0") &&
+                         Catch::Contains("rank 0 sent 100 bytes with tag 5, this rank receives 200"));
+}
