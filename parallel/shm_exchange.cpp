@@ -139,7 +139,8 @@ ShmExchange::ShmExchange(void* base, size_t slot_bytes, size_t link_bytes, int r
   sends_to_.resize(size_t(size));
   recvs_from_.resize(size_t(size));
   incoming_.resize(size_t(size));
-  for (std::vector<size_t>* v : {&a_, &b_, &c_, &d_, &e_, &f_}) v->assign(size_t(size), 0);
+  for (std::vector<size_t>* v : {&send_bytes_, &send_at_, &recv_bytes_, &recv_at_, &gather_bytes_, &gather_at_, &one_each_})
+    v->assign(size_t(size), 0);
   most_.assign(size_t(size), 0);
   ops_.reserve(64);
   free_ops_.reserve(64);
@@ -373,66 +374,52 @@ void ShmExchange::begin_piece(uint64_t seq, std::chrono::steady_clock::time_poin
 }
 
 void ShmExchange::all_to_all(const void* send, void* recv, size_t bytes_per_rank) {
-  if (bytes_per_rank == 0) return;
-  const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
-  const char* in = static_cast<const char*>(send);
-  char* out = static_cast<char*>(recv);
-  const size_t piece = slot_bytes_ / size_t(size_) / kLine * kLine;  // per destination
-  for (size_t off = 0; off < bytes_per_rank; off += piece) {
-    const size_t len = std::min(piece, bytes_per_rank - off);
-    const uint64_t seq = ++seq_;
-    begin_piece(seq, deadline);
-    char* mine = slot(rank_);
-    for (int j = 0; j < size_; ++j)
-      if (j != rank_) std::memcpy(mine + size_t(j) * piece, in + size_t(j) * bytes_per_rank + off, len);
-    posted(rank_).store(seq, std::memory_order_release);
-    std::memcpy(out + size_t(rank_) * bytes_per_rank + off, in + size_t(rank_) * bytes_per_rank + off, len);
-    for (int k = 1; k < size_; ++k) {  // starting after this rank: the ranks do not all read one slot at once
-      const int j = (rank_ + k) % size_;
-      wait_for(posted(j), seq, j, deadline);
-      std::memcpy(out + size_t(j) * bytes_per_rank + off, slot(j) + size_t(rank_) * piece, len);
-    }
-    done(rank_).store(seq, std::memory_order_release);
+  for (size_t j = 0; j < size_t(size_); ++j) {
+    send_bytes_[j] = recv_bytes_[j] = bytes_per_rank;
+    send_at_[j] = recv_at_[j] = j * bytes_per_rank;
   }
+  exchange_blocks(send, recv, bytes_per_rank);  // every rank knows the largest block: B
 }
 
 void ShmExchange::all_to_all_v(const void* send, const size_t* send_counts, void* recv, const size_t* recv_counts,
                                size_t elem_bytes) {
   const size_t n = size_t(size_);
-  std::vector<size_t>&send_bytes = a_, &recv_bytes = b_, &sat = c_, &rat = d_;  // preallocated: no allocation here
   for (size_t j = 0; j < n; ++j) {
-    send_bytes[j] = send_counts[j] * elem_bytes;
-    recv_bytes[j] = recv_counts[j] * elem_bytes;
+    send_bytes_[j] = send_counts[j] * elem_bytes;
+    recv_bytes_[j] = recv_counts[j] * elem_bytes;
+    send_at_[j] = j == 0 ? 0 : send_at_[j - 1] + send_bytes_[j - 1];
+    recv_at_[j] = j == 0 ? 0 : recv_at_[j - 1] + recv_bytes_[j - 1];
   }
   // The number of pieces follows from the largest block anyone sends: agreed first.
-  uint64_t most = *std::max_element(send_bytes.begin(), send_bytes.end());
-  std::fill(sat.begin(), sat.end(), sizeof(uint64_t));
-  all_gather_v(&most, most_.data(), sat.data(), 1);
-  most = *std::max_element(most_.begin(), most_.end());
+  uint64_t most = *std::max_element(send_bytes_.begin(), send_bytes_.end());
+  std::fill(one_each_.begin(), one_each_.end(), sizeof(uint64_t));
+  all_gather_v(&most, most_.data(), one_each_.data(), 1);
+  exchange_blocks(send, recv, *std::max_element(most_.begin(), most_.end()));
+}
+
+// The all-to-all's pieces (send_bytes_[j] from send + send_at_[j] to rank j, recv_bytes_[j]
+// from rank j to recv + recv_at_[j]); `most`: the largest block of any rank, the same on all.
+void ShmExchange::exchange_blocks(const void* send, void* recv, size_t most) {
   if (most == 0) return;
   const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
-  sat[0] = rat[0] = 0;
-  for (size_t j = 1; j < n; ++j) {
-    sat[j] = sat[j - 1] + send_bytes[j - 1];
-    rat[j] = rat[j - 1] + recv_bytes[j - 1];
-  }
   const char* in = static_cast<const char*>(send);
   char* out = static_cast<char*>(recv);
   const size_t piece = slot_bytes_ / size_t(size_) / kLine * kLine;  // per destination
   auto part = [&](size_t n, size_t off) { return n > off ? std::min(piece, n - off) : size_t(0); };
+  const size_t me = size_t(rank_);
   for (size_t off = 0; off < most; off += piece) {
     const uint64_t seq = ++seq_;
     begin_piece(seq, deadline);
     char* mine = slot(rank_);
-    for (int j = 0; j < size_; ++j)
-      if (j != rank_)
-        if (const size_t n = part(send_bytes[size_t(j)], off)) std::memcpy(mine + size_t(j) * piece, in + sat[size_t(j)] + off, n);
+    for (size_t j = 0; j < size_t(size_); ++j)
+      if (j != me)
+        if (const size_t n = part(send_bytes_[j], off)) std::memcpy(mine + j * piece, in + send_at_[j] + off, n);
     posted(rank_).store(seq, std::memory_order_release);
-    if (const size_t n = part(recv_bytes[size_t(rank_)], off)) std::memmove(out + rat[size_t(rank_)] + off, in + sat[size_t(rank_)] + off, n);
-    for (int k = 1; k < size_; ++k) {
-      const int j = (rank_ + k) % size_;
-      wait_for(posted(j), seq, j, deadline);
-      if (const size_t n = part(recv_bytes[size_t(j)], off)) std::memcpy(out + rat[size_t(j)] + off, slot(j) + size_t(rank_) * piece, n);
+    if (const size_t n = part(recv_bytes_[me], off)) std::memmove(out + recv_at_[me] + off, in + send_at_[me] + off, n);
+    for (int k = 1; k < size_; ++k) {  // starting after this rank: the ranks do not all read one slot at once
+      const size_t j = size_t((rank_ + k) % size_);
+      wait_for(posted(int(j)), seq, int(j), deadline);
+      if (const size_t n = part(recv_bytes_[j], off)) std::memcpy(out + recv_at_[j] + off, slot(int(j)) + me * piece, n);
     }
     done(rank_).store(seq, std::memory_order_release);
   }
@@ -440,7 +427,7 @@ void ShmExchange::all_to_all_v(const void* send, const size_t* send_counts, void
 
 void ShmExchange::all_gather_v(const void* send, void* recv, const size_t* counts, size_t elem_bytes) {
   const size_t n = size_t(size_);
-  std::vector<size_t>&bytes = e_, &at = f_;  // preallocated: no allocation here
+  std::vector<size_t>&bytes = gather_bytes_, &at = gather_at_;  // preallocated: no allocation here
   for (size_t j = 0; j < n; ++j) bytes[j] = counts[j] * elem_bytes;
   const size_t most = *std::max_element(bytes.begin(), bytes.end());
   if (most == 0) return;

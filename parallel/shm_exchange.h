@@ -104,7 +104,7 @@ class ShmExchange {
     size_t bytes = 0, moved = 0;  // moved: payload bytes (padded) through the link so far
     uint32_t tag = 0;
     int peer = -1;
-    bool send = false, header = false, done = false, used = false;
+    bool header = false, done = false, used = false;  // header: a send's header is in the link
   };
   struct Incoming {  // the message being read from a peer's link
     uint32_t op = 0;   // 0: none
@@ -118,11 +118,13 @@ class ShmExchange {
   void wait_for(std::atomic<uint64_t>& c, uint64_t target, int peer,
                 std::chrono::steady_clock::time_point deadline);
   void begin_piece(uint64_t seq, std::chrono::steady_clock::time_point deadline);  // my slot is free
+  void exchange_blocks(const void* send, void* recv, size_t most);
   void check_peer(int peer) const;
   // Spin, yield or sleep between polls (see the top of the file); every kCheckEvery, the
   // peer's process, the abort flag and the deadline.
   struct Backoff;
   // Links: the ring buffer from rank i to rank j and its counters (bytes written, read).
+  size_t pair(int from, int to) const;
   char* link(int from, int to) const;
   std::atomic<uint64_t>& link_head(int from, int to) const;
   std::atomic<uint64_t>& link_tail(int from, int to) const;
@@ -147,7 +149,10 @@ class ShmExchange {
   std::vector<std::vector<uint32_t>> sends_to_;     // per peer: pending sends in post order
   std::vector<std::vector<uint32_t>> recvs_from_;   // per peer: pending receives in post order
   std::vector<Incoming> incoming_;                  // per peer
-  std::vector<size_t> a_, b_, c_, d_, e_, f_;       // per-rank sizes and offsets of a collective
+  // Per-rank sizes and offsets of the collective in progress, allocated once (no allocation per call).
+  std::vector<size_t> send_bytes_, send_at_, recv_bytes_, recv_at_;  // all-to-all
+  std::vector<size_t> gather_bytes_, gather_at_;                      // all-gather
+  std::vector<size_t> one_each_;                                      // all_to_all_v's agreement
   std::vector<uint64_t> most_;
   int pending_ = 0;                                 // operations not yet complete
   // Point-to-point state above is guarded by mu_: the rank's thread and the progress thread.

@@ -40,19 +40,22 @@ void ring_read(char* dst, const char* ring, size_t cap, uint64_t pos, size_t n) 
 
 }  // namespace
 
+// Index of the link from rank `from` to rank `to` among the n·(n−1) ordered pairs.
+size_t ShmExchange::pair(int from, int to) const {
+  return size_t(from) * size_t(size_ - 1) + size_t(to < from ? to : to - 1);
+}
+
 char* ShmExchange::link(int from, int to) const {
-  const size_t i = size_t(from) * size_t(size_ - 1) + size_t(to < from ? to : to - 1);
-  return static_cast<char*>(base_) + links_ + i * link_bytes_;
+  return static_cast<char*>(base_) + links_ + pair(from, to) * link_bytes_;
 }
 
 std::atomic<uint64_t>& ShmExchange::link_head(int from, int to) const {
-  const size_t i = size_t(from) * size_t(size_ - 1) + size_t(to < from ? to : to - 1);
-  return *reinterpret_cast<std::atomic<uint64_t>*>(static_cast<char*>(base_) + link_ctr_ + i * 2 * kLine);
+  return *reinterpret_cast<std::atomic<uint64_t>*>(static_cast<char*>(base_) + link_ctr_ + pair(from, to) * 2 * kLine);
 }
 
 std::atomic<uint64_t>& ShmExchange::link_tail(int from, int to) const {
-  const size_t i = size_t(from) * size_t(size_ - 1) + size_t(to < from ? to : to - 1);
-  return *reinterpret_cast<std::atomic<uint64_t>*>(static_cast<char*>(base_) + link_ctr_ + i * 2 * kLine + kLine);
+  return *reinterpret_cast<std::atomic<uint64_t>*>(static_cast<char*>(base_) + link_ctr_ + pair(from, to) * 2 * kLine +
+                                                   kLine);
 }
 
 uint32_t ShmExchange::new_op() {
@@ -80,7 +83,6 @@ uint64_t ShmExchange::post_send(const void* data, size_t bytes, int dst, uint32_
   op.bytes = bytes;
   op.tag = tag;
   op.peer = dst;
-  op.send = true;
   sends_to_[size_t(dst)].push_back(id);
   progress_send(dst);  // as much as the link takes now
   lock.unlock();
