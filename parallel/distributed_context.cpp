@@ -33,13 +33,8 @@ class MeshSequenceSplit final : public SequenceSplit {
     batch_ = batch;
     tokens_ = tokens;
     row_ = row;
-    ranges_.clear();
     counts_.clear();
-    for (int r = 0; r < parts(); ++r) {
-      ranges_.push_back(output_of(tokens, r));
-      counts_.push_back(size_t(batch * ranges_.back().size() * row));
-    }
-    staging_.assign(size_t(batch * tokens * row), 0.0f);
+    for (int r = 0; r < parts(); ++r) counts_.push_back(size_t(output_of(tokens, r).size() * row));
   }
 
   void gather(const float* local, float* full) override {
@@ -47,19 +42,11 @@ class MeshSequenceSplit final : public SequenceSplit {
       std::memcpy(full, local, size_t(batch_ * tokens_ * row_) * 4);
       return;
     }
-    // Blocks arrive packed in mp-rank order: [rank][batch][tokens_rank][row] -> [batch][tokens][row].
-    {
-      profile::Scope pc(profile::Cat::Communication);
-      profile::add_bytes(uint64_t(counts_[size_t(me())]) * 4 * uint64_t(parts() - 1));
-      mesh_.mp().all_gather_v(local, staging_.data(), counts_);
-    }
-    const float* src = staging_.data();
-    for (const TokenRange& r : ranges_)
-      for (int64_t b = 0; b < batch_; ++b) {
-        const size_t n = size_t(r.size() * row_);
-        std::memcpy(full + (b * tokens_ + r.begin) * row_, src, n * 4);
-        src += n;
-      }
+    // [batch][tokens of this rank][row] from every rank -> [batch][tokens][row]; the mp-rank
+    // order is the token order.
+    profile::Scope pc(profile::Cat::Communication);
+    profile::add_bytes(uint64_t(batch_) * counts_[size_t(me())] * 4 * uint64_t(parts() - 1));
+    mesh_.mp().all_gather_v(local, full, counts_, size_t(batch_));
   }
 
  private:
@@ -76,9 +63,7 @@ class MeshSequenceSplit final : public SequenceSplit {
 
   DeviceMesh& mesh_;
   int64_t batch_ = 0, tokens_ = 0, row_ = 0;
-  std::vector<TokenRange> ranges_;
-  std::vector<size_t> counts_;
-  std::vector<float> staging_;
+  std::vector<size_t> counts_;  // per mp rank: its output tokens × row
 };
 
 class MeshCfgSplit final : public CfgSplit {

@@ -436,26 +436,40 @@ void ProcessGroup::all_gather(const float* send, float* recv, size_t count) {
   all_gather_bytes(send, recv, count * sizeof(float));
 }
 
-void ProcessGroup::all_gather_v(const float* send, float* recv, const std::vector<size_t>& recv_counts) {
+void ProcessGroup::all_gather_v(const float* send, float* recv, const std::vector<size_t>& recv_counts, size_t planes) {
   check_usable("all_gather_v");
   uint32_t tag = next_tag();
   DIT_CHECK(int(recv_counts.size()) == size(),
             "all_gather_v on group '" << name_ << "': " << recv_counts.size() << " counts for " << size() << " ranks");
-  size_t total = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t(0));
-  if (total == 0) return;
+  const size_t total = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t(0));
+  if (total == 0 || planes == 0) return;
   if (size() == 1) {
-    std::memmove(recv, send, total * sizeof(float));
+    std::memmove(recv, send, planes * total * sizeof(float));
     return;
   }
-  if (shm_) return run("all_gather_v", -1, [&] { shm_->all_gather_v(send, recv, recv_counts.data(), sizeof(float)); });
+  if (shm_)
+    return run("all_gather_v", -1,
+               [&] { shm_->all_gather_v(send, recv, recv_counts.data(), sizeof(float), planes); });
+  float* packed = recv;  // [rank][planes][count of rank]
+  if (planes > 1) {
+    if (scratch_.size() < planes * total) scratch_.resize(planes * total);
+    packed = scratch_.data();
+  }
+  tcp_recv_counts_.resize(size_t(size()));
+  for (size_t j = 0; j < size_t(size()); ++j) tcp_recv_counts_[j] = planes * recv_counts[j];
   run("all_gather_v", -1, [&] {
     gloo::AllgathervOptions opts(ctx_);
-    opts.setInput(const_cast<float*>(send), recv_counts[rank_]);
-    opts.setOutput(recv, recv_counts);
+    opts.setInput(const_cast<float*>(send), tcp_recv_counts_[size_t(rank_)]);
+    opts.setOutput(packed, tcp_recv_counts_);
     opts.setTag(tag);
     opts.setTimeout(shared_->timeout);
     gloo::allgatherv(opts);
   });
+  if (planes == 1) return;
+  const float* src = packed;
+  for (size_t j = 0, at = 0; j < size_t(size()); at += recv_counts[j], ++j)
+    for (size_t p = 0; p < planes; ++p, src += recv_counts[j])
+      std::memcpy(recv + p * total + at, src, recv_counts[j] * sizeof(float));
 }
 
 void ProcessGroup::all_reduce_sum(float* data, size_t count) {
@@ -474,47 +488,74 @@ void ProcessGroup::all_reduce_sum(float* data, size_t count) {
   });
 }
 
-// Over shared memory: a reduce-scatter (all-to-all of blocks, each rank sums its block over
-// the ranks in rank order) and an all-gather of the sums. Every element is summed once, in one
-// order, so every rank gets the same bits.
+// Over shared memory: a reduce-scatter of even blocks (the last ones shorter) in place, each
+// summed over the ranks in rank order, and an all-gather of the sums. Every element is summed
+// once, in one order, so every rank gets the same bits.
 void ProcessGroup::all_reduce_sum_shm(float* data, size_t count) {
   const size_t n = size_t(size()), per = (count + n - 1) / n;
-  if (scratch_.size() < 2 * n * per + per) scratch_.resize(2 * n * per + per);
-  float* blocks = scratch_.data();  // data, zero-padded to n·per
-  float* mine = blocks + n * per;   // block rank() from every rank
-  float* sum = mine + n * per;
-  std::memcpy(blocks, data, count * sizeof(float));
-  std::fill(blocks + count, blocks + n * per, 0.0f);
   for (size_t j = 0; j < n; ++j) shm_counts_[j] = std::min(per, count - std::min(count, j * per));
+  float* mine = data + std::min(count, size_t(rank_) * per);
   run("all_reduce_sum", -1, [&] {
-    shm_->all_to_all(blocks, mine, per * sizeof(float));
-    std::memcpy(sum, mine, per * sizeof(float));
-    for (size_t r = 1; r < n; ++r)
-      for (size_t i = 0; i < per; ++i) sum[i] += mine[r * per + i];
-    shm_->all_gather_v(sum, data, shm_counts_.data(), sizeof(float));
+    shm_->reduce_scatter_sum(data, mine, shm_counts_.data(), 1);
+    shm_->all_gather_v(mine, data, shm_counts_.data(), sizeof(float));
   });
 }
 
 void ProcessGroup::reduce_scatter_sum(const float* send, float* recv, size_t count_per_rank) {
-  // An all-to-all of the blocks, then a local sum: the same traffic as a ring
-  // reduce-scatter, and Gloo 0.5 has no reduce-scatter with options and timeouts.
+  if (shm_counts_.size() != size_t(size())) shm_counts_.assign(size_t(size()), 0);
+  std::fill(shm_counts_.begin(), shm_counts_.end(), count_per_rank);
+  reduce_scatter_sum_v(send, recv, shm_counts_);
+}
+
+void ProcessGroup::reduce_scatter_sum_v(const float* send, float* recv, const std::vector<size_t>& counts,
+                                        size_t planes) {
   check_usable("reduce_scatter_sum");
-  if (size() == 1) {
-    next_tag();
-    if (count_per_rank) std::memmove(recv, send, count_per_rank * sizeof(float));
+  uint32_t tag = next_tag();
+  DIT_CHECK(int(counts.size()) == size(),
+            "reduce_scatter_sum on group '" << name_ << "': " << counts.size() << " counts for " << size() << " ranks");
+  const size_t n = size_t(size()), me = size_t(rank_), mine = counts[me];
+  const size_t total = std::accumulate(counts.begin(), counts.end(), size_t(0));
+  if (total == 0 || planes == 0) return;
+  if (n == 1) {
+    std::memmove(recv, send, planes * total * sizeof(float));
     return;
   }
-  size_t n = count_per_rank * size();
-  if (scratch_.size() < n) scratch_.resize(n);
-  all_to_all(send, scratch_.data(), count_per_rank);
-  if (count_per_rank == 0) return;
-  float* out = recv;
-  const float* s = scratch_.data();
-  std::memcpy(out, s, count_per_rank * sizeof(float));
-  for (int r = 1; r < size(); r++) {
-    const float* b = s + size_t(r) * count_per_rank;
-    for (size_t i = 0; i < count_per_rank; i++) out[i] += b[i];
+  if (shm_) return run("reduce_scatter_sum", -1, [&] { shm_->reduce_scatter_sum(send, recv, counts.data(), planes); });
+  // TCP: an all-to-all of the shares (packed per destination when strided), then the sum in
+  // rank order. The same traffic as a ring reduce-scatter; Gloo 0.5 has none with options and
+  // timeouts.
+  const float* packed = send;
+  if (scratch2_.size() < n * planes * mine) scratch2_.resize(n * planes * mine);
+  if (planes > 1) {
+    if (scratch_.size() < planes * total) scratch_.resize(planes * total);
+    float* p = scratch_.data();  // [rank][planes][share of rank]
+    for (size_t j = 0, at = 0; j < n; at += counts[j], ++j)
+      for (size_t q = 0; q < planes; ++q, p += counts[j])
+        std::memcpy(p, send + q * total + at, counts[j] * sizeof(float));
+    packed = scratch_.data();
   }
+  tcp_send_counts_.resize(n);
+  tcp_recv_counts_.resize(n);
+  for (size_t j = 0; j < n; ++j) {
+    tcp_send_counts_[j] = planes * counts[j];
+    tcp_recv_counts_[j] = planes * mine;
+  }
+  std::vector<int64_t> sc(tcp_send_counts_.begin(), tcp_send_counts_.end()),
+      rc(tcp_recv_counts_.begin(), tcp_recv_counts_.end());
+  run("reduce_scatter_sum", -1, [&] {
+    gloo::AlltoallvOptions opts(ctx_);
+    opts.setInput(const_cast<float*>(packed), sc);
+    opts.setOutput(scratch2_.data(), rc);
+    opts.setTag(tag);
+    opts.setTimeout(shared_->timeout);
+    gloo::alltoallv(opts);
+  });
+  const size_t m = planes * mine;
+  if (m == 0) return;
+  const float* s = scratch2_.data();
+  for (size_t i = 0; i < m; ++i) recv[i] = s[i] + s[m + i];
+  for (size_t r = 2; r < n; ++r)
+    for (size_t i = 0; i < m; ++i) recv[i] += s[r * m + i];
 }
 
 void ProcessGroup::broadcast_bytes(void* data, size_t bytes, int root) {

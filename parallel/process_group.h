@@ -124,10 +124,18 @@ class ProcessGroup {
   void all_gather(const float* send, float* recv, size_t count);
   void all_gather_bytes(const void* send, void* recv, size_t bytes);
   // This rank contributes recv_counts[rank()] elements; blocks packed in rank order.
-  void all_gather_v(const float* send, float* recv, const std::vector<size_t>& recv_counts);
+  // With planes > 1, strided: send is [planes][recv_counts[rank()]], and recv is `planes`
+  // planes of Σ recv_counts elements with rank j's row at recv_counts[0] + ... + recv_counts[j-1]
+  // in each (the token rows of every batch item, gathered in place).
+  void all_gather_v(const float* send, float* recv, const std::vector<size_t>& recv_counts, size_t planes = 1);
   void all_reduce_sum(float* data, size_t count);  // in place
   // send: size()*count_per_rank; recv: the sum over ranks of block rank().
   void reduce_scatter_sum(const float* send, float* recv, size_t count_per_rank);
+  // The inverse of the strided all_gather_v: send is `planes` planes of Σ counts elements,
+  // rank j's share at counts[0] + ... + counts[j-1] of each; recv ([planes][counts[rank()]])
+  // gets the sum over ranks of this rank's share, summed in rank order (the same bits over
+  // shared memory and TCP).
+  void reduce_scatter_sum_v(const float* send, float* recv, const std::vector<size_t>& counts, size_t planes = 1);
   void broadcast(float* data, size_t count, int root);
   void broadcast_bytes(void* data, size_t bytes, int root);
   void barrier();
@@ -169,8 +177,8 @@ class ProcessGroup {
   ProcessGroup(std::shared_ptr<Shared> shared, std::string name, std::vector<int> members, int rank);
   void connect(gloo::rendezvous::Store& store);
   void connect_shared_memory(gloo::rendezvous::Store& store);
-  bool all_ranks_agree(bool mine);
-  void all_reduce_sum_shm(float* data, size_t count);  // a TCP all-reduce (min): true only if every rank says true
+  bool all_ranks_agree(bool mine);  // a TCP all-reduce (min): true only if every rank says true
+  void all_reduce_sum_shm(float* data, size_t count);
   uint32_t next_tag() { return next_tag_++; }
   // Runs f, translating any exception into dit::Error naming op, group and peer.
   template <class F>
@@ -192,7 +200,8 @@ class ProcessGroup {
   std::string first_error_;
   bool closed_ = false;
   std::map<std::pair<const void*, size_t>, std::unique_ptr<P2PHandle::Slot>> send_slots_, recv_slots_;
-  std::vector<float> scratch_;  // reduce_scatter staging
+  std::vector<float> scratch_, scratch2_;  // TCP staging of the strided collectives
+  std::vector<size_t> tcp_send_counts_, tcp_recv_counts_;
   std::unique_ptr<ShmExchange> shm_;  // null: TCP only
   std::vector<size_t> shm_counts_;    // per rank, reused (nothing is allocated per call)
   std::string shm_note_;

@@ -80,9 +80,14 @@ class ShmExchange {
   // recv_counts[me] (as over TCP). Arrays of size() counts.
   void all_to_all_v(const void* send, const size_t* send_counts, void* recv, const size_t* recv_counts,
                     size_t elem_bytes);
-  // This rank contributes counts[rank] elements from send; recv gets every rank's block, packed
-  // in rank order.
-  void all_gather_v(const void* send, void* recv, const size_t* counts, size_t elem_bytes);
+  // This rank contributes `planes` rows of counts[rank] elements from send ([planes][counts[rank]]);
+  // recv is `planes` planes of Σ counts elements, rank j's row at offset counts[0] + ... +
+  // counts[j-1] of every plane (with one plane: the blocks packed in rank order).
+  void all_gather_v(const void* send, void* recv, const size_t* counts, size_t elem_bytes, size_t planes = 1);
+  // send: `planes` planes of Σ counts floats, rank j's share at offset counts[0] + ... + counts[j-1]
+  // of every plane; recv ([planes][counts[rank]]): every rank's share for this rank, summed in
+  // rank order (the same bits on every transport). recv may be this rank's share of send.
+  void reduce_scatter_sum(const float* send, float* recv, const size_t* counts, size_t planes);
 
   // Point to point over a link (a ring buffer) per ordered pair of ranks (shm_p2p.cpp). A send
   // is complete once its bytes are in the link, a receive once they are in its buffer. A
@@ -151,9 +156,10 @@ class ShmExchange {
   std::vector<Incoming> incoming_;                  // per peer
   // Per-rank sizes and offsets of the collective in progress, allocated once (no allocation per call).
   std::vector<size_t> send_bytes_, send_at_, recv_bytes_, recv_at_;  // all-to-all
-  std::vector<size_t> gather_bytes_, gather_at_;                      // all-gather
+  std::vector<size_t> gather_bytes_, gather_at_;                      // all-gather, reduce-scatter
   std::vector<size_t> one_each_;                                      // all_to_all_v's agreement
   std::vector<uint64_t> most_;
+  std::vector<const float*> shares_;                                  // reduce-scatter: every rank's share
   int pending_ = 0;                                 // operations not yet complete
   // Point-to-point state above is guarded by mu_: the rank's thread and the progress thread.
   std::mutex mu_;

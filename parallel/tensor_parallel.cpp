@@ -121,9 +121,9 @@ class DistributedTensorParallel final : public TensorParallel {
       shards_.push_back({tokens.begin + s.begin, tokens.begin + s.end});
     if (sp_) {
       counts_.clear();
-      for (const TokenRange& s : shards_) counts_.push_back(size_t(batch * s.size() * dim));
-      staging_.assign(size_t(batch * tokens.size() * dim) + 1, 0.f);
+      for (const TokenRange& s : shards_) counts_.push_back(size_t(s.size() * dim));
       full_.assign(size_t(batch * tokens.size() * dim) + 1, 0.f);
+      out_counts_.assign(shards_.size(), 0);
     }
   }
   TokenRange residual() const override { return sp_ ? shards_[size_t(g_.rank())] : tokens_; }
@@ -131,19 +131,10 @@ class DistributedTensorParallel final : public TensorParallel {
 
   const float* gather(const float* rows) override {
     if (!sp_) return rows;
-    {
-      profile::Scope pc(profile::Cat::Communication);
-      profile::add_bytes(uint64_t(counts_[size_t(g_.rank())]) * 4 * uint64_t(g_.size() - 1));
-      g_.all_gather_v(rows, staging_.data(), counts_);
-    }
-    // [rank][batch][rows of rank][dim] -> [batch][tokens][dim]
-    const float* src = staging_.data();
-    for (const TokenRange& s : shards_)
-      for (int64_t b = 0; b < batch_; ++b) {
-        const size_t n = size_t(s.size() * dim_);
-        std::memcpy(full_.data() + (b * tokens_.size() + (s.begin - tokens_.begin)) * dim_, src, n * 4);
-        src += n;
-      }
+    // [batch][rows of this rank][dim] from every rank -> [batch][tokens][dim]
+    profile::Scope pc(profile::Cat::Communication);
+    profile::add_bytes(uint64_t(batch_) * counts_[size_t(g_.rank())] * 4 * uint64_t(g_.size() - 1));
+    g_.all_gather_v(rows, full_.data(), counts_, size_t(batch_));
     return full_.data();
   }
 
@@ -182,8 +173,8 @@ class DistributedTensorParallel final : public TensorParallel {
   }
 
   // Row: the sum of every rank's partial [batch, tokens, out] into `mine` — all of it
-  // (all-reduce), or this rank's residual rows (a reduce-scatter: an all-to-all of the row
-  // blocks, then a sum in rank order).
+  // (all-reduce), or this rank's residual rows (a reduce-scatter over the token rows of each
+  // batch item, summed in rank order).
   void reduce(float* partial, std::vector<float>& mine, int64_t out, float*& result, int64_t& rows) {
     profile::Scope pc(profile::Cat::Communication);
     const int64_t T = tokens_.size();
@@ -194,31 +185,12 @@ class DistributedTensorParallel final : public TensorParallel {
       rows = T;
       return;
     }
-    const int P = g_.size(), me = g_.rank();
-    const TokenRange my = shards_[size_t(me)];
-    grow(rs_send_, size_t(batch_ * T * out) + 1);  // first use only: no allocation in later steps
-    std::vector<size_t>& send_counts = send_counts_;
-    std::vector<size_t>& recv_counts = recv_counts_;
-    send_counts.clear();
-    recv_counts.clear();
-    float* p = rs_send_.data();
-    for (const TokenRange& s : shards_) {  // [rank][batch][rows of rank][out]
-      for (int64_t b = 0; b < batch_; ++b) {
-        const size_t n = size_t(s.size() * out);
-        std::memcpy(p, partial + (b * T + (s.begin - tokens_.begin)) * out, n * 4);
-        p += n;
-      }
-      send_counts.push_back(size_t(batch_ * s.size() * out));
-      recv_counts.push_back(size_t(batch_ * my.size() * out));
-    }
-    grow(rs_recv_, size_t(P) * size_t(batch_ * my.size() * out) + 1);
+    // [batch][tokens][out] -> this rank's rows [batch][rows of this rank][out], summed over the ranks
+    const TokenRange my = shards_[size_t(g_.rank())];
+    for (size_t j = 0; j < shards_.size(); ++j) out_counts_[j] = size_t(shards_[j].size() * out);
+    grow(mine, size_t(batch_ * my.size() * out) + 1);  // first use only: no allocation in later steps
     profile::add_bytes(uint64_t(batch_ * (T - my.size()) * out) * 4);
-    g_.all_to_all_v(rs_send_.data(), send_counts, rs_recv_.data(), recv_counts);
-    const size_t n = size_t(batch_ * my.size() * out);
-    grow(mine, n + 1);
-    std::memcpy(mine.data(), rs_recv_.data(), n * 4);
-    for (int r = 1; r < P; ++r)
-      for (size_t i = 0; i < n; ++i) mine[i] += rs_recv_[size_t(r) * n + i];
+    g_.reduce_scatter_sum_v(partial, mine.data(), out_counts_, size_t(batch_));
     result = mine.data();
     rows = my.size();
   }
@@ -239,9 +211,8 @@ class DistributedTensorParallel final : public TensorParallel {
   int64_t batch_ = 0, dim_ = 0;
   TokenRange tokens_;
   std::vector<TokenRange> shards_;
-  std::vector<size_t> counts_;
-  std::vector<float> staging_, full_, rs_send_, rs_recv_, partial_, mine_;
-  std::vector<size_t> send_counts_, recv_counts_;
+  std::vector<size_t> counts_, out_counts_;  // per rank: residual features of a token row, a Row linear's outputs
+  std::vector<float> full_, partial_, mine_;
 };
 
 RowLinear::RowLinear(DistributedTensorParallel& tp, const LinearSpec& spec, const LinearWeight& w)

@@ -3,6 +3,7 @@
 // element, so the same code serves Catch2 (threads) and worker processes (exit code).
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -101,6 +102,62 @@ inline void check_reduce_scatter(dit::ProcessGroup& pg, size_t n) {
   expect_eq(recv[n], -1.f, "reduce_scatter_sum (past the end)", n, r);
 }
 
+// A value with a full mantissa (a hash of its arguments): sums of these depend on their order.
+inline float rough(int r, size_t p, size_t k) {
+  uint32_t h = uint32_t(r) * 2654435761u ^ uint32_t(p) * 40503u ^ uint32_t(k) * 2246822519u;
+  h ^= h >> 15;
+  h *= 2654435761u;
+  return float(int(h % 2000001u) - 1000000) / 997.f;
+}
+
+// The strided reduce-scatter (tensor parallelism's row linears): `planes` planes of Σ counts
+// elements, rank j's share at counts[0] + ... + counts[j-1] of each, summed in rank order
+// (compared bit for bit with the sum in that order).
+inline void check_reduce_scatter_v(dit::ProcessGroup& pg, size_t planes, const std::vector<size_t>& counts) {
+  const int r = pg.rank(), w = pg.size();
+  size_t total = 0, at = 0;
+  for (int j = 0; j < w; j++) {
+    if (j < r) at += counts[size_t(j)];
+    total += counts[size_t(j)];
+  }
+  const size_t mine = counts[size_t(r)];
+  std::vector<float> send(planes * total + 1), recv(planes * mine + 1, -1.f);
+  for (size_t p = 0; p < planes; p++)
+    for (size_t k = 0; k < total; k++) send[p * total + k] = rough(r, p, k);
+  pg.reduce_scatter_sum_v(send.data(), recv.data(), counts, planes);
+  for (size_t p = 0; p < planes; p++)
+    for (size_t i = 0; i < mine; i++) {
+      float want = rough(0, p, at + i);
+      for (int s = 1; s < w; s++) want += rough(s, p, at + i);
+      expect_eq(recv[p * mine + i], want, "reduce_scatter_sum_v", p * mine + i, r);
+    }
+  expect_eq(recv[planes * mine], -1.f, "reduce_scatter_sum_v (past the end)", planes * mine, r);
+}
+
+// The strided all-gather (the token rows of every batch item, in place).
+inline void check_all_gather_planes(dit::ProcessGroup& pg, size_t planes, const std::vector<size_t>& counts) {
+  const int r = pg.rank(), w = pg.size();
+  size_t total = 0;
+  for (int j = 0; j < w; j++) total += counts[size_t(j)];
+  const size_t mine = counts[size_t(r)];
+  std::vector<float> send(planes * mine + 1), recv(planes * total + 1, -1.f);
+  for (size_t p = 0; p < planes; p++)
+    for (size_t i = 0; i < mine; i++) send[p * mine + i] = rough(r, p, i);
+  pg.all_gather_v(send.data(), recv.data(), counts, planes);
+  for (size_t p = 0; p < planes; p++)
+    for (int s = 0, at = 0; s < w; at += int(counts[size_t(s)]), s++)
+      for (size_t i = 0; i < counts[size_t(s)]; i++)
+        expect_eq(recv[p * total + size_t(at) + i], rough(s, p, i), "all_gather_v (planes)", p * total + size_t(at) + i, r);
+  expect_eq(recv[planes * total], -1.f, "all_gather_v (planes, past the end)", planes * total, r);
+}
+
+// Uneven shares, one of them empty when there are three ranks or more.
+inline std::vector<size_t> uneven_shares(int w, size_t unit) {
+  std::vector<size_t> c;
+  for (int j = 0; j < w; j++) c.push_back(size_t((j + 1) % 3) * unit + (j == 0 ? 1 : 0));
+  return c;
+}
+
 inline void check_broadcast(dit::ProcessGroup& pg, size_t n) {
   int r = pg.rank(), w = pg.size();
   int root = w - 1;
@@ -137,6 +194,10 @@ inline void check_everything(dit::ProcessGroup& pg) {
   check_all_gather_v(pg);
   for (size_t n : {size_t(0), size_t(1), size_t(1000), size_t(300000)}) check_all_reduce(pg, n);
   for (size_t n : {size_t(0), size_t(1), size_t(777)}) check_reduce_scatter(pg, n);
+  for (size_t planes : {size_t(1), size_t(3)}) {
+    check_reduce_scatter_v(pg, planes, uneven_shares(pg.size(), 37));
+    check_all_gather_planes(pg, planes, uneven_shares(pg.size(), 37));
+  }
   for (size_t n : {size_t(0), size_t(1), size_t(10000)}) check_broadcast(pg, n);
   pg.barrier();
   check_ring_p2p(pg, 1000, 2 * pg.size() + 1);

@@ -79,6 +79,10 @@ void exercise(ProcessGroup& pg) {
     dit_test::expect_eq(v[rt], -1.f, "all_to_all_v (past the end)", rt, r);
   }
   dit_test::check_all_reduce(pg, (size_t(5) << 19) + 7);
+  // The strided reduce-scatter and all-gather of tensor parallelism: two planes (batch items)
+  // of 1–2 M floats per rank, so shares span pieces and pieces span planes.
+  dit_test::check_reduce_scatter_v(pg, 2, dit_test::uneven_shares(w, (size_t(1) << 19) + 3));
+  dit_test::check_all_gather_planes(pg, 2, dit_test::uneven_shares(w, (size_t(1) << 19) + 3));
 
   // Point to point with every peer: three messages each way (2.5 MB, 0 bytes, 100001 bytes),
   // the receives posted in the reverse order of the sends, then every send waited for first.
