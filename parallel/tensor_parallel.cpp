@@ -50,28 +50,20 @@ class ColumnLinear final : public ParallelLinear {
   int64_t out_;
 };
 
-// ColumnGather: Column, then the full output on every rank (rank blocks interleaved back into rows).
+// ColumnGather: Column, then the full output on every rank (each rank's columns gathered into
+// every row in place: a strided all-gather with one plane per row).
 class ColumnGatherLinear final : public ParallelLinear {
  public:
-  ColumnGatherLinear(ProcessGroup& g, const LinearSpec& spec, const LinearWeight& w, std::vector<TokenRange> cols)
-      : g_(g), lin_(ColumnLinear::local(spec, w), w), rows_(spec.batch * spec.rows), out_(spec.out),
-        cols_(std::move(cols)) {
-    for (const TokenRange& c : cols_) counts_.push_back(size_t(rows_ * c.size()));
+  ColumnGatherLinear(ProcessGroup& g, const LinearSpec& spec, const LinearWeight& w, const std::vector<TokenRange>& cols)
+      : g_(g), lin_(ColumnLinear::local(spec, w), w), rows_(spec.batch * spec.rows), out_(spec.out) {
+    for (const TokenRange& c : cols) counts_.push_back(size_t(c.size()));
     mine_.assign(size_t(rows_ * w.out()) + 1, 0.f);
-    all_.assign(size_t(rows_ * out_) + 1, 0.f);
   }
   void run(const float* x, float* y, const float*) override {
     lin_.run(x, mine_.data());
-    {
-      profile::Scope pc(profile::Cat::Communication);
-      profile::add_bytes(uint64_t(counts_[size_t(g_.rank())]) * 4 * uint64_t(g_.size() - 1));
-      g_.all_gather_v(mine_.data(), all_.data(), counts_);
-    }
-    const float* src = all_.data();  // [rank][rows][cols of rank]
-    for (const TokenRange& c : cols_) {
-      for (int64_t r = 0; r < rows_; ++r) std::memcpy(y + r * out_ + c.begin, src + r * c.size(), size_t(c.size()) * 4);
-      src += rows_ * c.size();
-    }
+    profile::Scope pc(profile::Cat::Communication);
+    profile::add_bytes(uint64_t(rows_) * counts_[size_t(g_.rank())] * 4 * uint64_t(g_.size() - 1));
+    g_.all_gather_v(mine_.data(), y, counts_, size_t(rows_));  // [rows][cols of rank] -> [rows][out]
   }
   int64_t out_local() const override { return out_; }
 
@@ -79,9 +71,8 @@ class ColumnGatherLinear final : public ParallelLinear {
   ProcessGroup& g_;
   Linear lin_;
   int64_t rows_, out_;
-  std::vector<TokenRange> cols_;
   std::vector<size_t> counts_;
-  std::vector<float> mine_, all_;
+  std::vector<float> mine_;
 };
 
 class RowLinear final : public ParallelLinear {
@@ -151,7 +142,7 @@ class DistributedTensorParallel final : public TensorParallel {
         DIT_CHECK(cols[size_t(g_.rank())].size() == w.out(),
                   "tensor parallel: a gathered column shard of " << w.out() << " features, expected "
                                                                  << cols[size_t(g_.rank())].size());
-        return std::make_unique<ColumnGatherLinear>(g_, spec, w, std::move(cols));
+        return std::make_unique<ColumnGatherLinear>(g_, spec, w, cols);
       }
       case Split::Row: return std::make_unique<RowLinear>(*this, spec, w);
     }
