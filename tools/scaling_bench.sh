@@ -1,0 +1,115 @@
+#!/bin/bash
+# The many-core measurements of one machine in one go (about 5 minutes on 16 cores): every
+# parallel layout against one process with all cores (same total threads) at 1024 and 4096
+# tokens in f32 and bf16, exposed communication with one thread per rank, the kernels against
+# the GEMM, and PyTorch (eager and torch.compile) on the same weights where it is installed.
+#
+#   tools/scaling_bench.sh OUT_DIR                 # after building (build/bin), or with a bundle:
+#   source build/bundle/env.sh && tools/scaling_bench.sh OUT_DIR
+#   tools/scaling_bench.sh OUT_DIR --quick         # a 1-minute smoke run at small sizes
+#
+# OUT_DIR gets layouts.jsonl (one dit-bench document per line), kernels.jsonl,
+# torch.jsonl, log.txt (every command, its stderr and exit status) and, where python3 runs,
+# summary.txt (the ratios the benchmark section of the README quotes). Needs jq (a bundle has it). Every part runs under its own time limit and a
+# part that fails or runs out of time is logged and skipped, so a run cut short still leaves what
+# it measured. Model: the xl preset (DiT-XL/2 dimensions) with LAYERS layers (default 4; ratios
+# per step, the full 28 layers take 7x as long), created in DIT_BENCH_CACHE on first use.
+set -uo pipefail
+
+usage() {
+  echo "usage: tools/scaling_bench.sh OUT_DIR [--quick]" >&2
+  exit 2
+}
+[ $# -ge 1 ] || usage
+out=$1
+quick=0
+[ "${2:-}" = --quick ] && quick=1
+[ $# -le 2 ] && { [ $# -lt 2 ] || [ $quick = 1 ]; } || usage
+here=$(cd "$(dirname "$0")" && pwd)
+if command -v dit-bench >/dev/null; then bin=$(dirname "$(command -v dit-bench)"); else bin=$here/../build/bin; fi
+for t in dit-bench dit-kernel-bench; do
+  [ -x "$bin/$t" ] || { echo "tools/scaling_bench.sh: $bin/$t is missing: build first, or source a bundle's env.sh" >&2; exit 1; }
+done
+command -v jq >/dev/null || { echo "tools/scaling_bench.sh: jq is missing (tools/setup.sh installs it; a bundle has it)" >&2; exit 1; }
+py=0
+command -v python3 >/dev/null && py=1  # the summary, and PyTorch where it is installed
+mkdir -p "$out" || exit 1
+log=$out/log.txt
+: >"$log"
+cores=$(nproc)
+layers=${LAYERS:-4}
+export DIT_BENCH_CACHE=${DIT_BENCH_CACHE:-$HOME/.cache/dit-gen/bench}
+if [ $quick = 1 ]; then
+  layers=1 small=256 large=256 steps="--steps 1 --warmup 1" rounds=1
+else
+  small=512 large=1024 steps="--steps 2 --warmup 1" rounds=2
+fi
+model=$DIT_BENCH_CACHE/xl-L$layers
+echo "cores $cores, xl preset with $layers layers, tools from $bin, $(date -u +%FT%TZ)" >>"$log"
+lscpu 2>/dev/null | grep -E '^(Model name|Flags)' | cut -c1-400 >>"$log"
+
+# part NAME LIMIT_S FILE CMD...: runs CMD under a time limit, appends its JSON output (compacted to
+# one line per document) to OUT_DIR/FILE, its stderr and exit status to the log.
+part() {
+  local name=$1 limit=$2 file=$3
+  shift 3
+  echo "== $(date -u +%T) $name: $*" >>"$log"
+  local tmp=$out/.part.out
+  timeout --kill-after=10 "$limit" "$@" >"$tmp" 2>>"$log"
+  local rc=$?
+  jq -c --arg part "$name" 'if type == "object" then . + {part: $part} else . end' "$tmp" >>"$out/$file" 2>>"$log"
+  echo "== $(date -u +%T) $name: exit $rc$([ $rc = 124 ] && echo ' (time limit)')" >>"$log"
+  rm -f "$tmp"
+}
+
+bench=("$bin/dit-bench" --preset xl --layers "$layers" $steps)
+
+# 1. Kernels at all cores: the GEMM reference and attention (f32 and bf16).
+part kernels 90 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs 5 --only gemm
+part kernels 90 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs 5 --only attention --no-4096
+
+# 2. One machine, 1024 tokens: each layout of R ranks with cores/R threads against serial-all.
+for r in 2 4 8 16; do
+  [ $r -le "$cores" ] || continue
+  t=$((cores / r))
+  case $r in
+    2) l=cfg2,u2,r2,tp2 ;;
+    4) l=cfg2u2,u4,u2r2 ;;
+    8) l=cfg2u4,u8,r8 ;;
+    16) l=cfg2u8,u16 ;;
+  esac
+  part "layouts-$r" 150 layouts.jsonl "${bench[@]}" --rounds $rounds --size $small --dtype f32,bf16 -t $t --layouts serial-all,$l
+done
+
+# 3. One thread per rank, 8 ranks (2 on a smaller machine), 1024 tokens: the share of the step
+# spent communicating and waiting.
+if [ "$cores" -ge 8 ]; then l=cfg2u4,u8,r8; else l=cfg2,u2,r2; fi
+part one-thread-ranks 150 layouts.jsonl "${bench[@]}" --rounds $rounds --size $small --dtype f32 -t 1 --layouts serial,$l
+
+# 4. PyTorch on the same weights and threads, alternating with dit-gen's one process.
+if [ $py = 1 ] && python3 -c 'import torch' 2>/dev/null; then
+  for mode in eager compile; do
+    part "torch-$mode" 240 torch.jsonl python3 "$here/torch_anchor.py" "$model" $small f32,bf16 3 $mode "$cores"
+    part "dit-gen-vs-torch" 90 layouts.jsonl "${bench[@]}" --size $small --dtype f32,bf16 --layouts serial-all
+  done
+else
+  echo "== torch: python3 cannot import torch; skipped" >>"$log"
+fi
+
+# 5. 4096 tokens: two- and eight-rank layouts, then PyTorch eager.
+[ $quick = 1 ] || {
+  part "layouts-4096-2" 200 layouts.jsonl "${bench[@]}" --size $large --dtype f32,bf16 -t $((cores / 2)) --rounds 1 \
+    --layouts serial-all,cfg2,u2,r2
+  [ "$cores" -ge 8 ] && part "layouts-4096-8" 150 layouts.jsonl "${bench[@]}" --size $large --dtype f32,bf16 \
+    -t $((cores / 8)) --rounds 1 --layouts serial-all,cfg2u4
+  [ $py = 1 ] && python3 -c 'import torch' 2>/dev/null &&
+    part "torch-eager-4096" 150 torch.jsonl python3 "$here/torch_anchor.py" "$model" $large f32,bf16 2 eager "$cores"
+}
+
+if [ $py = 1 ]; then
+  python3 "$here/scaling_summary.py" "$out" >"$out/summary.txt" 2>>"$log"
+  cat "$out/summary.txt"
+else
+  echo "tools/scaling_bench.sh: no python3 here: no summary.txt (python3 tools/scaling_summary.py $out elsewhere)" | tee -a "$log"
+fi
+echo "tools/scaling_bench.sh: $(date -u +%T) done" >>"$log"

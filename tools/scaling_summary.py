@@ -1,0 +1,115 @@
+"""The ratios tools/scaling_bench.sh measured, as text tables (the README's benchmark section
+quotes them): python3 tools/scaling_summary.py OUT_DIR
+
+- Layouts: each layout's step against the same invocation's serial-all (one process with all
+  cores) — the median over rounds of dit-bench's speedup_vs_serial_all — and rank 0's share of
+  the step spent communicating and waiting.
+- One-thread ranks: the same share (the issue's target: at most 10% with 8 ranks).
+- Kernels: attention's GFLOP/s against the same run's GEMM, f32 and bf16.
+- PyTorch: its step against dit-gen's serial-all step of the nearest invocation, per dtype and size.
+"""
+import json
+import os
+import statistics
+import sys
+
+
+def load(path):
+    if not os.path.exists(path):
+        return []
+    docs = []
+    for line in open(path):
+        line = line.strip()
+        if line:
+            try:
+                docs.append(json.loads(line))
+            except ValueError:
+                pass
+    return docs
+
+
+def share(run):
+    b = run.get("breakdown_s_rank0") or {}
+    step = run.get("step_s") or 0
+    return (b.get("communication", 0) + b.get("waiting", 0)) / step if step else float("nan")
+
+
+def layouts(docs):
+    rows = {}
+    for doc in docs:
+        for run in doc.get("runs", []):
+            if run["layout"] in ("serial", "serial-all") or run.get("speedup_vs_serial_all") is None:
+                continue
+            key = (doc["part"], run["tokens"], run["dtype"], run["layout"], run["ranks"], run["threads_per_rank"])
+            rows.setdefault(key, []).append((run["speedup_vs_serial_all"], share(run)))
+    print("## One machine: each layout against one process with all cores (same total threads)")
+    print("| tokens | dtype | layout | ranks x threads | vs serial-all (median; rounds) | comm+wait share (rank 0) |")
+    print("|---|---|---|---|---|---|")
+    for (part, tokens, dtype, layout, ranks, threads), v in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][4], kv[0][3])):
+        sp = [x[0] for x in v]
+        print(f"| {tokens} | {dtype} | {layout} | {ranks} x {threads} | {statistics.median(sp):.3f} "
+              f"({', '.join(f'{x:.3f}' for x in sp)}) | {100 * statistics.median(x[1] for x in v):.1f}% |")
+    print()
+    print("## One thread per rank: step, speed-up over one thread, communication + waiting (rank 0)")
+    print("| tokens | dtype | layout | step (s) | vs serial | comm+wait share |")
+    print("|---|---|---|---|---|---|")
+    for doc in docs:
+        if doc.get("part") != "one-thread-ranks":
+            continue
+        for run in doc.get("runs", []):
+            sp = run.get("speedup_vs_serial")
+            print(f"| {run['tokens']} | {run['dtype']} | {run['layout']} | {run['step_s']:.3f} | "
+                  f"{'' if sp is None else f'{sp:.2f}x'} | {100 * share(run):.1f}% |")
+    print()
+
+
+def kernels(docs):
+    print("## Kernels (all cores): GFLOP/s, and attention against the GEMM of the same dtype")
+    gemm = {}
+    for doc in docs:
+        for r in doc.get("results", []):
+            if r.get("op") == "matmul_square_prepacked":
+                gemm[r["dtype"]] = r["gflops"]
+    for dt, g in sorted(gemm.items()):
+        print(f"- GEMM 2048^3 {dt}: {g:.0f} GFLOP/s")
+    for doc in docs:
+        for r in doc.get("results", []):
+            if r.get("op", "").startswith("attention") and r.get("dtype") in gemm:
+                print(f"- {r['op']} {r['dtype']} {r.get('tokens', '')} tokens: {r['gflops']:.0f} GFLOP/s, "
+                      f"{r['gflops'] / gemm[r['dtype']]:.2f} of the GEMM")
+    print()
+
+
+def torch_vs(torch_docs, layout_docs):
+    print("## PyTorch on the same weights and threads (step seconds; dit-gen = serial-all)")
+    ours = {}
+    for doc in layout_docs:
+        if doc.get("part") != "dit-gen-vs-torch" and not doc.get("part", "").startswith("layouts-4096"):
+            continue
+        for run in doc.get("runs", []):
+            if run["layout"] == "serial-all":
+                ours.setdefault((run["tokens"], run["dtype"]), []).append(run["step_s"])
+    print("| tokens | dtype | PyTorch | mode | dit-gen | dit-gen faster by |")
+    print("|---|---|---|---|---|---|")
+    for t in torch_docs:
+        if "step_s" not in t:
+            continue
+        o = ours.get((t["tokens"], t["dtype"]))
+        mine = f"{statistics.median(o):.3f}" if o else ""
+        ratio = f"{t['step_s'] / statistics.median(o):.2f}x" if o else ""
+        print(f"| {t['tokens']} | {t['dtype']} | {t['step_s']:.3f} ({t.get('torch', '?')}, {t.get('attention', '?')}) | "
+              f"{t['anchor']} | {mine} | {ratio} |")
+    print()
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: python3 tools/scaling_summary.py OUT_DIR")
+    d = sys.argv[1]
+    layout_docs = load(os.path.join(d, "layouts.jsonl"))
+    layouts(layout_docs)
+    kernels(load(os.path.join(d, "kernels.jsonl")))
+    torch_vs(load(os.path.join(d, "torch.jsonl")), layout_docs)
+
+
+main()
