@@ -194,7 +194,9 @@ TEST_CASE("parallel VAE (--vae-parallel ranks): the decode split over a replica'
 TEST_CASE("tensor parallel layouts equal serial: DiT (6 heads: tp4 splits them 2, 2, 1, 1)", "[parallel][equivalence][tp]") {
   check_layouts("dit-small", "", {"--tp 2", "--tp 3", "--tp 4", "--cfg-parallel --tp 2", "--ulysses 2 --tp 2",
                                   "--ring 2 --tp 2", "--tp 2 --sp-min-tokens 1",
-                                  "--cfg-parallel --ulysses 2 --tp 2 --sp-min-tokens 1"});
+                                  "--cfg-parallel --ulysses 2 --tp 2 --sp-min-tokens 1",
+                                  // the strided reduce-scatter and all-gather over TCP (as between machines)
+                                  "--tp 3 --sp-min-tokens 1 --transport tcp"});
 }
 
 TEST_CASE("tensor parallel layouts equal serial: PixArt-Σ (transformer and T5 split)", "[parallel][equivalence][tp][pixart]") {
