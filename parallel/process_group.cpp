@@ -1,3 +1,6 @@
+// ProcessGroup: connecting a group (Gloo over TCP, and the shared-memory segment when its ranks
+// share a machine), failures and their diagnosis, and point-to-point messages. The
+// collectives are in process_group_collectives.cpp.
 #include "parallel/process_group.h"
 
 #include <signal.h>
@@ -6,15 +9,11 @@
 #include <cstring>
 #include <mutex>
 #include <numeric>
+#include <sstream>
 #include <thread>
 
-#include <gloo/allgather.h>
-#include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
-#include <gloo/alltoall.h>
-#include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
-#include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
@@ -23,6 +22,7 @@
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
+#include "parallel/process_group_internal.h"
 #include "parallel/shm_exchange.h"
 #include "parallel/stall_watchdog.h"
 #include "runtime/error.h"
@@ -35,16 +35,6 @@ namespace {
 constexpr uint8_t kP2PSlotPrefix = 0x40;
 // How long the teardown barrier may take before we give up and close anyway.
 constexpr std::chrono::milliseconds kTeardownTimeout{30 * 1000};
-
-std::string clean(std::string msg) {
-  while (!msg.empty() && msg[0] == '[') {  // "[/build/.../pair.cc:589] Connection closed..."
-    auto end = msg.find("] ");
-    if (end == std::string::npos) break;
-    msg = msg.substr(end + 2);
-  }
-  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
-  return msg;
-}
 
 std::string join(const std::vector<int>& v) {
   std::string s;
@@ -69,17 +59,15 @@ Graveyard& graveyard() {
 
 }  // namespace
 
-struct ProcessGroup::Shared {
-  std::shared_ptr<RendezvousStore> store;
-  std::unique_ptr<StallWatchdog> watchdog;  // null for a world of one
-  std::shared_ptr<gloo::transport::Device> device;
-  std::chrono::milliseconds timeout;
-  bool shared_memory = true;
-  std::string host;  // shm_host_identity(), when shared_memory
-  std::atomic<bool> aborted{false};
-  std::atomic<bool> comm_failed{false};  // some group failed: this rank is a casualty, not the cause
-  std::atomic<bool> peer_cause{false};   // ... and the failure was traced to another rank
-};
+std::string clean_gloo_message(std::string msg) {
+  while (!msg.empty() && msg[0] == '[') {  // "[/build/.../pair.cc:589] Connection closed..."
+    auto end = msg.find("] ");
+    if (end == std::string::npos) break;
+    msg = msg.substr(end + 2);
+  }
+  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+  return msg;
+}
 
 struct P2PHandle::Slot {
   std::unique_ptr<gloo::transport::UnboundBuffer> buf;  // TCP
@@ -126,7 +114,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create_world(std::shared_ptr<Rendezv
   } catch (const std::exception& e) {
     DIT_FAIL("rank " << rank << ": cannot create the TCP transport on "
                      << (opts.iface.empty() ? "address '" + opts.hostname + "'" : "interface '" + opts.iface + "'")
-                     << ": " << clean(e.what()));
+                     << ": " << clean_gloo_message(e.what()));
   }
   gloo::rendezvous::PrefixStore prefixed("world", *shared->store);
   pg->connect(prefixed);
@@ -327,25 +315,6 @@ void ProcessGroup::fail(const char* op, int peer, const std::string& what) {
   throw Error(first_error_);
 }
 
-template <class F>
-void ProcessGroup::run(const char* op, int peer, F&& f) {
-  try {
-    StallWatchdog::Waiting waiting(shared_->watchdog.get());
-    f();
-  } catch (const GenerationSuperseded&) {
-    throw;  // connect_world joins the newer generation
-  } catch (const dit::Error& e) {
-    if (!first_error_.empty()) throw;
-    fail(op, peer, e.what());
-  } catch (const gloo::IoException& e) {
-    fail(op, peer, clean(e.what()));
-  } catch (const gloo::EnforceNotMet& e) {
-    fail(op, peer, clean(e.what()));
-  } catch (const std::exception& e) {
-    fail(op, peer, clean(e.what()));
-  }
-}
-
 bool ProcessGroup::failed_because_of_peer() const noexcept { return shared_->peer_cause.load(); }
 
 void ProcessGroup::abort(const std::string& message) noexcept {
@@ -356,246 +325,7 @@ void ProcessGroup::abort(const std::string& message) noexcept {
   }
 }
 
-// ---------------------------------------------------------------- collectives
-
-void ProcessGroup::all_to_all_bytes(const void* send, void* recv, size_t bytes_per_rank) {
-  check_usable("all_to_all");
-  uint32_t tag = next_tag();
-  if (bytes_per_rank == 0) return;
-  if (size() == 1) {
-    std::memmove(recv, send, bytes_per_rank);
-    return;
-  }
-  DIT_CHECK(send != recv, "all_to_all: send and recv must be different buffers");
-  if (shm_) return run("all_to_all", -1, [&] { shm_->all_to_all(send, recv, bytes_per_rank); });
-  run("all_to_all", -1, [&] {
-    gloo::AlltoallOptions opts(ctx_);
-    opts.setInput(static_cast<uint8_t*>(const_cast<void*>(send)), bytes_per_rank * size());
-    opts.setOutput(static_cast<uint8_t*>(recv), bytes_per_rank * size());
-    opts.setTag(tag);
-    opts.setTimeout(shared_->timeout);
-    gloo::alltoall(opts);
-  });
-}
-
-void ProcessGroup::all_to_all(const float* send, float* recv, size_t count_per_rank) {
-  all_to_all_bytes(send, recv, count_per_rank * sizeof(float));
-}
-
-void ProcessGroup::all_to_all_v(const float* send, const std::vector<size_t>& send_counts, float* recv,
-                                const std::vector<size_t>& recv_counts) {
-  check_usable("all_to_all_v");
-  uint32_t tag = next_tag();
-  DIT_CHECK(int(send_counts.size()) == size() && int(recv_counts.size()) == size(),
-            "all_to_all_v on group '" << name_ << "': " << send_counts.size() << " send counts and "
-                                      << recv_counts.size() << " recv counts for " << size() << " ranks");
-  DIT_CHECK(send_counts[rank_] == recv_counts[rank_],
-            "all_to_all_v on group '" << name_ << "': this rank sends itself " << send_counts[rank_]
-                                      << " elements but expects " << recv_counts[rank_]);
-  if (size() == 1) {
-    if (send_counts[0]) std::memmove(recv, send, send_counts[0] * sizeof(float));
-    return;
-  }
-  if (shm_)
-    return run("all_to_all_v", -1,
-               [&] { shm_->all_to_all_v(send, send_counts.data(), recv, recv_counts.data(), sizeof(float)); });
-  std::vector<int64_t> sc(send_counts.begin(), send_counts.end()), rc(recv_counts.begin(), recv_counts.end());
-  run("all_to_all_v", -1, [&] {
-    gloo::AlltoallvOptions opts(ctx_);
-    opts.setInput(const_cast<float*>(send), sc);
-    opts.setOutput(recv, rc);
-    opts.setTag(tag);
-    opts.setTimeout(shared_->timeout);
-    gloo::alltoallv(opts);
-  });
-}
-
-void ProcessGroup::all_gather_bytes(const void* send, void* recv, size_t bytes) {
-  check_usable("all_gather");
-  uint32_t tag = next_tag();
-  if (bytes == 0) return;
-  if (size() == 1) {
-    std::memmove(recv, send, bytes);
-    return;
-  }
-  if (shm_) {
-    std::fill(shm_counts_.begin(), shm_counts_.end(), bytes);
-    return run("all_gather", -1, [&] { shm_->all_gather_v(send, recv, shm_counts_.data(), 1); });
-  }
-  run("all_gather", -1, [&] {
-    gloo::AllgatherOptions opts(ctx_);
-    opts.setInput(static_cast<uint8_t*>(const_cast<void*>(send)), bytes);
-    opts.setOutput(static_cast<uint8_t*>(recv), bytes * size());
-    opts.setTag(tag);
-    opts.setTimeout(shared_->timeout);
-    gloo::allgather(opts);
-  });
-}
-
-void ProcessGroup::all_gather(const float* send, float* recv, size_t count) {
-  all_gather_bytes(send, recv, count * sizeof(float));
-}
-
-void ProcessGroup::all_gather_v(const float* send, float* recv, const std::vector<size_t>& recv_counts, size_t planes) {
-  check_usable("all_gather_v");
-  uint32_t tag = next_tag();
-  DIT_CHECK(int(recv_counts.size()) == size(),
-            "all_gather_v on group '" << name_ << "': " << recv_counts.size() << " counts for " << size() << " ranks");
-  const size_t total = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t(0));
-  if (total == 0 || planes == 0) return;
-  if (size() == 1) {
-    std::memmove(recv, send, planes * total * sizeof(float));
-    return;
-  }
-  if (shm_)
-    return run("all_gather_v", -1,
-               [&] { shm_->all_gather_v(send, recv, recv_counts.data(), sizeof(float), planes); });
-  float* packed = recv;  // [rank][planes][count of rank]
-  if (planes > 1) {
-    if (scratch_.size() < planes * total) scratch_.resize(planes * total);
-    packed = scratch_.data();
-  }
-  tcp_recv_counts_.resize(size_t(size()));
-  for (size_t j = 0; j < size_t(size()); ++j) tcp_recv_counts_[j] = planes * recv_counts[j];
-  run("all_gather_v", -1, [&] {
-    gloo::AllgathervOptions opts(ctx_);
-    opts.setInput(const_cast<float*>(send), tcp_recv_counts_[size_t(rank_)]);
-    opts.setOutput(packed, tcp_recv_counts_);
-    opts.setTag(tag);
-    opts.setTimeout(shared_->timeout);
-    gloo::allgatherv(opts);
-  });
-  if (planes == 1) return;
-  const float* src = packed;
-  for (size_t j = 0, at = 0; j < size_t(size()); at += recv_counts[j], ++j)
-    for (size_t p = 0; p < planes; ++p, src += recv_counts[j])
-      std::memcpy(recv + p * total + at, src, recv_counts[j] * sizeof(float));
-}
-
-void ProcessGroup::all_reduce_sum(float* data, size_t count) {
-  check_usable("all_reduce_sum");
-  uint32_t tag = next_tag();
-  if (count == 0 || size() == 1) return;
-  if (shm_) return all_reduce_sum_shm(data, count);
-  run("all_reduce_sum", -1, [&] {
-    gloo::AllreduceOptions opts(ctx_);
-    opts.setOutput(data, count);
-    void (*fn)(void*, const void*, const void*, size_t) = &gloo::sum<float>;
-    opts.setReduceFunction(fn);
-    opts.setTag(tag);
-    opts.setTimeout(shared_->timeout);
-    gloo::allreduce(opts);
-  });
-}
-
-// Over shared memory: a reduce-scatter of even blocks (the last ones shorter) in place, each
-// summed over the ranks in rank order, and an all-gather of the sums. Every element is summed
-// once, in one order, so every rank gets the same bits.
-void ProcessGroup::all_reduce_sum_shm(float* data, size_t count) {
-  const size_t n = size_t(size()), per = (count + n - 1) / n;
-  for (size_t j = 0; j < n; ++j) shm_counts_[j] = std::min(per, count - std::min(count, j * per));
-  float* mine = data + std::min(count, size_t(rank_) * per);
-  run("all_reduce_sum", -1, [&] {
-    shm_->reduce_scatter_sum(data, mine, shm_counts_.data(), 1);
-    shm_->all_gather_v(mine, data, shm_counts_.data(), sizeof(float));
-  });
-}
-
-void ProcessGroup::reduce_scatter_sum(const float* send, float* recv, size_t count_per_rank) {
-  if (shm_counts_.size() != size_t(size())) shm_counts_.assign(size_t(size()), 0);
-  std::fill(shm_counts_.begin(), shm_counts_.end(), count_per_rank);
-  reduce_scatter_sum_v(send, recv, shm_counts_);
-}
-
-void ProcessGroup::reduce_scatter_sum_v(const float* send, float* recv, const std::vector<size_t>& counts,
-                                        size_t planes) {
-  check_usable("reduce_scatter_sum");
-  uint32_t tag = next_tag();
-  DIT_CHECK(int(counts.size()) == size(),
-            "reduce_scatter_sum on group '" << name_ << "': " << counts.size() << " counts for " << size() << " ranks");
-  const size_t n = size_t(size()), me = size_t(rank_), mine = counts[me];
-  const size_t total = std::accumulate(counts.begin(), counts.end(), size_t(0));
-  if (total == 0 || planes == 0) return;
-  if (n == 1) {
-    std::memmove(recv, send, planes * total * sizeof(float));
-    return;
-  }
-  if (shm_) return run("reduce_scatter_sum", -1, [&] { shm_->reduce_scatter_sum(send, recv, counts.data(), planes); });
-  // TCP: an all-to-all of the shares (packed per destination when strided), then the sum in
-  // rank order. The same traffic as a ring reduce-scatter; Gloo 0.5 has none with options and
-  // timeouts.
-  const float* packed = send;
-  if (scratch2_.size() < n * planes * mine) scratch2_.resize(n * planes * mine);
-  if (planes > 1) {
-    if (scratch_.size() < planes * total) scratch_.resize(planes * total);
-    float* p = scratch_.data();  // [rank][planes][share of rank]
-    for (size_t j = 0, at = 0; j < n; at += counts[j], ++j)
-      for (size_t q = 0; q < planes; ++q, p += counts[j])
-        std::memcpy(p, send + q * total + at, counts[j] * sizeof(float));
-    packed = scratch_.data();
-  }
-  tcp_send_counts_.resize(n);
-  tcp_recv_counts_.resize(n);
-  for (size_t j = 0; j < n; ++j) {
-    tcp_send_counts_[j] = planes * counts[j];
-    tcp_recv_counts_[j] = planes * mine;
-  }
-  std::vector<int64_t> sc(tcp_send_counts_.begin(), tcp_send_counts_.end()),
-      rc(tcp_recv_counts_.begin(), tcp_recv_counts_.end());
-  run("reduce_scatter_sum", -1, [&] {
-    gloo::AlltoallvOptions opts(ctx_);
-    opts.setInput(const_cast<float*>(packed), sc);
-    opts.setOutput(scratch2_.data(), rc);
-    opts.setTag(tag);
-    opts.setTimeout(shared_->timeout);
-    gloo::alltoallv(opts);
-  });
-  const size_t m = planes * mine;
-  if (m == 0) return;
-  const float* s = scratch2_.data();
-  for (size_t i = 0; i < m; ++i) recv[i] = s[i] + s[m + i];
-  for (size_t r = 2; r < n; ++r)
-    for (size_t i = 0; i < m; ++i) recv[i] += s[r * m + i];
-}
-
-void ProcessGroup::broadcast_bytes(void* data, size_t bytes, int root) {
-  check_usable("broadcast");
-  uint32_t tag = next_tag();
-  DIT_CHECK(root >= 0 && root < size(), "broadcast on group '" << name_ << "': root " << root
-                                                               << " is not a rank of " << size());
-  if (bytes == 0 || size() == 1) return;
-  run("broadcast", root, [&] {
-    gloo::BroadcastOptions opts(ctx_);
-    if (rank_ == root) opts.setInput(static_cast<uint8_t*>(data), bytes);
-    opts.setOutput(static_cast<uint8_t*>(data), bytes);
-    opts.setRoot(root);
-    opts.setTag(tag);
-    opts.setTimeout(shared_->timeout);
-    gloo::broadcast(opts);
-  });
-}
-
-void ProcessGroup::broadcast(float* data, size_t count, int root) {
-  broadcast_bytes(data, count * sizeof(float), root);
-}
-
-void ProcessGroup::barrier() { barrier_with(shared_->timeout); }
-
-void ProcessGroup::barrier_for_work() { barrier_with(std::chrono::hours(24 * 30)); }
-
-void ProcessGroup::barrier_with(std::chrono::milliseconds timeout) {
-  check_usable("barrier");
-  uint32_t tag = next_tag();
-  if (size() == 1) return;
-  run("barrier", -1, [&] {
-    gloo::BarrierOptions opts(ctx_);
-    opts.setTag(tag);
-    opts.setTimeout(timeout);
-    gloo::barrier(opts);
-  });
-}
-
-// ---------------------------------------------------------------- point to point
+// ---------------------------------------------------------------- point to point (the collectives: process_group_collectives.cpp)
 
 P2PHandle& P2PHandle::operator=(P2PHandle&& o) noexcept {
   if (this != &o) {

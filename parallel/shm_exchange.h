@@ -11,7 +11,7 @@
 //   shm->all_to_all(send, recv, bytes_per_rank);
 //   uint64_t s = shm->post_send(buf, bytes, peer, tag);  shm->wait(s);
 //
-// Collectives: each rank owns one slot (up to kSlotBytes). An operation runs in pieces: every rank copies its
+// Collectives (shm_collectives.cpp): each rank owns one slot (up to kSlotBytes). An operation runs in pieces: every rank copies its
 // piece of the data for the others into its slot and publishes the piece's sequence number
 // (`posted`), then copies what it needs out of the other ranks' slots and publishes that it
 // is done reading (`done`); a rank overwrites its slot only after every other rank is done
@@ -60,6 +60,7 @@ struct ShmOptions {
 class ShmExchange {
  public:
   static constexpr size_t kSlotBytes = size_t(4) << 20;
+  static constexpr size_t kLine = 64;  // a cache line: counters and collective pieces are aligned to it
 
   // Collective over the `size` ranks (each calls it once, `store` scoped to the group).
   // Returns null on every rank when the segment cannot be created or mapped on some rank
