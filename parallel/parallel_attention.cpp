@@ -49,7 +49,9 @@ class SequenceParallelAttention final : public SelfAttention {
   TokenRange chunk_heads(int c, int j) const { return chunk_heads_[size_t(c * U_ + j)]; }
   TokenRange tokens_of(int j) const { return ranges_[size_t(r_ * U_ + j)]; }  // Ulysses rank j's tokens
   void prepare_ulysses();
+  void prepare_ulysses_blocks();
   void ulysses_forward(const float* qkv, float* out);
+  void ulysses_all_to_all(const float* qkv, float* out);
   void post_scatter(const float* qkv, uint32_t tag0);
   void unpack_chunk(const float* qkv, int c);
   void post_gather_chunk(int c, float* out, uint32_t tag0);
@@ -77,6 +79,10 @@ class SequenceParallelAttention final : public SelfAttention {
   Buf scatter_send_, scatter_recv_, gather_send_, gather_recv_, chunk_qkv_, chunk_out_;
   std::vector<size_t> ss_off_, sr_off_, gs_off_, gr_off_;
   std::vector<P2PHandle> sends_, recvs_;  // [phase * C * U + c * U + j], phase 0 scatter, 1 gather
+  // Ulysses without chunks: two strided all-to-alls, each block read from its rows and written
+  // into its rows (no staging buffers): [j] = rank j's block in qkv / chunk_qkv_ (scatter),
+  // chunk_out_ / out (gather).
+  std::vector<StridedBlock> scatter_to_, scatter_from_, gather_to_, gather_from_;
   // Attention over the group's tokens by heads per call (no ring), or per K/V block length (ring).
   std::map<int64_t, Attention> by_heads_;
   std::map<int64_t, Attention> by_kv_len_;
@@ -161,6 +167,7 @@ void SequenceParallelAttention::prepare_ulysses() {
       chunk_heads_[size_t(c * U_ + j)] = {heads_of(j).begin + parts[size_t(c)].begin,
                                           heads_of(j).begin + parts[size_t(c)].end};
   }
+  if (C_ == 1) return prepare_ulysses_blocks();
   const size_t n = size_t(C_ * U_);
   ss_off_.assign(n + 1, 0);
   sr_off_.assign(n + 1, 0);
@@ -187,6 +194,44 @@ void SequenceParallelAttention::prepare_ulysses() {
   recvs_.clear();
   sends_.resize(2 * n);
   recvs_.resize(2 * n);
+}
+
+// One chunk: the blocks of the two all-to-alls, and the group's q,k,v and outputs.
+void SequenceParallelAttention::prepare_ulysses_blocks() {
+  scatter_to_.clear();
+  scatter_from_.clear();
+  gather_to_.clear();
+  gather_from_.clear();
+  const size_t B = size_t(B_), T = size_t(T_), Tg = size_t(Tg_), H = size_t(H_), Hu = size_t(Hu_), d = size_t(d_);
+  for (int j = 0; j < U_; ++j) {
+    const size_t h0 = size_t(heads_of(j).begin), hj = size_t(heads_of(j).size());
+    const size_t t0 = size_t(tokens_of(j).begin - tokens_of(0).begin), tj = size_t(tokens_of(j).size());
+    // qkv [B, T, 3, H, d]: rank j's heads of every (token, q|k|v) row -> to j
+    scatter_to_.push_back({h0 * d, B * T * 3, hj * d, H * d});
+    // chunk_qkv_ [B, Tg, 3, Hu, d]: rank j's tokens, per batch item one contiguous run <- from j
+    scatter_from_.push_back({t0 * 3 * Hu * d, B, tj * 3 * Hu * d, Tg * 3 * Hu * d});
+    // chunk_out_ [B, Tg, Hu, d]: rank j's tokens of my heads -> to j
+    gather_to_.push_back({t0 * Hu * d, B, tj * Hu * d, Tg * Hu * d});
+    // out [B, T, H, d]: rank j's heads of every token row <- from j
+    gather_from_.push_back({h0 * d, B * T, hj * d, H * d});
+  }
+  chunk_qkv_.assign(B * Tg * 3 * Hu * d + 1, 0.0f);
+  chunk_out_.assign(B * Tg * Hu * d + 1, 0.0f);
+  for (Buf* b : {&scatter_send_, &scatter_recv_, &gather_send_, &gather_recv_}) Buf().swap(*b);
+}
+
+// Ulysses without chunks (one machine, or --ulysses-chunks 1): q,k,v of my tokens for every
+// rank's heads -> q,k,v of the group's tokens for my heads, attention, and back.
+void SequenceParallelAttention::ulysses_all_to_all(const float* qkv, float* out) {
+  {
+    profile::Scope pc(profile::Cat::Communication);
+    profile::add_bytes(uint64_t(B_ * T_ * 3 * (H_ - Hu_) * d_) * 4);
+    uly_->all_to_all_strided(qkv, scatter_to_, chunk_qkv_.data(), scatter_from_);
+  }
+  attend(chunk_qkv_.data(), chunk_out_.data(), Hu_);
+  profile::Scope pc(profile::Cat::Communication);
+  profile::add_bytes(uint64_t(B_ * (Tg_ - T_) * Hu_ * d_) * 4);
+  uly_->all_to_all_strided(chunk_out_.data(), gather_to_, out, gather_from_);
 }
 
 // Packs every chunk's q,k,v for every peer ([B, T, 3, H, d] -> [B, T, 3, hc_j, d] blocks) and
@@ -286,6 +331,7 @@ void SequenceParallelAttention::finish_gather(float* out) {
 // Ulysses: scatter all chunks at once; then per chunk wait, attend, send the outputs back, so
 // chunk c+1's q,k,v and chunk c's outputs travel while chunk c+1 is computed.
 void SequenceParallelAttention::ulysses_forward(const float* qkv, float* out) {
+  if (C_ == 1) return ulysses_all_to_all(qkv, out);
   const uint32_t tag0 = tag_;
   tag_ += uint32_t(2 * C_);
   post_scatter(qkv, tag0);

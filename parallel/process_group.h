@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "parallel/rendezvous.h"
+#include "parallel/strided_block.h"
 
 namespace gloo {
 class Context;
@@ -120,6 +121,11 @@ class ProcessGroup {
   // Uneven: send_counts[j] elements to rank j (packed in rank order), recv_counts[j] from j.
   void all_to_all_v(const float* send, const std::vector<size_t>& send_counts, float* recv,
                     const std::vector<size_t>& recv_counts);
+  // Strided: to[j] is the block of send (rows at a stride) that goes to rank j, from[j] where
+  // rank j's block lands in recv (parallel/strided_block.h); rank j's to[rank()] must hold as
+  // many elements as this rank's from[j]. Ulysses' heads of every token row, in place.
+  void all_to_all_strided(const float* send, const std::vector<StridedBlock>& to, float* recv,
+                          const std::vector<StridedBlock>& from);
   // recv: size()*count, rank j's block at j*count.
   void all_gather(const float* send, float* recv, size_t count);
   void all_gather_bytes(const void* send, void* recv, size_t bytes);

@@ -72,6 +72,47 @@ void ProcessGroup::all_to_all_v(const float* send, const std::vector<size_t>& se
   });
 }
 
+void ProcessGroup::all_to_all_strided(const float* send, const std::vector<StridedBlock>& to, float* recv,
+                                      const std::vector<StridedBlock>& from) {
+  check_usable("all_to_all");
+  uint32_t tag = next_tag();
+  const size_t n = size_t(size()), me = size_t(rank_);
+  DIT_CHECK(to.size() == n && from.size() == n,
+            "all_to_all on group '" << name_ << "': " << to.size() << " send and " << from.size() << " receive blocks for "
+                                    << n << " ranks");
+  DIT_CHECK(to[me].count() == from[me].count(), "all_to_all on group '" << name_ << "': this rank sends itself "
+                                                                       << to[me].count() << " elements but expects "
+                                                                       << from[me].count());
+  if (n == 1) return copy_block(send, to[0], 0, recv, from[0], 0, to[0].count());
+  if (shm_) return run("all_to_all", -1, [&] { shm_->all_to_all_strided(send, to.data(), recv, from.data()); });
+  // TCP: the blocks packed per destination, an uneven all-to-all, unpacked (the own block directly).
+  tcp_send_counts_.assign(n, 0);
+  tcp_recv_counts_.assign(n, 0);
+  size_t sent = 0, received = 0;
+  for (size_t j = 0; j < n; ++j)
+    if (j != me) {
+      sent += tcp_send_counts_[j] = to[j].count();
+      received += tcp_recv_counts_[j] = from[j].count();
+    }
+  if (scratch_.size() < sent + 1) scratch_.resize(sent + 1);
+  if (scratch2_.size() < received + 1) scratch2_.resize(received + 1);
+  for (size_t j = 0, at = 0; j < n; at += tcp_send_counts_[j], ++j)
+    copy_block(send, to[j], 0, scratch_.data() + at, kFlat, 0, tcp_send_counts_[j]);
+  copy_block(send, to[me], 0, recv, from[me], 0, to[me].count());
+  std::vector<int64_t> sc(tcp_send_counts_.begin(), tcp_send_counts_.end()),
+      rc(tcp_recv_counts_.begin(), tcp_recv_counts_.end());
+  run("all_to_all", -1, [&] {
+    gloo::AlltoallvOptions opts(ctx_);
+    opts.setInput(scratch_.data(), sc);
+    opts.setOutput(scratch2_.data(), rc);
+    opts.setTag(tag);
+    opts.setTimeout(shared_->timeout);
+    gloo::alltoallv(opts);
+  });
+  for (size_t j = 0, at = 0; j < n; at += tcp_recv_counts_[j], ++j)
+    copy_block(scratch2_.data() + at, kFlat, 0, recv, from[j], 0, tcp_recv_counts_[j]);
+}
+
 void ProcessGroup::all_gather_bytes(const void* send, void* recv, size_t bytes) {
   check_usable("all_gather");
   uint32_t tag = next_tag();

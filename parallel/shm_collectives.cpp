@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "parallel/shm_exchange.h"
+#include "runtime/error.h"
 
 namespace dit {
 
@@ -130,6 +131,39 @@ void ShmExchange::all_gather_v(const void* send, void* recv, const size_t* count
       const char* theirs = slot(int(j));
       for_rows(off, part(j, off), row[j], stride,
                [&](size_t to, size_t from, size_t len) { std::memcpy(out + at[j] + to, theirs + from, len); });
+    }
+    done(rank_).store(seq, std::memory_order_release);
+  }
+}
+
+// As the uneven all-to-all, with each block copied straight from its rows in send into the slot
+// and from the slot into its rows in recv; the block to itself goes from send to recv directly.
+void ShmExchange::all_to_all_strided(const float* send, const StridedBlock* to, float* recv, const StridedBlock* from) {
+  const size_t n = size_t(size_), me = size_t(rank_);
+  DIT_CHECK(to[me].count() == from[me].count(), "all_to_all_strided: this rank sends itself " << to[me].count()
+                                                                                              << " elements but expects " << from[me].count());
+  uint64_t most = 0;  // the number of pieces follows from the largest block anyone sends: agreed first
+  for (size_t j = 0; j < n; ++j)
+    if (j != me) most = std::max<uint64_t>(most, to[j].count());
+  std::fill(one_each_.begin(), one_each_.end(), sizeof(uint64_t));
+  all_gather_v(&most, most_.data(), one_each_.data(), 1);
+  most = *std::max_element(most_.begin(), most_.end());
+  copy_block(send, to[me], 0, recv, from[me], 0, to[me].count());
+  const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
+  const size_t piece = slot_bytes_ / n / kLine * kLine / sizeof(float);  // floats per destination
+  auto part = [&](size_t count, size_t off) { return count > off ? std::min(piece, count - off) : size_t(0); };
+  for (size_t off = 0; off < most; off += piece) {
+    const uint64_t seq = ++seq_;
+    begin_piece(seq, deadline);
+    float* mine = reinterpret_cast<float*>(slot(rank_));
+    for (size_t j = 0; j < n; ++j)
+      if (j != me) copy_block(send, to[j], off, mine + j * piece, kFlat, 0, part(to[j].count(), off));
+    posted(rank_).store(seq, std::memory_order_release);
+    for (int k = 1; k < size_; ++k) {
+      const size_t j = size_t((rank_ + k) % size_);
+      wait_for(posted(int(j)), seq, int(j), deadline);
+      const float* theirs = reinterpret_cast<const float*>(slot(int(j))) + me * piece;
+      copy_block(theirs, kFlat, 0, recv, from[j], off, part(from[j].count(), off));
     }
     done(rank_).store(seq, std::memory_order_release);
   }

@@ -35,6 +35,8 @@
 #include <thread>
 #include <vector>
 
+#include "parallel/strided_block.h"
+
 namespace gloo::rendezvous {
 class Store;
 }
@@ -85,6 +87,9 @@ class ShmExchange {
   // recv is `planes` planes of Σ counts elements, rank j's row at offset counts[0] + ... +
   // counts[j-1] of every plane (with one plane: the blocks packed in rank order).
   void all_gather_v(const void* send, void* recv, const size_t* counts, size_t elem_bytes, size_t planes = 1);
+  // to[j]: the block of send that goes to rank j; from[j]: where rank j's block lands in recv
+  // (arrays of size() blocks; rank j's to[me].count() must equal this rank's from[j].count()).
+  void all_to_all_strided(const float* send, const StridedBlock* to, float* recv, const StridedBlock* from);
   // send: `planes` planes of Σ counts floats, rank j's share at offset counts[0] + ... + counts[j-1]
   // of every plane; recv ([planes][counts[rank]]): every rank's share for this rank, summed in
   // rank order (the same bits on every transport). recv may be this rank's share of send.

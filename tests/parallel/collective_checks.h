@@ -151,6 +151,41 @@ inline void check_all_gather_planes(dit::ProcessGroup& pg, size_t planes, const 
   expect_eq(recv[planes * total], -1.f, "all_gather_v (planes, past the end)", planes * total, r);
 }
 
+// The strided all-to-all (Ulysses' heads of every token row): the block from rank s to rank d
+// is rows × width of s's array with gaps between the rows; d receives it as width × rows rows
+// (the same elements in the same order, another shape) with gaps of its own. `big` makes the
+// blocks span several pieces of a shared-memory slot. Gaps must stay untouched.
+inline void check_all_to_all_strided(dit::ProcessGroup& pg, bool big) {
+  const int r = pg.rank(), w = pg.size();
+  const size_t unit = big ? 700 : 1;
+  auto rows = [&](int s, int d) { return size_t(2 + (s + d) % 3) * unit; };
+  auto width = [&](int s, int d) { return size_t(3 + (2 * s + d) % 4) * (big ? 64 : 1); };
+  auto span = [&](size_t n_rows, size_t stride) { return n_rows * stride; };
+  std::vector<dit::StridedBlock> to, from;
+  size_t send_size = 0, recv_size = 0;
+  for (int j = 0; j < w; j++) {
+    const dit::StridedBlock t{send_size, rows(r, j), width(r, j), width(r, j) + 5};
+    to.push_back(t);
+    send_size += span(t.rows, t.stride) + 7;
+    const dit::StridedBlock f{recv_size, width(j, r), rows(j, r), rows(j, r) + 3};  // transposed shape
+    from.push_back(f);
+    recv_size += span(f.rows, f.stride) + 7;
+  }
+  std::vector<float> send(send_size, -2.f), recv(recv_size, -1.f);
+  for (int j = 0; j < w; j++)
+    for (size_t i = 0; i < to[size_t(j)].count(); i++) send[to[size_t(j)].at(i)] = val(r, j, i);
+  pg.all_to_all_strided(send.data(), to, recv.data(), from);
+  std::vector<bool> written(recv_size, false);
+  for (int s = 0; s < w; s++)
+    for (size_t i = 0; i < from[size_t(s)].count(); i++) {
+      const size_t at = from[size_t(s)].at(i);
+      written[at] = true;
+      expect_eq(recv[at], val(s, r, i), "all_to_all_strided", at, r);
+    }
+  for (size_t i = 0; i < recv_size; i++)
+    if (!written[i]) expect_eq(recv[i], -1.f, "all_to_all_strided (a gap)", i, r);
+}
+
 // Uneven shares, one of them empty when there are three ranks or more.
 inline std::vector<size_t> uneven_shares(int w, size_t unit) {
   std::vector<size_t> c;
@@ -194,6 +229,7 @@ inline void check_everything(dit::ProcessGroup& pg) {
   check_all_gather_v(pg);
   for (size_t n : {size_t(0), size_t(1), size_t(1000), size_t(300000)}) check_all_reduce(pg, n);
   for (size_t n : {size_t(0), size_t(1), size_t(777)}) check_reduce_scatter(pg, n);
+  check_all_to_all_strided(pg, false);
   for (size_t planes : {size_t(1), size_t(3)}) {
     check_reduce_scatter_v(pg, planes, uneven_shares(pg.size(), 37));
     check_all_gather_planes(pg, planes, uneven_shares(pg.size(), 37));

@@ -83,6 +83,7 @@ void exercise(ProcessGroup& pg) {
   // of 1–2 M floats per rank, so shares span pieces and pieces span planes.
   dit_test::check_reduce_scatter_v(pg, 2, dit_test::uneven_shares(w, (size_t(1) << 19) + 3));
   dit_test::check_all_gather_planes(pg, 2, dit_test::uneven_shares(w, (size_t(1) << 19) + 3));
+  dit_test::check_all_to_all_strided(pg, true);  // blocks of 0.3–1.1 M floats: pieces end inside rows
 
   // Point to point with every peer: three messages each way (2.5 MB, 0 bytes, 100001 bytes),
   // the receives posted in the reverse order of the sends, then every send waited for first.
