@@ -9,11 +9,12 @@
 #   tools/scaling_bench.sh OUT_DIR --quick         # a 1-minute smoke run at small sizes
 #
 # OUT_DIR gets layouts.jsonl (one dit-bench document per line), kernels.jsonl,
-# torch.jsonl, log.txt (every command, its stderr and exit status) and, where python3 runs,
+# torch.jsonl, log.txt (every command, its stderr and exit status) and, where $PYTHON runs,
 # summary.txt (the ratios the benchmark section of the README quotes). Needs jq (a bundle has it). Every part runs under its own time limit and a
 # part that fails or runs out of time is logged and skipped, so a run cut short still leaves what
 # it measured. Model: the xl preset (DiT-XL/2 dimensions) with LAYERS layers (default 4; ratios
 # per step, the full 28 layers take 7x as long), created in DIT_BENCH_CACHE on first use.
+# PYTHON: the interpreter for the summary and PyTorch (default python3).
 set -uo pipefail
 
 usage() {
@@ -31,8 +32,9 @@ for t in dit-bench dit-kernel-bench; do
   [ -x "$bin/$t" ] || { echo "tools/scaling_bench.sh: $bin/$t is missing: build first, or source a bundle's env.sh" >&2; exit 1; }
 done
 command -v jq >/dev/null || { echo "tools/scaling_bench.sh: jq is missing (tools/setup.sh installs it; a bundle has it)" >&2; exit 1; }
+python=${PYTHON:-python3}  # the summary, and PyTorch where this python imports torch
 py=0
-command -v python3 >/dev/null && py=1  # the summary, and PyTorch where it is installed
+command -v "$python" >/dev/null && py=1
 mkdir -p "$out" || exit 1
 log=$out/log.txt
 : >"$log"
@@ -87,13 +89,13 @@ if [ "$cores" -ge 8 ]; then l=cfg2u4,u8,r8; else l=cfg2,u2,r2; fi
 part one-thread-ranks 150 layouts.jsonl "${bench[@]}" --rounds $rounds --size $small --dtype f32 -t 1 --layouts serial,$l
 
 # 4. PyTorch on the same weights and threads, alternating with dit-gen's one process.
-if [ $py = 1 ] && python3 -c 'import torch' 2>/dev/null; then
+if [ $py = 1 ] && "$python" -c 'import torch' 2>/dev/null; then
   for mode in eager compile; do
-    part "torch-$mode" 240 torch.jsonl python3 "$here/torch_anchor.py" "$model" $small f32,bf16 3 $mode "$cores"
+    part "torch-$mode" 240 torch.jsonl "$python" "$here/torch_anchor.py" "$model" $small f32,bf16 3 $mode "$cores"
     part "dit-gen-vs-torch" 90 layouts.jsonl "${bench[@]}" --size $small --dtype f32,bf16 --layouts serial-all
   done
 else
-  echo "== torch: python3 cannot import torch; skipped" >>"$log"
+  echo "== torch: $python cannot import torch; skipped" >>"$log"
 fi
 
 # 5. 4096 tokens: two- and eight-rank layouts, then PyTorch eager.
@@ -102,14 +104,14 @@ fi
     --layouts serial-all,cfg2,u2,r2
   [ "$cores" -ge 8 ] && part "layouts-4096-8" 150 layouts.jsonl "${bench[@]}" --size $large --dtype f32,bf16 \
     -t $((cores / 8)) --rounds 1 --layouts serial-all,cfg2u4
-  [ $py = 1 ] && python3 -c 'import torch' 2>/dev/null &&
-    part "torch-eager-4096" 150 torch.jsonl python3 "$here/torch_anchor.py" "$model" $large f32,bf16 2 eager "$cores"
+  [ $py = 1 ] && "$python" -c 'import torch' 2>/dev/null &&
+    part "torch-eager-4096" 150 torch.jsonl "$python" "$here/torch_anchor.py" "$model" $large f32,bf16 2 eager "$cores"
 }
 
 if [ $py = 1 ]; then
-  python3 "$here/scaling_summary.py" "$out" >"$out/summary.txt" 2>>"$log"
+  "$python" "$here/scaling_summary.py" "$out" >"$out/summary.txt" 2>>"$log"
   cat "$out/summary.txt"
 else
-  echo "tools/scaling_bench.sh: no python3 here: no summary.txt (python3 tools/scaling_summary.py $out elsewhere)" | tee -a "$log"
+  echo "tools/scaling_bench.sh: no $python here: no summary.txt (python3 tools/scaling_summary.py $out elsewhere)" | tee -a "$log"
 fi
 echo "tools/scaling_bench.sh: $(date -u +%T) done" >>"$log"
