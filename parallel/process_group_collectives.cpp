@@ -75,7 +75,6 @@ void ProcessGroup::all_to_all_v(const float* send, const std::vector<size_t>& se
 void ProcessGroup::all_to_all_strided(const float* send, const std::vector<StridedBlock>& to, float* recv,
                                       const std::vector<StridedBlock>& from) {
   check_usable("all_to_all");
-  uint32_t tag = next_tag();
   const size_t n = size_t(size()), me = size_t(rank_);
   DIT_CHECK(to.size() == n && from.size() == n,
             "all_to_all on group '" << name_ << "': " << to.size() << " send and " << from.size() << " receive blocks for "
@@ -99,16 +98,7 @@ void ProcessGroup::all_to_all_strided(const float* send, const std::vector<Strid
   for (size_t j = 0, at = 0; j < n; at += tcp_send_counts_[j], ++j)
     copy_block(send, to[j], 0, scratch_.data() + at, kFlat, 0, tcp_send_counts_[j]);
   copy_block(send, to[me], 0, recv, from[me], 0, to[me].count());
-  std::vector<int64_t> sc(tcp_send_counts_.begin(), tcp_send_counts_.end()),
-      rc(tcp_recv_counts_.begin(), tcp_recv_counts_.end());
-  run("all_to_all", -1, [&] {
-    gloo::AlltoallvOptions opts(ctx_);
-    opts.setInput(scratch_.data(), sc);
-    opts.setOutput(scratch2_.data(), rc);
-    opts.setTag(tag);
-    opts.setTimeout(shared_->timeout);
-    gloo::alltoallv(opts);
-  });
+  all_to_all_v(scratch_.data(), tcp_send_counts_, scratch2_.data(), tcp_recv_counts_);
   for (size_t j = 0, at = 0; j < n; at += tcp_recv_counts_[j], ++j)
     copy_block(scratch2_.data() + at, kFlat, 0, recv, from[j], 0, tcp_recv_counts_[j]);
 }
@@ -213,7 +203,6 @@ void ProcessGroup::reduce_scatter_sum(const float* send, float* recv, size_t cou
 void ProcessGroup::reduce_scatter_sum_v(const float* send, float* recv, const std::vector<size_t>& counts,
                                         size_t planes) {
   check_usable("reduce_scatter_sum");
-  uint32_t tag = next_tag();
   DIT_CHECK(int(counts.size()) == size(),
             "reduce_scatter_sum on group '" << name_ << "': " << counts.size() << " counts for " << size() << " ranks");
   const size_t n = size_t(size()), me = size_t(rank_), mine = counts[me];
@@ -243,16 +232,7 @@ void ProcessGroup::reduce_scatter_sum_v(const float* send, float* recv, const st
     tcp_send_counts_[j] = planes * counts[j];
     tcp_recv_counts_[j] = planes * mine;
   }
-  std::vector<int64_t> sc(tcp_send_counts_.begin(), tcp_send_counts_.end()),
-      rc(tcp_recv_counts_.begin(), tcp_recv_counts_.end());
-  run("reduce_scatter_sum", -1, [&] {
-    gloo::AlltoallvOptions opts(ctx_);
-    opts.setInput(const_cast<float*>(packed), sc);
-    opts.setOutput(scratch2_.data(), rc);
-    opts.setTag(tag);
-    opts.setTimeout(shared_->timeout);
-    gloo::alltoallv(opts);
-  });
+  all_to_all_v(packed, tcp_send_counts_, scratch2_.data(), tcp_recv_counts_);
   const size_t m = planes * mine;
   if (m == 0) return;
   const float* s = scratch2_.data();
