@@ -11,8 +11,9 @@
 //   DIT_PT_NNODES, DIT_PT_NODE_RANK   --nnodes, --node-rank
 //   DIT_PT_SCENARIO=collectives|kill|badinput|loop|hang
 //   DIT_PT_VICTIM=r         the rank that dies (kill) or cannot load its input (badinput)
-//   DIT_PT_OP=all_reduce|all_to_all|p2p   what kill/loop repeat (all_reduce: TCP; the others
-//                           go through shared memory on one machine)
+//   DIT_PT_OP=all_reduce|all_to_all|p2p   what kill/loop repeat (all through shared memory on
+//                           one machine unless DIT_PT_TRANSPORT=tcp; all_reduce there is the
+//                           strided reduce-scatter in place plus an all-gather)
 //   DIT_PT_TRANSPORT=tcp    CommOptions::shared_memory = false
 //   DIT_PT_MESH=dp,cfg,ring,ulysses   also build and check a device mesh (collectives)
 #include <signal.h>
