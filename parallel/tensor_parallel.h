@@ -1,9 +1,9 @@
 // The distributed TensorParallel (runtime/tensor_parallel.h) over one process group: the
 // mesh's tp group for a transformer, its mp group for a text encoder. Megatron sequence
 // parallelism switches on for a prepared shape when batch × tokens >= sp_min_tokens (and
-// allow_sequence_parallel): Row linears then reduce-scatter over the tokens (an all-to-all of
-// the row blocks and a sum in rank order; Gloo 0.5 has no reduce-scatter with timeouts) and
-// gather() all-gathers the residual shards.
+// allow_sequence_parallel): Row linears then reduce-scatter over the token rows of every batch
+// item (ProcessGroup::reduce_scatter_sum_v, summed in rank order) and gather() all-gathers the
+// residual shards into place (the strided all_gather_v).
 #pragma once
 
 #include <cstdint>
