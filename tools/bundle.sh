@@ -6,7 +6,8 @@
 #   # on the other machine, in a copy of the repository:
 #   source build/bundle/env.sh && dit-bench --preset tiny --steps 1
 #
-# bin/ holds dit-gen, dit-bench, dit-kernel-bench, dit-comm-bench, dit-make-model and jq; lib/ every
+# bin/ holds dit-gen, dit-bench, dit-kernel-bench, dit-comm-bench, dit-make-model, jq and, where
+# installed here, tools/netbench.sh's redis-server, redis-cli, ip, tc and taskset; lib/ every
 # library they load except the C library's own (libc, libm, the dynamic loader: the machine's
 # are used: it needs the glibc version written to glibc-needed or newer), each resolved by `ldd` here;
 # env.sh puts bin/ first on PATH and lib/ on LD_LIBRARY_PATH, which the ranks a tool starts
@@ -39,6 +40,10 @@ jq=$(command -v jq) || { echo "tools/bundle.sh: jq is missing (tools/setup.sh in
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
 programs=("$jq")  # jq: tools/scaling_bench.sh writes its JSON lines with it
+# tools/netbench.sh's programs, where this machine has them (the other may not)
+for p in redis-server redis-cli ip tc taskset; do
+  if path=$(command -v "$p"); then programs+=("$path"); fi
+done
 for t in $tools; do programs+=("$build/bin/$t"); done
 cp "${programs[@]}" "$out/bin/"
 # Every library any program loads, once; not the C library's (they must match the machine's loader).

@@ -1,18 +1,20 @@
 #!/bin/bash
-# The many-core measurements of one machine in one go (about 5 minutes on 16 cores): every
+# The many-core measurements of one machine in one go (about 6 minutes on 16 cores): every
 # parallel layout against one process with all cores (same total threads) at 1024 and 4096
 # tokens in f32 and bf16, exposed communication with one thread per rank, the kernels against
-# the GEMM, and PyTorch (eager and torch.compile) on the same weights where it is installed.
+# the GEMM, PyTorch (eager and torch.compile) on the same weights where it is installed, whole
+# dit-gen runs, and simulated machines where the machine allows network namespaces.
 #
 #   tools/scaling_bench.sh OUT_DIR                 # after building (build/bin), or with a bundle:
 #   source build/bundle/env.sh && tools/scaling_bench.sh OUT_DIR
 #   tools/scaling_bench.sh OUT_DIR --quick         # a 1-minute smoke run at small sizes
 #
-# OUT_DIR gets layouts.jsonl (one dit-bench document per line), kernels.jsonl,
-# torch.jsonl, log.txt (every command, its stderr and exit status) and, where $PYTHON runs,
-# summary.txt (the ratios the benchmark section of the README quotes). Needs jq (a bundle has it). Every part runs under its own time limit and a
-# part that fails or runs out of time is logged and skipped, so a run cut short still leaves what
-# it measured. Model: the xl preset (DiT-XL/2 dimensions) with LAYERS layers (default 4; ratios
+# OUT_DIR gets layouts.jsonl (one dit-bench document per line), kernels.jsonl, torch.jsonl,
+# whole.jsonl (whole dit-gen runs), nodes.jsonl (simulated machines, where allowed), log.txt
+# (every command, its stderr and exit status) and, where $PYTHON runs, summary.txt (the ratios
+# the benchmark section of the README quotes). Needs jq (a bundle has it). Every part runs
+# under its own time limit and a part that fails or runs out of time is logged and skipped, so
+# a run cut short still leaves what it measured. Model: the xl preset (DiT-XL/2 dimensions) with LAYERS layers (default 4; ratios
 # per step, the full 28 layers take 7x as long), created in DIT_BENCH_CACHE on first use.
 # PYTHON: the interpreter for the summary and PyTorch (default python3).
 set -uo pipefail
@@ -35,6 +37,8 @@ command -v jq >/dev/null || { echo "tools/scaling_bench.sh: jq is missing (tools
 python=${PYTHON:-python3}  # the summary, and PyTorch where this python imports torch
 py=0
 command -v "$python" >/dev/null && py=1
+# Python runs with the machine's own libraries, not a bundle's (its torch may need a newer libstdc++).
+pyrun() { env -u LD_LIBRARY_PATH "$python" "$@"; }
 mkdir -p "$out" || exit 1
 log=$out/log.txt
 : >"$log"
@@ -89,9 +93,9 @@ if [ "$cores" -ge 8 ]; then l=cfg2u4,u8,r8; else l=cfg2,u2,r2; fi
 part one-thread-ranks 150 layouts.jsonl "${bench[@]}" --rounds $rounds --size $small --dtype f32 -t 1 --layouts serial,$l
 
 # 4. PyTorch on the same weights and threads, alternating with dit-gen's one process.
-if [ $py = 1 ] && "$python" -c 'import torch' 2>/dev/null; then
+if [ $py = 1 ] && pyrun -c 'import torch' 2>/dev/null; then
   for mode in eager compile; do
-    part "torch-$mode" 240 torch.jsonl "$python" "$here/torch_anchor.py" "$model" $small f32,bf16 3 $mode "$cores"
+    part "torch-$mode" 240 torch.jsonl env -u LD_LIBRARY_PATH "$python" "$here/torch_anchor.py" "$model" $small f32,bf16 3 $mode "$cores"
     part "dit-gen-vs-torch" 90 layouts.jsonl "${bench[@]}" --size $small --dtype f32,bf16 --layouts serial-all
   done
 else
@@ -104,12 +108,59 @@ fi
     --layouts serial-all,cfg2,u2,r2
   [ "$cores" -ge 8 ] && part "layouts-4096-8" 150 layouts.jsonl "${bench[@]}" --size $large --dtype f32,bf16 \
     -t $((cores / 8)) --rounds 1 --layouts serial-all,cfg2u4
-  [ $py = 1 ] && "$python" -c 'import torch' 2>/dev/null &&
-    part "torch-eager-4096" 150 torch.jsonl "$python" "$here/torch_anchor.py" "$model" $large f32,bf16 2 eager "$cores"
+  [ $py = 1 ] && pyrun -c 'import torch' 2>/dev/null &&
+    part "torch-eager-4096" 150 torch.jsonl env -u LD_LIBRARY_PATH "$python" "$here/torch_anchor.py" "$model" $large f32,bf16 2 eager "$cores"
 }
 
+# 6. Whole dit-gen runs (launch, load, 8 steps, VAE decode, PNG) of the xl preset with LAYERS
+# layers at 256x256: bf16 against f32 on all cores, and --cfg-parallel against one thread on
+# two cores (the issue's two-core comparison). One JSON line per run in whole.jsonl.
+gen_model=$DIT_BENCH_CACHE/xl-L$layers-gen
+[ -f "$gen_model/model_index.json" ] ||
+  "$bin/dit-make-model" --preset xl --layers "$layers" --out "$gen_model" >>"$log" 2>&1
+whole() {  # whole ROUND NAME CPUS ARGS...: CPUS a taskset list, or "all"
+  local round=$1 name=$2 cpus=$3
+  shift 3
+  local pre=()
+  [ "$cpus" = all ] || pre=(taskset -c "$cpus")
+  local start=$EPOCHREALTIME
+  timeout 120 "${pre[@]}" "$bin/dit-gen" -m "$gen_model" --progress none -p 207 --steps 8 -o "$out/.whole.png" "$@" \
+    >>"$log" 2>&1
+  local rc=$? end=$EPOCHREALTIME
+  jq -nc --arg run "$name" --argjson round "$round" --argjson rc $rc --argjson wall "$(jq -n "$end - $start")" \
+    '{part: "whole", run: $run, round: $round, exit: $rc, wall_s: $wall}' >>"$out/whole.jsonl"
+}
+if [ -f "$gen_model/model_index.json" ] && [ "$cores" -ge 2 ] && command -v taskset >/dev/null; then
+  echo "== $(date -u +%T) whole runs" >>"$log"
+  for round in $(seq 1 $((quick == 1 ? 1 : 3))); do
+    whole $round f32-all-cores all --dtype f32
+    whole $round bf16-all-cores all --dtype bf16
+    whole $round one-thread 0,1 -t 1
+    whole $round cfg-parallel-two-cores 0,1 --cfg-parallel
+  done
+  rm -f "$out/.whole.png"
+else
+  echo "== whole runs: no model, fewer than 2 cores or no taskset; skipped" >>"$log"
+fi
+
+# 7. Simulated machines (tools/netbench.sh: network namespaces, veth links shaped by tc, redis),
+# where this machine allows them (root, ip, tc, redis-server): 2 and 4 nodes at 25 Gbit/s,
+# 4096 tokens, each node on its own cores, against one node.
+if [ "$(id -u)" = 0 ] && command -v ip >/dev/null && command -v tc >/dev/null && command -v redis-server >/dev/null &&
+  ip netns add dit-sb-probe 2>>"$log" && ip netns del dit-sb-probe; then
+  nb=("$here/netbench.sh" --bin "$bin" --preset xl --layers "$layers" --rate 25gbit $steps)
+  if [ $quick = 1 ]; then
+    part netbench-2 120 nodes.jsonl "${nb[@]}" --size $large --nodes 2 --layouts cfg2,u2
+  else
+    part netbench-2 240 nodes.jsonl "${nb[@]}" --size $large --nodes 2 --layouts cfg2,u2,r2
+    [ "$cores" -ge 8 ] && part netbench-4 240 nodes.jsonl "${nb[@]}" --size $large --nodes 4 --layouts cfg2u2,u4
+  fi
+else
+  echo "== netbench: needs root, ip, tc, redis-server and network namespaces here; skipped" >>"$log"
+fi
+
 if [ $py = 1 ]; then
-  "$python" "$here/scaling_summary.py" "$out" >"$out/summary.txt" 2>>"$log"
+  pyrun "$here/scaling_summary.py" "$out" >"$out/summary.txt" 2>>"$log"
   cat "$out/summary.txt"
 else
   echo "tools/scaling_bench.sh: no $python here: no summary.txt (python3 tools/scaling_summary.py $out elsewhere)" | tee -a "$log"

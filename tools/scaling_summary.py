@@ -7,6 +7,8 @@ quotes them): python3 tools/scaling_summary.py OUT_DIR
 - One-thread ranks: the same share (the issue's target: at most 10% with 8 ranks).
 - Kernels: attention's GFLOP/s against the same run's GEMM, f32 and bf16.
 - PyTorch: its step against dit-gen's serial-all step of the nearest invocation, per dtype and size.
+- Whole runs: wall times, bf16 against f32 and --cfg-parallel against one thread per round.
+- Simulated machines: each layout's step against one node's.
 """
 import json
 import os
@@ -102,6 +104,35 @@ def torch_vs(torch_docs, layout_docs):
     print()
 
 
+def whole(docs):
+    print("## Whole dit-gen runs (8 steps, 256x256, decode and PNG included): wall seconds per round")
+    runs = {}
+    for d in docs:
+        if d.get("exit") == 0:
+            runs.setdefault(d["run"], {})[d["round"]] = d["wall_s"]
+    for name, by_round in sorted(runs.items()):
+        print(f"- {name}: {', '.join(f'{v:.2f}' for _, v in sorted(by_round.items()))}")
+    for a, b, what in (("f32-all-cores", "bf16-all-cores", "bf16 against f32"),
+                       ("one-thread", "cfg-parallel-two-cores", "--cfg-parallel against one thread")):
+        if a in runs and b in runs:
+            ratios = [runs[a][r] / runs[b][r] for r in sorted(runs[a]) if r in runs[b]]
+            if ratios:
+                print(f"- {what}: {', '.join(f'{x:.2f}x' for x in ratios)} (median {statistics.median(ratios):.2f}x)")
+    print()
+
+
+def nodes(docs):
+    print("## Simulated machines (tools/netbench.sh): speed-up over one node")
+    print("| nodes | layout | tokens | step (s) | vs one node |")
+    print("|---|---|---|---|---|")
+    for d in docs:
+        if "layout" in d:
+            sp = d.get("speedup_vs_serial")
+            print(f"| {d.get('nodes', '')} | {d['layout']} | {d.get('tokens', '')} | "
+                  f"{d.get('step_median_s', 0):.3f} | {'' if sp is None else f'{sp:.2f}x'} |")
+    print()
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: python3 tools/scaling_summary.py OUT_DIR")
@@ -110,6 +141,8 @@ def main():
     layouts(layout_docs)
     kernels(load(os.path.join(d, "kernels.jsonl")))
     torch_vs(load(os.path.join(d, "torch.jsonl")), layout_docs)
+    whole(load(os.path.join(d, "whole.jsonl")))
+    nodes(load(os.path.join(d, "nodes.jsonl")))
 
 
 main()
