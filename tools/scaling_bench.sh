@@ -40,6 +40,8 @@ command -v "$python" >/dev/null && py=1
 # Python runs with the machine's own libraries, not a bundle's (its torch may need a newer libstdc++).
 pyrun() { env -u LD_LIBRARY_PATH "$python" "$@"; }
 mkdir -p "$out" || exit 1
+scratch=$(mktemp -d) || exit 1  # temporary files stay out of OUT_DIR
+trap 'rm -rf "$scratch"' EXIT
 log=$out/log.txt
 : >"$log"
 cores=$(nproc)
@@ -60,7 +62,7 @@ part() {
   local name=$1 limit=$2 file=$3
   shift 3
   echo "== $(date -u +%T) $name: $*" >>"$log"
-  local tmp=$out/.part.out
+  local tmp=$scratch/part.out
   timeout --kill-after=10 "$limit" "$@" >"$tmp" 2>>"$log"
   local rc=$?
   jq -c --arg part "$name" 'if type == "object" then . + {part: $part} else . end' "$tmp" >>"$out/$file" 2>>"$log"
@@ -124,7 +126,7 @@ whole() {  # whole ROUND NAME CPUS ARGS...: CPUS a taskset list, or "all"
   local pre=()
   [ "$cpus" = all ] || pre=(taskset -c "$cpus")
   local start=$EPOCHREALTIME
-  timeout 120 "${pre[@]}" "$bin/dit-gen" -m "$gen_model" --progress none -p 207 --steps 8 -o "$out/.whole.png" "$@" \
+  timeout 120 "${pre[@]}" "$bin/dit-gen" -m "$gen_model" --progress none -p 207 --steps 8 -o "$scratch/whole.png" "$@" \
     >>"$log" 2>&1
   local rc=$? end=$EPOCHREALTIME
   jq -nc --arg run "$name" --argjson round "$round" --argjson rc $rc --argjson wall "$(jq -n "$end - $start")" \
@@ -138,7 +140,6 @@ if [ -f "$gen_model/model_index.json" ] && [ "$cores" -ge 2 ] && command -v task
     whole $round one-thread 0,1 -t 1
     whole $round cfg-parallel-two-cores 0,1 --cfg-parallel
   done
-  rm -f "$out/.whole.png"
 else
   echo "== whole runs: no model, fewer than 2 cores or no taskset; skipped" >>"$log"
 fi
