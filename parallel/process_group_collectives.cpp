@@ -159,10 +159,8 @@ void ProcessGroup::all_gather_v(const float* send, float* recv, const std::vecto
     gloo::allgatherv(opts);
   });
   if (planes == 1) return;
-  const float* src = packed;
-  for (size_t j = 0, at = 0; j < size_t(size()); at += recv_counts[j], ++j)
-    for (size_t p = 0; p < planes; ++p, src += recv_counts[j])
-      std::memcpy(recv + p * total + at, src, recv_counts[j] * sizeof(float));
+  for (size_t j = 0, at = 0, from = 0; j < size_t(size()); from += tcp_recv_counts_[j], at += recv_counts[j], ++j)
+    copy_block(packed + from, kFlat, 0, recv, {at, planes, recv_counts[j], total}, 0, tcp_recv_counts_[j]);
 }
 
 void ProcessGroup::all_reduce_sum(float* data, size_t count) {
@@ -220,10 +218,8 @@ void ProcessGroup::reduce_scatter_sum_v(const float* send, float* recv, const st
   if (scratch2_.size() < n * planes * mine) scratch2_.resize(n * planes * mine);
   if (planes > 1) {
     if (scratch_.size() < planes * total) scratch_.resize(planes * total);
-    float* p = scratch_.data();  // [rank][planes][share of rank]
-    for (size_t j = 0, at = 0; j < n; at += counts[j], ++j)
-      for (size_t q = 0; q < planes; ++q, p += counts[j])
-        std::memcpy(p, send + q * total + at, counts[j] * sizeof(float));
+    for (size_t j = 0, at = 0; j < n; at += counts[j], ++j)  // [rank][planes][share of rank]
+      copy_block(send, {at, planes, counts[j], total}, 0, scratch_.data() + planes * at, kFlat, 0, planes * counts[j]);
     packed = scratch_.data();
   }
   tcp_send_counts_.resize(n);

@@ -139,10 +139,10 @@ ShmExchange::ShmExchange(void* base, size_t slot_bytes, size_t link_bytes, int r
   sends_to_.resize(size_t(size));
   recvs_from_.resize(size_t(size));
   incoming_.resize(size_t(size));
-  for (std::vector<size_t>* v : {&send_bytes_, &send_at_, &recv_bytes_, &recv_at_, &gather_bytes_, &gather_at_, &one_each_})
-    v->assign(size_t(size), 0);
+  for (std::vector<StridedBlock>* v : {&to_, &from_, &share_}) v->assign(size_t(size), StridedBlock{});
+  one_each_.assign(size_t(size), 0);
   most_.assign(size_t(size), 0);
-  shares_.assign(size_t(size), nullptr);
+  sum_inputs_.assign(size_t(size), nullptr);
   ops_.reserve(64);
   free_ops_.reserve(64);
   for (int j = 0; j < size; ++j) {

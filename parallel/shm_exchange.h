@@ -129,7 +129,9 @@ class ShmExchange {
   void wait_for(std::atomic<uint64_t>& c, uint64_t target, int peer,
                 std::chrono::steady_clock::time_point deadline);
   void begin_piece(uint64_t seq, std::chrono::steady_clock::time_point deadline);  // my slot is free
-  void exchange_blocks(const void* send, void* recv, size_t most);
+  uint64_t largest(uint64_t mine);
+  void exchange(const char* in, char* out, size_t most);
+  void set_shares(const size_t* counts, size_t unit, size_t planes);
   void check_peer(int peer) const;
   // Spin, yield or sleep between polls (see the top of the file); every kCheckEvery, the
   // peer's process, the abort flag and the deadline.
@@ -160,12 +162,12 @@ class ShmExchange {
   std::vector<std::vector<uint32_t>> sends_to_;     // per peer: pending sends in post order
   std::vector<std::vector<uint32_t>> recvs_from_;   // per peer: pending receives in post order
   std::vector<Incoming> incoming_;                  // per peer
-  // Per-rank sizes and offsets of the collective in progress, allocated once (no allocation per call).
-  std::vector<size_t> send_bytes_, send_at_, recv_bytes_, recv_at_;  // all-to-all
-  std::vector<size_t> gather_bytes_, gather_at_;                      // all-gather, reduce-scatter
-  std::vector<size_t> one_each_;                                      // all_to_all_v's agreement
+  // Per-rank blocks of the collective in progress, allocated once (no allocation per call).
+  std::vector<StridedBlock> to_, from_;  // all-to-all: what goes to rank j, what comes from it (bytes)
+  std::vector<StridedBlock> share_;      // all-gather, reduce-scatter: rank j's rows of every plane
+  std::vector<size_t> one_each_;         // largest(): one uint64_t from each rank
   std::vector<uint64_t> most_;
-  std::vector<const float*> shares_;                                  // reduce-scatter: every rank's share
+  std::vector<const float*> sum_inputs_;  // reduce-scatter: every rank's share of a run
   int pending_ = 0;                                 // operations not yet complete
   // Point-to-point state above is guarded by mu_: the rank's thread and the progress thread.
   std::mutex mu_;
