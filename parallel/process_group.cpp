@@ -111,6 +111,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create_world(std::shared_ptr<Rendezv
     else
       attr.hostname = opts.hostname.empty() ? "127.0.0.1" : opts.hostname;
     shared->device = gloo::transport::tcp::CreateDevice(attr);
+    shared->waker = std::make_unique<GlooLoopWaker>(shared->device);
   } catch (const std::exception& e) {
     DIT_FAIL("rank " << rank << ": cannot create the TCP transport on "
                      << (opts.iface.empty() ? "address '" + opts.hostname + "'" : "interface '" + opts.iface + "'")
@@ -155,6 +156,7 @@ void ProcessGroup::connect(gloo::rendezvous::Store& store) {
     for (int r = 0; r < size(); r++) present.push_back("present/" + std::to_string(r));
     store.set(present[rank_], {'1'});
     store.wait(present, shared_->timeout);
+    GlooLoopWaker::Wake w(shared_->waker.get());  // each pair waits for the loop's turn
     ctx->connectFullMesh(store, shared_->device);
   });
   if (shared_->watchdog) shared_->watchdog->add_context(ctx);
@@ -243,6 +245,7 @@ void ProcessGroup::shutdown() noexcept {
   } catch (...) {
     // A peer is gone; nothing left to protect.
   }
+  GlooLoopWaker::Wake w(shared_->waker.get());  // closing each pair waits for the loop's turn
   send_slots_.clear();
   recv_slots_.clear();
   ctx_.reset();

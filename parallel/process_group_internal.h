@@ -10,6 +10,7 @@
 
 #include <gloo/common/error.h>
 
+#include "parallel/gloo_loop_waker.h"
 #include "parallel/process_group.h"
 #include "parallel/stall_watchdog.h"
 #include "runtime/error.h"
@@ -28,12 +29,21 @@ struct ProcessGroup::Shared {
   std::shared_ptr<RendezvousStore> store;
   std::unique_ptr<StallWatchdog> watchdog;  // null for a world of one
   std::shared_ptr<gloo::transport::Device> device;
+  std::unique_ptr<GlooLoopWaker> waker;  // rings Gloo's loop while groups connect and close
   std::chrono::milliseconds timeout;
   bool shared_memory = true;
   std::string host;  // shm_host_identity(), when shared_memory
   std::atomic<bool> aborted{false};
   std::atomic<bool> comm_failed{false};  // some group failed: this rank is a casualty, not the cause
   std::atomic<bool> peer_cause{false};   // ... and the failure was traced to another rank
+
+  ~Shared() {
+    {
+      GlooLoopWaker::Wake w(waker.get());
+      device.reset();  // joins Gloo's loop thread (unless a failed group's context keeps it)
+    }
+    waker.reset();
+  }
 };
 
 // Runs f, translating any exception into dit::Error naming op, group and peer (fail()).

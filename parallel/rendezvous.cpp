@@ -78,7 +78,11 @@ RendezvousStore::RendezvousStore(std::unique_ptr<detail::RendezvousBackend> back
       description_(std::move(description)) {}
 
 RendezvousStore::~RendezvousStore() {
-  stop_heartbeat_ = true;
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    stop_heartbeat_ = true;
+  }
+  stop_cv_.notify_all();
   if (heartbeat_.joinable()) heartbeat_.join();
   leave(true);
 }
@@ -117,7 +121,6 @@ void RendezvousStore::wait(const std::vector<std::string>& keys,
   auto timeout = timeout_in.count() > 0 ? std::min(timeout_in, timeout_) : timeout_;
   if (timeout_in == gloo::rendezvous::Store::kDefaultTimeout) timeout = timeout_;
   const auto start = std::chrono::steady_clock::now();
-  auto sleep = std::chrono::milliseconds(2);
   auto next_generation_check = start + std::chrono::milliseconds(200);
   auto next_stall_check = start + kStallCheckAfter;
   while (!check(keys)) {
@@ -160,8 +163,7 @@ void RendezvousStore::wait(const std::vector<std::string>& keys,
                               << " s waiting for key(s) " << missing
                               << " (a rank did not start or did not reach this point)");
     }
-    std::this_thread::sleep_for(sleep);
-    sleep = std::min(sleep * 2, std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(detail::poll_interval(now - start));
   }
 }
 

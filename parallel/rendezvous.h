@@ -59,6 +59,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -222,7 +223,9 @@ class RendezvousStore : public gloo::rendezvous::Store {
 
   // Heartbeat and stall observation.
   std::thread heartbeat_;
-  std::atomic<bool> stop_heartbeat_{false};
+  bool stop_heartbeat_ = false;  // guarded by stop_mu_; stop_cv_ wakes the heartbeat at once
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
   std::mutex hb_mu_;
   std::map<int, std::pair<std::string, std::chrono::steady_clock::time_point>> seen_;  // rank -> value, since
 };

@@ -126,7 +126,7 @@ std::shared_ptr<RendezvousStore> RendezvousStore::join(const std::string& spec, 
 
 void RendezvousStore::wait_formed(const std::vector<int>& ranks, Clock::time_point deadline) {
   std::vector<bool> seen(size_t(world_size_), false);
-  auto sleep = std::chrono::milliseconds(2);
+  const auto start = Clock::now();
   for (;;) {
     std::vector<int> missing;
     int64_t newest = 0;
@@ -144,8 +144,7 @@ void RendezvousStore::wait_formed(const std::vector<int>& ranks, Clock::time_poi
                               << " s waiting for rank" << (missing.size() == 1 ? " " : "s ") << join_list(missing)
                               << " to join (generation " << generation_ << "; did "
                               << (missing.size() == 1 ? "it" : "they") << " start, with the same --rendezvous?)");
-    std::this_thread::sleep_for(sleep);
-    sleep = std::min(sleep * 2, std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(detail::poll_interval(Clock::now() - start));
   }
   (void)ranks;
 }

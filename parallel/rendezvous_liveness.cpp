@@ -37,16 +37,15 @@ void RendezvousStore::start_heartbeat(int rank) {
 void RendezvousStore::heartbeat_loop(int rank) {
   const std::string tail = " " + host_name() + " " + std::to_string(getpid());
   const std::string name = "hb." + std::to_string(rank);
-  for (uint64_t count = 0; !stop_heartbeat_; count++) {
+  for (uint64_t count = 0;; count++) {
     try {
       std::lock_guard<std::recursive_mutex> lock(mu_);
       backend_->put_marker(generation_, name, std::to_string(count) + tail);
     } catch (...) {
       // The store is unreachable: the waits will say so.
     }
-    const auto until = std::chrono::steady_clock::now() + kHeartbeatPeriod;
-    while (!stop_heartbeat_ && std::chrono::steady_clock::now() < until)
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::unique_lock<std::mutex> lock(stop_mu_);
+    if (stop_cv_.wait_for(lock, kHeartbeatPeriod, [this] { return stop_heartbeat_; })) return;
   }
 }
 
