@@ -58,6 +58,8 @@ class SequenceParallelAttention final : public SelfAttention {
   void finish_gather(float* out);
   void attend(const float* qkv_g, float* out_g, int64_t heads);
   void ring_attention(const float* qkv_g, float* out_g);
+  void ring_attention_window(const float* qkv_g, float* out_g);
+  void ring_output(float* out_g) const;
   void pack_kv(const float* qkv_g, float* kv) const;
 
   std::shared_ptr<ProcessGroup> uly_, ring_;
@@ -86,7 +88,9 @@ class SequenceParallelAttention final : public SelfAttention {
   // Attention over the group's tokens by heads per call (no ring), or per K/V block length (ring).
   std::map<int64_t, Attention> by_heads_;
   std::map<int64_t, Attention> by_kv_len_;
-  // Ring.
+  // Ring. On one machine every rank's K/V block lies in a shared-memory window the others
+  // read in place (window_); else blocks travel as messages through kv_.
+  bool window_ = false;
   Buf kv_[2], acc_, lse_acc_, part_, lse_part_;
   uint32_t tag_ = 1;
 };
@@ -149,8 +153,14 @@ void SequenceParallelAttention::prepare(const SelfAttentionShape& s) {
       by_kv_len_.emplace(tj, Attention(a));
     }
     const size_t kv_elems = size_t(B_ * Tmax_ * 2 * Hu_ * d_) + 1;
-    kv_[0].assign(kv_elems, 0.0f);
-    kv_[1].assign(kv_elems, 0.0f);
+    window_ = ring_->ensure_window(kv_elems * sizeof(float));  // collective: every ring rank prepares
+    for (Buf& b : kv_) {
+      if (window_) {
+        Buf().swap(b);
+      } else {
+        b.assign(kv_elems, 0.0f);
+      }
+    }
     acc_.assign(size_t(B_ * Hu_ * Tg_ * d_) + 1, 0.0f);
     part_.assign(acc_.size(), 0.0f);
     lse_acc_.assign(size_t(B_ * Hu_ * Tg_) + 1, 0.0f);
@@ -358,6 +368,7 @@ void SequenceParallelAttention::pack_kv(const float* qkv_g, float* kv) const {
 }
 
 void SequenceParallelAttention::ring_attention(const float* qkv_g, float* out_g) {
+  if (window_) return ring_attention_window(qkv_g, out_g);
   const int next = (r_ + 1) % R_, prev = (r_ + R_ - 1) % R_;
   const size_t bytes = kv_[0].size() * 4;  // always the largest block: one registration per buffer
   const int64_t rows = B_ * Hu_ * Tg_;
@@ -392,7 +403,43 @@ void SequenceParallelAttention::ring_attention(const float* qkv_g, float* out_g)
     profile::Scope pw(profile::Cat::Waiting);
     send.wait();
   }
-  // acc [B, Hu, Tg, d] -> out_g [B, Tg, Hu, d]
+  ring_output(out_g);
+}
+
+// The ring on one machine: this rank writes its K/V block once into its window, and reads
+// every other rank's block where it lies, in the ring's order (its own first, then the
+// previous rank's, ...), so the merges, and the result, are those of the messages' path.
+void SequenceParallelAttention::ring_attention_window(const float* qkv_g, float* out_g) {
+  const int64_t rows = B_ * Hu_ * Tg_;
+  std::fill(acc_.begin(), acc_.end(), 0.0f);
+  std::fill(lse_acc_.begin(), lse_acc_.end(), -std::numeric_limits<float>::infinity());
+  float* mine;
+  {
+    profile::Scope pw(profile::Cat::Waiting);  // until every rank has read the last layer's blocks
+    mine = ring_->window_begin();
+  }
+  pack_kv(qkv_g, mine);
+  profile::add_bytes(size_t(B_ * Tg_ * 2 * Hu_ * d_) * sizeof(float));
+  ring_->window_publish();
+  for (int s = 0; s < R_; ++s) {
+    const int j = (r_ - s + R_) % R_;
+    const int64_t tj = group_tokens(j);
+    const float* kv;
+    {
+      profile::Scope pw(profile::Cat::Waiting);
+      kv = ring_->window_peer(j);
+    }
+    if (Tg_ > 0 && tj > 0) {
+      by_kv_len_.at(tj).run(qkv_g, kv, kv + Hu_ * d_, part_.data(), lse_part_.data());
+      attention_merge(acc_.data(), lse_acc_.data(), part_.data(), lse_part_.data(), rows, d_);
+    }
+  }
+  ring_->window_release();
+  ring_output(out_g);
+}
+
+// acc [B, Hu, Tg, d] -> out_g [B, Tg, Hu, d]
+void SequenceParallelAttention::ring_output(float* out_g) const {
   for (int64_t b = 0; b < B_; ++b)
     for (int64_t h = 0; h < Hu_; ++h)
       for (int64_t t = 0; t < Tg_; ++t)

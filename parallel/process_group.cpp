@@ -117,7 +117,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create_world(std::shared_ptr<Rendezv
                      << (opts.iface.empty() ? "address '" + opts.hostname + "'" : "interface '" + opts.iface + "'")
                      << ": " << clean_gloo_message(e.what()));
   }
-  gloo::rendezvous::PrefixStore prefixed("world", *shared->store);
+  pg->store_prefix_ = "world";
+  gloo::rendezvous::PrefixStore prefixed(pg->store_prefix_, *shared->store);
   pg->connect(prefixed);
   shared->store->mark_formed();
   return pg;
@@ -141,7 +142,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::split(const std::string& name,
                                   << "]; only members create a group");
   std::shared_ptr<ProcessGroup> pg(new ProcessGroup(shared_, name, member_global_ranks, local));
   if (pg->size() == 1) return pg;
-  gloo::rendezvous::PrefixStore prefixed("group/" + name + "/" + join(member_global_ranks), *shared_->store);
+  pg->store_prefix_ = "group/" + name + "/" + join(member_global_ranks);
+  gloo::rendezvous::PrefixStore prefixed(pg->store_prefix_, *shared_->store);
   pg->connect(prefixed);
   return pg;
 }

@@ -160,6 +160,21 @@ class ProcessGroup {
   void send(const void* data, size_t bytes, int dst, uint32_t tag) { isend(data, bytes, dst, tag).wait(); }
   void recv(void* data, size_t bytes, int src, uint32_t tag) { irecv(data, bytes, src, tag).wait(); }
 
+  // --- windows (shared memory only: ring attention's K/V blocks read in place) ---
+  // Collective: every member gets a block of at least `bytes` that the others read where it
+  // lies (ShmExchange windows, parallel/shm_exchange.h). False on every member when the group
+  // is not on shared memory or a block could not be set up (window_note() says why): use
+  // messages then. Each use, every member in the same order; waits fail as collectives do:
+  //   float* mine = g.window_begin();  ... write ...;  g.window_publish();
+  //   const float* theirs = g.window_peer(j);  ... read ...;  g.window_release();
+  bool ensure_window(size_t bytes);
+  const std::string& window_note() const { return window_note_; }
+  size_t window_bytes() const;  // each member's block; 0: no window
+  float* window_begin();
+  void window_publish();
+  const float* window_peer(int j);
+  void window_release();
+
   // Failure path: tells every rank that this one failed (abort key in the store), marks
   // every group of this process unusable and skips the teardown barrier. Never throws.
   void abort(const std::string& message) noexcept;
@@ -211,6 +226,9 @@ class ProcessGroup {
   std::unique_ptr<ShmExchange> shm_;  // null: TCP only
   std::vector<size_t> shm_counts_;    // per rank, reused (nothing is allocated per call)
   std::string shm_note_;
+  std::string store_prefix_;  // this group's keys in the rendezvous store
+  uint32_t windows_made_ = 0;
+  std::string window_note_;
 };
 
 }  // namespace dit

@@ -2,6 +2,7 @@
 // barriers, over shared memory when the group has a segment (parallel/shm_exchange.h), else
 // over Gloo (TCP). Connection, failure handling and point-to-point messages: process_group.cpp.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 
@@ -13,6 +14,7 @@
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
+#include <gloo/rendezvous/prefix_store.h>
 #include <gloo/types.h>
 
 #include "parallel/process_group_internal.h"
@@ -275,5 +277,48 @@ void ProcessGroup::barrier_with(std::chrono::milliseconds timeout) {
 }
 
 // ---------------------------------------------------------------- point to point
+
+// ---------------------------------------------------------------- windows
+
+bool ProcessGroup::ensure_window(size_t bytes) {
+  check_usable("window");
+  next_tag();
+  if (!shm_) {
+    window_note_ = size() == 1 ? "" : "not on shared memory";
+    return false;
+  }
+  if (const char* off = std::getenv("DIT_NO_SHM_WINDOWS"); off && *off && std::string(off) != "0") {
+    window_note_ = "turned off by DIT_NO_SHM_WINDOWS";  // the same on every rank (one environment)
+    return false;
+  }
+  if (bytes <= shm_->window_bytes()) return true;
+  bool made = false;
+  run("window", -1, [&] {
+    gloo::rendezvous::PrefixStore store(store_prefix_ + "/window" + std::to_string(windows_made_++), *shared_->store);
+    made = shm_->ensure_window(store, bytes, [this](bool ok) { return all_ranks_agree(ok); }, &window_note_);
+  });
+  return made;
+}
+
+size_t ProcessGroup::window_bytes() const { return shm_ ? shm_->window_bytes() : 0; }
+
+float* ProcessGroup::window_begin() {
+  check_usable("window");
+  DIT_CHECK(shm_ && shm_->window_bytes() > 0, "window on group '" << name_ << "': no window (ensure_window first)");
+  float* p = nullptr;
+  run("window (waiting for the ranks to finish reading the last one)", -1,
+      [&] { p = reinterpret_cast<float*>(shm_->window_begin()); });
+  return p;
+}
+
+void ProcessGroup::window_publish() { shm_->window_publish(); }
+
+const float* ProcessGroup::window_peer(int j) {
+  const float* p = nullptr;
+  run("window", j, [&] { p = reinterpret_cast<const float*>(shm_->window_peer(j)); });
+  return p;
+}
+
+void ProcessGroup::window_release() { shm_->window_release(); }
 
 }  // namespace dit

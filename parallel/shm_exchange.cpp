@@ -57,16 +57,18 @@ std::string ns_id(const char* name) {
   return std::to_string(uint64_t(st.st_dev)) + ":" + std::to_string(uint64_t(st.st_ino));
 }
 
-// Per rank a pid and two counters on their own cache lines, and a slot; per ordered pair of
+// Per rank a pid and four counters on their own cache lines (collectives, windows), and a slot; per ordered pair of
 // ranks a link (two counters, a ring buffer).
 struct Layout {
-  size_t pids, posted, done, bells, link_ctr, slots, links, slot_bytes, link_bytes, total;
+  size_t pids, posted, done, wposted, wreleased, bells, link_ctr, slots, links, slot_bytes, link_bytes, total;
   Layout(int n, size_t slot, size_t link) : slot_bytes(slot), link_bytes(link) {
     const size_t pairs = size_t(n) * size_t(n - 1);
     pids = kLine;
     posted = round_up(pids + size_t(n) * sizeof(int32_t), kLine);
     done = posted + size_t(n) * kLine;
-    bells = done + size_t(n) * kLine;
+    wposted = done + size_t(n) * kLine;
+    wreleased = wposted + size_t(n) * kLine;
+    bells = wreleased + size_t(n) * kLine;
     link_ctr = bells + size_t(n) * kLine;
     slots = round_up(link_ctr + pairs * 2 * kLine, 4096);
     links = slots + size_t(n) * slot;
@@ -132,6 +134,8 @@ ShmExchange::ShmExchange(void* base, size_t slot_bytes, size_t link_bytes, int r
   pids_ = lay.pids;
   posted_ = lay.posted;
   done_ = lay.done;
+  wposted_ = lay.wposted;
+  wreleased_ = lay.wreleased;
   bells_ = lay.bells;
   link_ctr_ = lay.link_ctr;
   slots_ = lay.slots;
@@ -160,6 +164,7 @@ ShmExchange::~ShmExchange() {
     ring_bell(rank_);
     progress_thread_.join();
   }
+  unmap_windows();
   if (base_) munmap(base_, bytes_);
 }
 
@@ -243,6 +248,14 @@ std::atomic<uint64_t>& ShmExchange::posted(int r) const {
 
 std::atomic<uint64_t>& ShmExchange::done(int r) const {
   return *reinterpret_cast<std::atomic<uint64_t>*>(static_cast<char*>(base_) + done_ + size_t(r) * kLine);
+}
+
+std::atomic<uint64_t>& ShmExchange::window_posted(int r) const {
+  return *reinterpret_cast<std::atomic<uint64_t>*>(static_cast<char*>(base_) + wposted_ + size_t(r) * kLine);
+}
+
+std::atomic<uint64_t>& ShmExchange::window_released(int r) const {
+  return *reinterpret_cast<std::atomic<uint64_t>*>(static_cast<char*>(base_) + wreleased_ + size_t(r) * kLine);
 }
 
 void ShmExchange::check_peer(int peer) const {

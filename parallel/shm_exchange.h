@@ -105,6 +105,25 @@ class ShmExchange {
   uint64_t post_recv(void* data, size_t bytes, int src, uint32_t tag);
   void wait(uint64_t op);
 
+  // Windows (shm_window.cpp): a block per rank that every member maps, written by its owner
+  // and read in place by the others (the ring's K/V on one machine: one copy a byte instead
+  // of three a hop). ensure_window is collective, with a store for this call's keys (each
+  // rank creates its block in /dev/shm and publishes the name) and `agree` as in create();
+  // a window already at least `bytes` large is kept without communicating. False on every
+  // rank when some rank could not create or map a block (*why says why on that rank): the
+  // caller keeps to messages. Then each use, on every rank in the same order:
+  //   char* mine = window_begin();   // after every rank has released the previous use
+  //   ... write mine ...;  window_publish();
+  //   const char* theirs = window_peer(j);   // once rank j has published this use
+  //   ... read ...;  window_release();       // done with every block of this use
+  bool ensure_window(gloo::rendezvous::Store& store, size_t bytes, const std::function<bool(bool)>& agree,
+                     std::string* why);
+  size_t window_bytes() const { return window_bytes_; }
+  char* window_begin();
+  void window_publish();
+  const char* window_peer(int j);
+  void window_release();
+
   int rank() const { return rank_; }
   int size() const { return size_; }
 
@@ -125,6 +144,9 @@ class ShmExchange {
   char* slot(int r) const;
   std::atomic<uint64_t>& posted(int r) const;
   std::atomic<uint64_t>& done(int r) const;
+  std::atomic<uint64_t>& window_posted(int r) const;    // the last use rank r published
+  std::atomic<uint64_t>& window_released(int r) const;  // the last use rank r finished reading
+  void unmap_windows();
   // Waits until c >= target; `peer` is the rank whose progress it shows.
   void wait_for(std::atomic<uint64_t>& c, uint64_t target, int peer,
                 std::chrono::steady_clock::time_point deadline);
@@ -155,7 +177,7 @@ class ShmExchange {
 
   void* base_;
   size_t bytes_ = 0, slot_bytes_ = 0;
-  size_t pids_ = 0, posted_ = 0, done_ = 0, bells_ = 0, slots_ = 0;  // offsets in the segment
+  size_t pids_ = 0, posted_ = 0, done_ = 0, wposted_ = 0, wreleased_ = 0, bells_ = 0, slots_ = 0;  // offsets
   size_t link_bytes_ = 0, link_ctr_ = 0, links_ = 0;
   std::vector<Op> ops_;                             // [id - 1]; reused
   std::vector<uint32_t> free_ops_;
@@ -174,6 +196,11 @@ class ShmExchange {
   bool stop_ = false;
   std::string failure_;  // what stopped the progress thread (rethrown by the next wait)
   std::thread progress_thread_;
+  // Windows: every rank's block (this rank's writable, the others' read only), the size of
+  // each and the current use.
+  std::vector<char*> windows_;
+  size_t window_bytes_ = 0;
+  uint64_t window_use_ = 0;
   int rank_, size_;
   ShmOptions opts_;
   Header* header_;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -222,6 +223,33 @@ inline void check_ring_p2p(dit::ProcessGroup& pg, size_t n, int steps) {
   }
 }
 
+// Windows: on shared memory every rank writes a block per use that every other rank reads in
+// place, over several uses (a rank may be a use ahead: begin waits for the readers) and a
+// window that grows between them; a smaller request keeps it. Over TCP there is none.
+inline void check_windows(dit::ProcessGroup& pg) {
+  const int r = pg.rank(), w = pg.size();
+  const bool want = w > 1 && pg.uses_shared_memory() && !std::getenv("DIT_NO_SHM_WINDOWS");
+  size_t n = 1000;
+  if (pg.ensure_window(n * sizeof(float)) != want)
+    throw std::runtime_error("ensure_window: got " + std::to_string(!want) + " (" + pg.window_note() + ")");
+  if (!want) return;
+  for (int use = 0; use < 6; ++use) {
+    if (use == 3) {  // grow (every rank alike), then ask for less: the larger one stays
+      n = 300000;
+      if (!pg.ensure_window(n * sizeof(float)) || !pg.ensure_window(16)) throw std::runtime_error("ensure_window failed");
+    }
+    float* mine = pg.window_begin();
+    for (size_t i = 0; i < n; ++i) mine[i] = val(r, use, i);
+    pg.window_publish();
+    for (int k = 0; k < w; ++k) {
+      const int j = (r + k) % w;
+      const float* theirs = pg.window_peer(j);
+      for (size_t i = 0; i < n; i += 7) expect_eq(theirs[i], val(j, use, i), "window", i, r);
+    }
+    pg.window_release();
+  }
+}
+
 inline void check_everything(dit::ProcessGroup& pg) {
   for (size_t n : {size_t(0), size_t(1), size_t(5), size_t(4096)}) check_all_to_all(pg, n);
   check_all_to_all_v(pg);
@@ -238,6 +266,7 @@ inline void check_everything(dit::ProcessGroup& pg) {
   pg.barrier();
   check_ring_p2p(pg, 1000, 2 * pg.size() + 1);
   check_ring_p2p(pg, 0, 2);
+  check_windows(pg);
   pg.barrier();
 }
 

@@ -12,6 +12,7 @@
 #include "thread_ranks.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -111,6 +112,9 @@ void run_layout(int ulysses, int ring, std::vector<Problem>& problems, int chunk
       s.head_dim = d;
       s.compute = sh.compute;
       m.attn->prepare(s);
+      const bool want_window = ring > 1 && !std::getenv("DIT_NO_SHM_WINDOWS");  // threads share one machine
+      DIT_CHECK((mesh.ring().window_bytes() > 0) == want_window,
+                "ring window: " << mesh.ring().window_bytes() << " bytes (" << mesh.ring().window_note() << ")");
       m.in.resize(size_t(B * T * 3 * H * d) + 1);
       m.out.assign(size_t(B * T * H * d) + 1, NAN);
       for (int64_t b = 0; b < B; ++b)
@@ -197,6 +201,21 @@ TEST_CASE("Ulysses, Ring and USP attention equal serial attention", "[parallel][
   for (const Layout& l : layouts) {
     auto problems = problems_for(l.heads);
     run_layout(l.ulysses, l.ring, problems);
+  }
+}
+
+TEST_CASE("Ring: K/V read in place from shared-memory windows give the bits of K/V sent as messages",
+          "[parallel][attention]") {
+  for (auto [u, r] : {std::pair<int, int>{1, 2}, {1, 3}, {2, 2}}) {
+    std::vector<Problem> windows = problems_for({4, 3}), messages = problems_for({4, 3});
+    run_layout(u, r, windows);
+    setenv("DIT_NO_SHM_WINDOWS", "1", 1);  // before the rank threads start
+    run_layout(u, r, messages);
+    unsetenv("DIT_NO_SHM_WINDOWS");
+    for (size_t i = 0; i < windows.size(); ++i) {
+      INFO("u" << u << " r" << r << " problem " << i);
+      CHECK(std::memcmp(windows[i].got.data(), messages[i].got.data(), windows[i].got.size() * 4) == 0);
+    }
   }
 }
 

@@ -187,7 +187,7 @@ TEST_CASE("shared memory: ranks on other namespaces or asking for TCP agree on T
 TEST_CASE("shared memory: a rank killed mid-exchange is named by the others within the timeout", "[parallel]") {
   // The launcher does not help (long grace): the survivors, waiting in shared memory where no
   // connection breaks, must see that rank 1's process is gone.
-  const char* op = GENERATE("all_to_all", "p2p", "all_reduce");
+  const char* op = GENERATE("all_to_all", "p2p", "all_reduce", "window");
   INFO(op);
   const int timeout_ms = 20000;
   std::map<std::string, std::string> vars = {{"DIT_PT_MODE", "launch"},       {"DIT_PT_WORLD", "3"},
@@ -199,7 +199,10 @@ TEST_CASE("shared memory: a rank killed mid-exchange is named by the others with
   CHECK(r.code == 128 + SIGKILL);
   CHECK(r.seconds < 10);  // well before the 20 s timeout
   const std::string o = op;
-  const std::string want = o == "p2p" ? "" : o == "all_reduce" ? "all_reduce_sum on group 'world'" : "all_to_all on group 'world'";
+  const std::string want = o == "p2p"          ? ""
+                           : o == "all_reduce" ? "all_reduce_sum on group 'world'"
+                           : o == "window"     ? "on group 'world'"
+                                               : "all_to_all on group 'world'";
   CHECK_THAT(r.output, Catch::Contains("rank 1 is no longer running") || Catch::Contains("rank 1 (pid"));
   if (!want.empty()) CHECK_THAT(r.output, Catch::Contains(want));
   CHECK_THAT(r.output, Catch::Contains("test-launcher: failed: rank 1 was killed by signal 9"));

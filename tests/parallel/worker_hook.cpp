@@ -11,7 +11,7 @@
 //   DIT_PT_NNODES, DIT_PT_NODE_RANK   --nnodes, --node-rank
 //   DIT_PT_SCENARIO=collectives|kill|badinput|loop|hang
 //   DIT_PT_VICTIM=r         the rank that dies (kill) or cannot load its input (badinput)
-//   DIT_PT_OP=all_reduce|all_to_all|p2p   what kill/loop repeat (all through shared memory on
+//   DIT_PT_OP=all_reduce|all_to_all|p2p|window   what kill/loop repeat (all through shared memory on
 //                           one machine unless DIT_PT_TRANSPORT=tcp; all_reduce there is the
 //                           strided reduce-scatter in place plus an all-gather)
 //   DIT_PT_TRANSPORT=tcp    CommOptions::shared_memory = false
@@ -19,6 +19,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -64,9 +65,15 @@ int run_rank(const dit::LaunchEnv& env) {
     } else if (scenario == "kill" || scenario == "badinput" || scenario == "loop") {
       std::vector<float> x(1 << 16, 1.f), y(x.size() * size_t(world->size()), 0.f);
       const int next = (world->rank() + 1) % world->size(), prev = (world->rank() + world->size() - 1) % world->size();
+      if (op == "window" && !world->ensure_window(x.size() * 4)) throw dit::Error("no window: " + world->window_note());
       for (int step = 0;; step++) {
         if (scenario == "kill" && env.rank == victim && step == 20) raise(SIGKILL);
-        if (op == "all_to_all") {
+        if (op == "window") {
+          std::copy(x.begin(), x.end(), world->window_begin());
+          world->window_publish();
+          for (int j = 0; j < world->size(); ++j) y[0] += world->window_peer(j)[0];
+          world->window_release();
+        } else if (op == "all_to_all") {
           world->all_to_all(y.data(), y.data() + y.size() / 2, y.size() / 2 / size_t(world->size()));
         } else if (op == "p2p") {
           auto r = world->irecv(y.data(), x.size() * 4, prev, uint32_t(step));
