@@ -1,7 +1,10 @@
 #include "parallel/parallel_attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -154,6 +157,10 @@ void SequenceParallelAttention::prepare(const SelfAttentionShape& s) {
     }
     const size_t kv_elems = size_t(B_ * Tmax_ * 2 * Hu_ * d_) + 1;
     window_ = ring_->ensure_window(kv_elems * sizeof(float));  // collective: every ring rank prepares
+    static std::atomic<bool> warned{false};
+    if (!window_ && ring_->uses_shared_memory() && r_ == 0 && !std::getenv("DIT_NO_SHM_WINDOWS") && !warned.exchange(true))
+      std::fprintf(stderr, "warning: ring attention: K/V blocks go as messages instead of shared-memory windows: %s\n",
+                   ring_->window_note().c_str());
     for (Buf& b : kv_) {
       if (window_) {
         Buf().swap(b);
