@@ -62,7 +62,7 @@ class SequenceParallelAttention final : public SelfAttention {
   void attend(const float* qkv_g, float* out_g, int64_t heads);
   void ring_attention(const float* qkv_g, float* out_g);
   void ring_attention_window(const float* qkv_g, float* out_g);
-  void ring_output(float* out_g) const;
+  void attend_block(int step, const float* qkv_g, const float* kv, int64_t tj, float* out_g);
   void pack_kv(const float* qkv_g, float* kv) const;
 
   std::shared_ptr<ProcessGroup> uly_, ring_;
@@ -94,7 +94,7 @@ class SequenceParallelAttention final : public SelfAttention {
   // Ring. On one machine every rank's K/V block lies in a shared-memory window the others
   // read in place (window_); else blocks travel as messages through kv_.
   bool window_ = false;
-  Buf kv_[2], acc_, lse_acc_, part_, lse_part_;
+  Buf kv_[2], lse_acc_, part_, lse_part_;
   uint32_t tag_ = 1;
 };
 
@@ -145,14 +145,15 @@ void SequenceParallelAttention::prepare(const SelfAttentionShape& s) {
       by_heads_.emplace(hc, Attention(a));
     }
   } else {
-    // K/V blocks are [B, Tj, 2, Hu, d]; partial outputs [B, Hu, Tg, d] (rows match the lse layout).
+    // K/V blocks are [B, Tj, 2, Hu, d]; outputs [B, Tg, Hu, d] as the caller's (the first
+    // block's straight into it, the others' into part_ and merged into it), lse [B, Hu, Tg].
     for (int rr = 0; rr < R_; ++rr) {
       const int64_t tj = group_tokens(rr);
       if (Tg_ == 0 || tj == 0 || by_kv_len_.count(tj)) continue;
       a.q_len = Tg_;
       a.kv_len = tj;
       a.k = a.v = AttnLayout::bthd(tj, d_, Hu_, 2 * Hu_ * d_);
-      a.out = AttnLayout::bhtd(Hu_, Tg_, d_);
+      a.out = AttnLayout::bthd(Tg_, d_, Hu_, Hu_ * d_);
       by_kv_len_.emplace(tj, Attention(a));
     }
     const size_t kv_elems = size_t(B_ * Tmax_ * 2 * Hu_ * d_) + 1;
@@ -168,8 +169,7 @@ void SequenceParallelAttention::prepare(const SelfAttentionShape& s) {
         b.assign(kv_elems, 0.0f);
       }
     }
-    acc_.assign(size_t(B_ * Hu_ * Tg_ * d_) + 1, 0.0f);
-    part_.assign(acc_.size(), 0.0f);
+    part_.assign(size_t(B_ * Hu_ * Tg_ * d_) + 1, 0.0f);
     lse_acc_.assign(size_t(B_ * Hu_ * Tg_) + 1, 0.0f);
     lse_part_.assign(lse_acc_.size(), 0.0f);
   }
@@ -378,9 +378,6 @@ void SequenceParallelAttention::ring_attention(const float* qkv_g, float* out_g)
   if (window_) return ring_attention_window(qkv_g, out_g);
   const int next = (r_ + 1) % R_, prev = (r_ + R_ - 1) % R_;
   const size_t bytes = kv_[0].size() * 4;  // always the largest block: one registration per buffer
-  const int64_t rows = B_ * Hu_ * Tg_;
-  std::fill(acc_.begin(), acc_.end(), 0.0f);
-  std::fill(lse_acc_.begin(), lse_acc_.end(), -std::numeric_limits<float>::infinity());
   pack_kv(qkv_g, kv_[0].data());
   const uint32_t tag0 = tag_;
   tag_ += uint32_t(R_);
@@ -397,29 +394,18 @@ void SequenceParallelAttention::ring_attention(const float* qkv_g, float* out_g)
       recv = ring_->irecv(kv_[1 - cur].data(), bytes, prev, tag0 + uint32_t(s));
       send = ring_->isend(kv_[cur].data(), bytes, next, tag0 + uint32_t(s));
     }
-    const int64_t tj = group_tokens((r_ - s + R_) % R_);  // whose K/V we hold at step s
-    if (Tg_ > 0 && tj > 0) {
-      const float* kv = kv_[cur].data();
-      by_kv_len_.at(tj).run(qkv_g, kv, kv + Hu_ * d_, part_.data(), lse_part_.data());
-      attention_merge(acc_.data(), lse_acc_.data(), part_.data(), lse_part_.data(), rows, d_);
-    }
+    attend_block(s, qkv_g, kv_[cur].data(), group_tokens((r_ - s + R_) % R_), out_g);  // whose K/V we hold at step s
     profile::Scope pw(profile::Cat::Waiting);
     recv.wait();
   }
-  {
-    profile::Scope pw(profile::Cat::Waiting);
-    send.wait();
-  }
-  ring_output(out_g);
+  profile::Scope pw(profile::Cat::Waiting);
+  send.wait();
 }
 
 // The ring on one machine: this rank writes its K/V block once into its window, and reads
 // every other rank's block where it lies, in the ring's order (its own first, then the
 // previous rank's, ...), so the merges, and the result, are those of the messages' path.
 void SequenceParallelAttention::ring_attention_window(const float* qkv_g, float* out_g) {
-  const int64_t rows = B_ * Hu_ * Tg_;
-  std::fill(acc_.begin(), acc_.end(), 0.0f);
-  std::fill(lse_acc_.begin(), lse_acc_.end(), -std::numeric_limits<float>::infinity());
   float* mine;
   {
     profile::Scope pw(profile::Cat::Waiting);  // until every rank has read the last layer's blocks
@@ -430,28 +416,31 @@ void SequenceParallelAttention::ring_attention_window(const float* qkv_g, float*
   ring_->window_publish();
   for (int s = 0; s < R_; ++s) {
     const int j = (r_ - s + R_) % R_;
-    const int64_t tj = group_tokens(j);
     const float* kv;
     {
       profile::Scope pw(profile::Cat::Waiting);
       kv = ring_->window_peer(j);
     }
-    if (Tg_ > 0 && tj > 0) {
-      by_kv_len_.at(tj).run(qkv_g, kv, kv + Hu_ * d_, part_.data(), lse_part_.data());
-      attention_merge(acc_.data(), lse_acc_.data(), part_.data(), lse_part_.data(), rows, d_);
-    }
+    attend_block(s, qkv_g, kv, group_tokens(j), out_g);
   }
   ring_->window_release();
-  ring_output(out_g);
 }
 
-// acc [B, Hu, Tg, d] -> out_g [B, Tg, Hu, d]
-void SequenceParallelAttention::ring_output(float* out_g) const {
+// Step `step` of the ring: this rank's queries over a K/V block of tj tokens. The first (its
+// own block, step 0) writes out_g and the lse directly: merging into nothing yet would copy
+// them unchanged (attention_merge takes b when a's lse is -inf), so the bits are the same.
+// Later blocks are merged into out_g, one (batch, head) at a time: its rows lie Hu·d apart.
+void SequenceParallelAttention::attend_block(int step, const float* qkv_g, const float* kv, int64_t tj, float* out_g) {
+  if (Tg_ == 0 || tj == 0) return;
+  const Attention& a = by_kv_len_.at(tj);
+  if (step == 0) return a.run(qkv_g, kv, kv + Hu_ * d_, out_g, lse_acc_.data());
+  a.run(qkv_g, kv, kv + Hu_ * d_, part_.data(), lse_part_.data());
+  const int64_t row = Hu_ * d_;
   for (int64_t b = 0; b < B_; ++b)
-    for (int64_t h = 0; h < Hu_; ++h)
-      for (int64_t t = 0; t < Tg_; ++t)
-        std::memcpy(out_g + ((b * Tg_ + t) * Hu_ + h) * d_, acc_.data() + ((b * Hu_ + h) * Tg_ + t) * d_,
-                    size_t(d_) * 4);
+    for (int64_t h = 0; h < Hu_; ++h) {
+      const int64_t o = b * Tg_ * row + h * d_, l = (b * Hu_ + h) * Tg_;
+      attention_merge(out_g + o, lse_acc_.data() + l, part_.data() + o, lse_part_.data() + l, Tg_, d_, row, row);
+    }
 }
 
 void SequenceParallelAttention::forward(const float* qkv, float* out) {
