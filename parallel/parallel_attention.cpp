@@ -62,8 +62,8 @@ class SequenceParallelAttention final : public SelfAttention {
   void attend(const float* qkv_g, float* out_g, int64_t heads);
   void ring_attention(const float* qkv_g, float* out_g);
   void ring_attention_window(const float* qkv_g, float* out_g);
-  void attend_block(int step, const float* qkv_g, const float* kv, int64_t tj, float* out_g);
-  void pack_kv(const float* qkv_g, float* kv) const;
+  void attend_block(int step, const char* kv, int64_t tj, float* out_g);
+  void pack_block(const float* qkv_g, char* block) const;
 
   std::shared_ptr<ProcessGroup> uly_, ring_;
   int U_ = 1, R_ = 1, u_ = 0, r_ = 0;
@@ -91,9 +91,16 @@ class SequenceParallelAttention final : public SelfAttention {
   // Attention over the group's tokens by heads per call (no ring), or per K/V block length (ring).
   std::map<int64_t, Attention> by_heads_;
   std::map<int64_t, Attention> by_kv_len_;
-  // Ring. On one machine every rank's K/V block lies in a shared-memory window the others
-  // read in place (window_); else blocks travel as messages through kv_.
+  // Ring. A K/V block of tj tokens is K then V, each dense [B, Hu, tj, d] in the compute type
+  // (bf16: half the bytes), converted once by its owner (attention_to_dense), and the
+  // queries are converted once per forward into q_dense_ for all blocks (Attention::run_dense).
+  // On one machine every rank's block lies in a shared-memory window the others read in place
+  // (window_); else blocks travel as messages through kv_.
   bool window_ = false;
+  DType compute_ = DType::F32;
+  size_t esz_ = 4;            // bytes per element of the dense forms
+  size_t block_bytes_ = 0;    // the largest block
+  std::vector<char> q_dense_;
   Buf kv_[2], lse_acc_, part_, lse_part_;
   uint32_t tag_ = 1;
 };
@@ -145,18 +152,24 @@ void SequenceParallelAttention::prepare(const SelfAttentionShape& s) {
       by_heads_.emplace(hc, Attention(a));
     }
   } else {
-    // K/V blocks are [B, Tj, 2, Hu, d]; outputs [B, Tg, Hu, d] as the caller's (the first
-    // block's straight into it, the others' into part_ and merged into it), lse [B, Hu, Tg].
+    // Q, K and V dense [B, Hu, tokens, d] in the compute type (run_dense); outputs [B, Tg, Hu, d]
+    // as the caller's (the first block's straight into it, the others' into part_ and merged
+    // into it), lse [B, Hu, Tg].
+    compute_ = s.compute;
+    esz_ = compute_ == DType::BF16 ? 2 : 4;
     for (int rr = 0; rr < R_; ++rr) {
       const int64_t tj = group_tokens(rr);
       if (Tg_ == 0 || tj == 0 || by_kv_len_.count(tj)) continue;
       a.q_len = Tg_;
       a.kv_len = tj;
-      a.k = a.v = AttnLayout::bthd(tj, d_, Hu_, 2 * Hu_ * d_);
+      a.q = AttnLayout::bhtd(Hu_, Tg_, d_);
+      a.k = a.v = AttnLayout::bhtd(Hu_, tj, d_);
       a.out = AttnLayout::bthd(Tg_, d_, Hu_, Hu_ * d_);
       by_kv_len_.emplace(tj, Attention(a));
     }
-    const size_t kv_elems = size_t(B_ * Tmax_ * 2 * Hu_ * d_) + 1;
+    q_dense_.assign(size_t(B_ * Hu_ * Tg_ * d_) * esz_ + 1, 0);
+    block_bytes_ = size_t(2 * B_ * Tmax_ * Hu_ * d_) * esz_;
+    const size_t kv_elems = block_bytes_ / sizeof(float) + 1;
     window_ = ring_->ensure_window(kv_elems * sizeof(float));  // collective: every ring rank prepares
     static std::atomic<bool> warned{false};
     if (!window_ && ring_->uses_shared_memory() && r_ == 0 && !std::getenv("DIT_NO_SHM_WINDOWS") && !warned.exchange(true))
@@ -369,16 +382,20 @@ void SequenceParallelAttention::attend(const float* qkv_g, float* out_g, int64_t
 }
 
 // K and V of [B, Tg, 3, Hu, d] -> [B, Tg, 2, Hu, d].
-void SequenceParallelAttention::pack_kv(const float* qkv_g, float* kv) const {
+// This rank's K/V block from [B, Tg, 3, Hu, d]: K, then V, each dense [B, Hu, Tg, d].
+void SequenceParallelAttention::pack_block(const float* qkv_g, char* block) const {
   const int64_t hd = Hu_ * d_;
-  copy_cols(kv, 2 * hd, qkv_g + hd, 3 * hd, B_ * Tg_, 2 * hd);
+  const AttnLayout in = AttnLayout::bthd(Tg_, d_, Hu_, 3 * hd);
+  attention_to_dense(qkv_g + hd, in, B_, Hu_, Tg_, d_, compute_, block);
+  attention_to_dense(qkv_g + 2 * hd, in, B_, Hu_, Tg_, d_, compute_, block + size_t(B_ * Tg_ * hd) * esz_);
 }
 
 void SequenceParallelAttention::ring_attention(const float* qkv_g, float* out_g) {
   if (window_) return ring_attention_window(qkv_g, out_g);
   const int next = (r_ + 1) % R_, prev = (r_ + R_ - 1) % R_;
   const size_t bytes = kv_[0].size() * 4;  // always the largest block: one registration per buffer
-  pack_kv(qkv_g, kv_[0].data());
+  attention_to_dense(qkv_g, AttnLayout::bthd(Tg_, d_, Hu_, 3 * Hu_ * d_), B_, Hu_, Tg_, d_, compute_, q_dense_.data());
+  pack_block(qkv_g, reinterpret_cast<char*>(kv_[0].data()));
   const uint32_t tag0 = tag_;
   tag_ += uint32_t(R_);
   P2PHandle send, recv;
@@ -394,7 +411,8 @@ void SequenceParallelAttention::ring_attention(const float* qkv_g, float* out_g)
       recv = ring_->irecv(kv_[1 - cur].data(), bytes, prev, tag0 + uint32_t(s));
       send = ring_->isend(kv_[cur].data(), bytes, next, tag0 + uint32_t(s));
     }
-    attend_block(s, qkv_g, kv_[cur].data(), group_tokens((r_ - s + R_) % R_), out_g);  // whose K/V we hold at step s
+    const int64_t tj = group_tokens((r_ - s + R_) % R_);  // whose K/V we hold at step s
+    attend_block(s, reinterpret_cast<const char*>(kv_[cur].data()), tj, out_g);
     profile::Scope pw(profile::Cat::Waiting);
     recv.wait();
   }
@@ -411,8 +429,9 @@ void SequenceParallelAttention::ring_attention_window(const float* qkv_g, float*
     profile::Scope pw(profile::Cat::Waiting);  // until every rank has read the last layer's blocks
     mine = ring_->window_begin();
   }
-  pack_kv(qkv_g, mine);
-  profile::add_bytes(size_t(B_ * Tg_ * 2 * Hu_ * d_) * sizeof(float));
+  attention_to_dense(qkv_g, AttnLayout::bthd(Tg_, d_, Hu_, 3 * Hu_ * d_), B_, Hu_, Tg_, d_, compute_, q_dense_.data());
+  pack_block(qkv_g, reinterpret_cast<char*>(mine));
+  profile::add_bytes(size_t(B_ * Tg_ * 2 * Hu_ * d_) * esz_);
   ring_->window_publish();
   for (int s = 0; s < R_; ++s) {
     const int j = (r_ - s + R_) % R_;
@@ -421,7 +440,7 @@ void SequenceParallelAttention::ring_attention_window(const float* qkv_g, float*
       profile::Scope pw(profile::Cat::Waiting);
       kv = ring_->window_peer(j);
     }
-    attend_block(s, qkv_g, kv, group_tokens(j), out_g);
+    attend_block(s, reinterpret_cast<const char*>(kv), group_tokens(j), out_g);
   }
   ring_->window_release();
 }
@@ -430,11 +449,12 @@ void SequenceParallelAttention::ring_attention_window(const float* qkv_g, float*
 // own block, step 0) writes out_g and the lse directly: merging into nothing yet would copy
 // them unchanged (attention_merge takes b when a's lse is -inf), so the bits are the same.
 // Later blocks are merged into out_g, one (batch, head) at a time: its rows lie Hu·d apart.
-void SequenceParallelAttention::attend_block(int step, const float* qkv_g, const float* kv, int64_t tj, float* out_g) {
+void SequenceParallelAttention::attend_block(int step, const char* kv, int64_t tj, float* out_g) {
   if (Tg_ == 0 || tj == 0) return;
   const Attention& a = by_kv_len_.at(tj);
-  if (step == 0) return a.run(qkv_g, kv, kv + Hu_ * d_, out_g, lse_acc_.data());
-  a.run(qkv_g, kv, kv + Hu_ * d_, part_.data(), lse_part_.data());
+  const char* v = kv + size_t(B_ * Hu_ * tj * d_) * esz_;
+  if (step == 0) return a.run_dense(q_dense_.data(), kv, v, out_g, lse_acc_.data());
+  a.run_dense(q_dense_.data(), kv, v, part_.data(), lse_part_.data());
   const int64_t row = Hu_ * d_;
   for (int64_t b = 0; b < B_; ++b)
     for (int64_t h = 0; h < Hu_; ++h) {

@@ -109,7 +109,24 @@ struct Attention::Impl {
   Tensor qb, kb, vb;  // bf16 copies (bf16 compute only)
   bool pack_kv = false;  // f32: K/V copied to dense [batch, heads, kv_len, head_dim] per run
   Tensor kd, vd;
+  bool dense = false;  // the spec's q, k, v are dense bhtd: run_dense may be used
+
+  void run_blocks(const void* qbase, const void* kbase, const void* vbase, float* out, float* lse,
+                  const AttnBias* bias);
 };
+
+void attention_to_dense(const float* x, const AttnLayout& L, int64_t batch, int64_t heads, int64_t tokens,
+                        int64_t head_dim, DType compute, void* dst) {
+  const int64_t D = head_dim, rows = batch * heads * tokens;
+  parallel_for(rows, rows * D > 16384, [&](int64_t r) {
+    const int64_t b = r / (heads * tokens), h = (r / tokens) % heads, t = r % tokens;
+    const float* src = x + b * L.batch_stride + h * L.head_stride + t * L.token_stride;
+    if (compute == DType::BF16)
+      to_bf16(src, static_cast<uint16_t*>(dst) + r * D, D);
+    else
+      std::memcpy(static_cast<float*>(dst) + r * D, src, sizeof(float) * D);
+  });
+}
 
 Attention::Attention() = default;
 Attention::Attention(Attention&&) noexcept = default;
@@ -131,6 +148,12 @@ Attention::Attention(const AttentionSpec& spec_in) : impl_(std::make_unique<Impl
   if (is_zero(s.out)) s.out = AttnLayout::bhtd(s.heads, s.q_len, s.head_dim);
   if (s.scale == 0) s.scale = 1.f / std::sqrt(float(s.head_dim));
   m.spec = s;
+  auto is_dense = [](const AttnLayout& l, int64_t H, int64_t T, int64_t D) {
+    const AttnLayout d = AttnLayout::bhtd(H, T, D);
+    return l.batch_stride == d.batch_stride && l.head_stride == d.head_stride && l.token_stride == d.token_stride;
+  };
+  m.dense = is_dense(s.q, s.heads, s.q_len, s.head_dim) && is_dense(s.k, s.heads, s.kv_len, s.head_dim) &&
+            is_dense(s.v, s.heads, s.kv_len, s.head_dim);
   const int64_t D = s.head_dim;
   const bool bf16 = s.compute == DType::BF16;
   require_compute(s.compute);
@@ -255,6 +278,36 @@ void Attention::run(const float* q, const float* k, const float* v, float* out, 
   DIT_CHECK(impl_, "Attention::run on an empty Attention");
   Impl& m = *impl_;
   const AttentionSpec& s = m.spec;
+  const int64_t H = s.heads;
+  const bool bf16 = s.compute == DType::BF16;
+  const void *qbase = q, *kbase = k, *vbase = v;
+  if (bf16) {
+    // Dense bf16 copies of Q, K and V ([batch, heads, tokens, head_dim]), converted once per call.
+    attention_to_dense(q, s.q, s.batch, H, s.q_len, s.head_dim, DType::BF16, m.qb.data());
+    attention_to_dense(k, s.k, s.batch, H, s.kv_len, s.head_dim, DType::BF16, m.kb.data());
+    attention_to_dense(v, s.v, s.batch, H, s.kv_len, s.head_dim, DType::BF16, m.vb.data());
+    qbase = m.qb.data();
+    kbase = m.kb.data();
+    vbase = m.vb.data();
+  } else if (m.pack_kv) {
+    attention_to_dense(k, s.k, s.batch, H, s.kv_len, s.head_dim, DType::F32, m.kd.data());
+    attention_to_dense(v, s.v, s.batch, H, s.kv_len, s.head_dim, DType::F32, m.vd.data());
+    kbase = m.kd.data();
+    vbase = m.vd.data();
+  }
+  m.run_blocks(qbase, kbase, vbase, out, lse, bias);
+}
+
+void Attention::run_dense(const void* q, const void* k, const void* v, float* out, float* lse) const {
+  DIT_CHECK(impl_, "Attention::run_dense on an empty Attention");
+  DIT_CHECK(impl_->dense, impl_->what << ": run_dense needs dense [batch, heads, tokens, head_dim] q, k, v layouts");
+  impl_->run_blocks(q, k, v, out, lse, nullptr);
+}
+
+void Attention::Impl::run_blocks(const void* qbase, const void* kbase, const void* vbase, float* out, float* lse,
+                                 const AttnBias* bias) {
+  Impl& m = *this;
+  const AttentionSpec& s = m.spec;
   const float* key_bias = bias ? bias->key : nullptr;
   const float* head_bias = bias ? bias->head : nullptr;
   const float* rel_bias = bias ? bias->rel : nullptr;
@@ -264,38 +317,7 @@ void Attention::run(const float* q, const float* k, const float* v, float* out, 
   const int64_t D = s.head_dim, H = s.heads;
   const bool bf16 = s.compute == DType::BF16;
   const int nthr = std::min(m.nthr, std::max(1, omp_get_max_threads()));
-  const void *qbase = q, *kbase = k, *vbase = v;
   const size_t esz = bf16 ? 2 : 4;
-
-  if (bf16) {
-    // Dense bf16 copies of Q, K and V ([batch, heads, tokens, head_dim]), converted once per call.
-    auto convert = [&](const float* src, const AttnLayout& L, int64_t T, uint16_t* dst) {
-      const int64_t rows = s.batch * H * T;
-      parallel_for(rows, true, [&](int64_t r) {
-        const int64_t b = r / (H * T), h = (r / T) % H, t = r % T;
-        to_bf16(src + b * L.batch_stride + h * L.head_stride + t * L.token_stride, dst + r * D, D);
-      }, nthr);
-    };
-    convert(q, s.q, s.q_len, m.qb.bf16());
-    convert(k, s.k, s.kv_len, m.kb.bf16());
-    convert(v, s.v, s.kv_len, m.vb.bf16());
-    qbase = m.qb.data();
-    kbase = m.kb.data();
-    vbase = m.vb.data();
-  } else if (m.pack_kv) {
-    auto copy = [&](const float* src, const AttnLayout& L, int64_t T, float* dst) {
-      const int64_t rows = s.batch * H * T;
-      parallel_for(rows, true, [&](int64_t r) {
-        const int64_t b = r / (H * T), h = (r / T) % H, t = r % T;
-        std::memcpy(dst + r * D, src + b * L.batch_stride + h * L.head_stride + t * L.token_stride,
-                    sizeof(float) * D);
-      }, nthr);
-    };
-    copy(k, s.k, s.kv_len, m.kd.f32());
-    copy(v, s.v, s.kv_len, m.vd.f32());
-    kbase = m.kd.data();
-    vbase = m.vd.data();
-  }
 
   const int64_t tasks = s.batch * H * m.nqb;
   std::string error;

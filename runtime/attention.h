@@ -68,6 +68,13 @@ class Attention {
   // lse may be null when not needed; bias null (or both its pointers null) adds nothing.
   void run(const float* q, const float* k, const float* v, float* out, float* lse,
            const AttnBias* bias = nullptr) const;
+  // Inputs already in the form the block matmuls read: q, k and v dense [batch, heads,
+  // tokens, head_dim] in the compute type (bf16 as uint16_t), as attention_to_dense writes
+  // them. Nothing is converted or copied per call: ring attention converts its queries once
+  // for all K/V blocks, and each block once, by its owner. The spec's q, k and v layouts must
+  // be dense (AttnLayout::bhtd). bf16: the bits of run() on the same values (run() converts
+  // to this very form); f32: run()'s result up to rounding (other strides, another kernel).
+  void run_dense(const void* q, const void* k, const void* v, float* out, float* lse) const;
   const AttentionSpec& spec() const;
   double flops() const;  // 4·batch·heads·q_len·kv_len·head_dim
   const std::string& impl_info() const;  // oneDNN implementation of the block matmuls
@@ -76,6 +83,12 @@ class Attention {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// x (`tokens` tokens of `heads` heads in layout L) as dense [batch, heads, tokens, head_dim]
+// in `compute` (f32: floats copied; bf16: rounded to bf16, uint16_t): what run_dense reads.
+// dst holds batch·heads·tokens·head_dim elements; the rows are split over the threads.
+void attention_to_dense(const float* x, const AttnLayout& L, int64_t batch, int64_t heads, int64_t tokens,
+                        int64_t head_dim, DType compute, void* dst);
 
 // Merges attention over a second K/V set into (out_a, lse_a), in float32:
 // lse = log(exp(lse_a) + exp(lse_b)); out_a = out_a·exp(lse_a - lse) + out_b·exp(lse_b - lse).

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 
 #include "tests/compute_types.h"
@@ -270,4 +272,59 @@ TEST_CASE("Attention implementation names (debug)", "[kernels][attention][.debug
     Attention a(s);
     std::printf("attention %s: %s\n", dtype_name(c), a.impl_info().c_str());
   }
+}
+
+TEST_CASE("Attention::run_dense on attention_to_dense inputs gives run()'s result", "[kernels][attention][dense]") {
+  std::vector<DType> types = {DType::F32};
+  if (dit_test::bf16_available()) types.push_back(DType::BF16);
+  for (DType compute : types)
+    for (int64_t Tk : {int64_t(7), int64_t(333)}) {
+      const int64_t B = 2, H = 3, Tq = 64, D = 72;
+      // Strided inputs as the ring has them: Q from a fused [B, Tq, 3, H, D] buffer, K and V
+      // from a [B, Tk, 2, H, D] block.
+      const std::vector<float> qkv = kt::randv(B * Tq * 3 * H * D, 11, -1.f, 1.f);
+      const std::vector<float> kv = kt::randv(B * Tk * 2 * H * D, 12, -1.f, 1.f);
+      AttentionSpec s;
+      s.batch = B;
+      s.heads = H;
+      s.q_len = Tq;
+      s.kv_len = Tk;
+      s.head_dim = D;
+      s.compute = compute;
+      s.q = AttnLayout::bthd(Tq, D, H, 3 * H * D);
+      s.k = s.v = AttnLayout::bthd(Tk, D, H, 2 * H * D);
+      s.out = AttnLayout::bthd(Tq, D, H, H * D);
+      std::vector<float> want(B * Tq * H * D), want_lse(B * H * Tq);
+      Attention strided(s);
+      strided.run(qkv.data(), kv.data(), kv.data() + H * D, want.data(), want_lse.data());
+      REQUIRE_THROWS_WITH(strided.run_dense(qkv.data(), kv.data(), kv.data(), want.data(), nullptr),
+                          Catch::Contains("run_dense needs dense"));
+
+      const size_t esz = compute == DType::BF16 ? 2 : 4;
+      std::vector<char> qd(size_t(B * H * Tq * D) * esz), kd(size_t(B * H * Tk * D) * esz), vd(kd.size());
+      attention_to_dense(qkv.data(), s.q, B, H, Tq, D, compute, qd.data());
+      attention_to_dense(kv.data(), s.k, B, H, Tk, D, compute, kd.data());
+      attention_to_dense(kv.data() + H * D, s.v, B, H, Tk, D, compute, vd.data());
+      AttentionSpec sd = s;
+      sd.q = AttnLayout::bhtd(H, Tq, D);
+      sd.k = sd.v = AttnLayout::bhtd(H, Tk, D);
+      std::vector<float> got(want.size(), NAN), got_lse(want_lse.size(), NAN);
+      Attention(sd).run_dense(qd.data(), kd.data(), vd.data(), got.data(), got_lse.data());
+      INFO(dtype_name(compute) << " kv " << Tk);
+      if (compute == DType::BF16) {  // run() converts to this very form: the same bits
+        CHECK(std::memcmp(got.data(), want.data(), want.size() * 4) == 0);
+        CHECK(std::memcmp(got_lse.data(), want_lse.data(), want_lse.size() * 4) == 0);
+      } else {  // the same values read with other strides: oneDNN may sum in another order
+        kt::check_close(got.data(), want.data(), want.size(), 1e-6, 1e-6, "run_dense f32 out");
+        kt::check_close(got_lse.data(), want_lse.data(), want_lse.size(), 1e-6, 1e-6, "run_dense f32 lse");
+      }
+      // The dense form itself: element (b, h, t, i) of K, as float or rounded to bf16.
+      const int64_t b = 1, h = 2, t = Tk - 1, i = 5;
+      const float x = kv[size_t(((b * Tk + t) * 2 + 0) * H * D + h * D + i)];
+      const int64_t at = ((b * H + h) * Tk + t) * D + i;
+      if (compute == DType::BF16)
+        CHECK(reinterpret_cast<const uint16_t*>(kd.data())[at] == f32_to_bf16(x));
+      else
+        CHECK(reinterpret_cast<const float*>(kd.data())[at] == x);
+    }
 }
