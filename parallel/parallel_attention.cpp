@@ -98,8 +98,7 @@ class SequenceParallelAttention final : public SelfAttention {
   // (window_); else blocks travel as messages through kv_.
   bool window_ = false;
   DType compute_ = DType::F32;
-  size_t esz_ = 4;            // bytes per element of the dense forms
-  size_t block_bytes_ = 0;    // the largest block
+  size_t esz_ = 4;  // bytes per element of the dense forms
   std::vector<char> q_dense_;
   Buf kv_[2], lse_acc_, part_, lse_part_;
   uint32_t tag_ = 1;
@@ -168,8 +167,8 @@ void SequenceParallelAttention::prepare(const SelfAttentionShape& s) {
       by_kv_len_.emplace(tj, Attention(a));
     }
     q_dense_.assign(size_t(B_ * Hu_ * Tg_ * d_) * esz_ + 1, 0);
-    block_bytes_ = size_t(2 * B_ * Tmax_ * Hu_ * d_) * esz_;
-    const size_t kv_elems = block_bytes_ / sizeof(float) + 1;
+    const size_t block_bytes = size_t(2 * B_ * Tmax_ * Hu_ * d_) * esz_;  // the largest block
+    const size_t kv_elems = block_bytes / sizeof(float) + 1;
     window_ = ring_->ensure_window(kv_elems * sizeof(float));  // collective: every ring rank prepares
     static std::atomic<bool> warned{false};
     if (!window_ && ring_->uses_shared_memory() && r_ == 0 && !std::getenv("DIT_NO_SHM_WINDOWS") && !warned.exchange(true))
@@ -381,7 +380,6 @@ void SequenceParallelAttention::attend(const float* qkv_g, float* out_g, int64_t
   by_heads_.at(heads).run(qkv_g, qkv_g + hd, qkv_g + 2 * hd, out_g, nullptr);
 }
 
-// K and V of [B, Tg, 3, Hu, d] -> [B, Tg, 2, Hu, d].
 // This rank's K/V block from [B, Tg, 3, Hu, d]: K, then V, each dense [B, Hu, Tg, d].
 void SequenceParallelAttention::pack_block(const float* qkv_g, char* block) const {
   const int64_t hd = Hu_ * d_;

@@ -11,9 +11,12 @@
 //    has arrived and its outputs are sent back at once, so chunk c+1's inputs and chunk c's
 //    outputs travel while chunk c+1 is computed. Only the first chunk's scatter and the last
 //    chunk's return are exposed (docs/overlap.md).
-//  - Ring (the `ring` group, R ranks): every rank keeps its queries; K/V blocks travel round
-//    the ring, each send/receive posted before computing on the current block (double
-//    buffered), and the partial results are merged exactly by log-sum-exp in float32.
+//  - Ring (the `ring` group, R ranks): every rank keeps its queries; K/V blocks (K and V dense
+//    [B, H, tokens, d] in the compute type, converted once by their owner) travel round the
+//    ring, each send/receive posted before computing on the current block (double buffered),
+//    and the partial results are merged exactly by log-sum-exp in float32. On one machine the
+//    blocks do not travel: each lies in its owner's shared-memory window and the others read
+//    it in place (ProcessGroup::ensure_window), in the same order, so with the same bits.
 //  - USP: both — Ulysses inside, Ring across (xDiT's layout: Ulysses ranks contiguous).
 //
 //   auto attn = make_sequence_parallel_attention(ulysses_group, ring_group);
