@@ -62,7 +62,8 @@ class SequenceParallelAttention final : public SelfAttention {
   void attend(const float* qkv_g, float* out_g, int64_t heads);
   void ring_attention(const float* qkv_g, float* out_g);
   void ring_attention_window(const float* qkv_g, float* out_g);
-  void attend_block(int step, const char* kv, int64_t tj, float* out_g);
+  const void* queries(const float* qkv_g);
+  void attend_block(int step, const void* q, const char* kv, int64_t tj, float* out_g);
   void pack_block(const float* qkv_g, char* block) const;
 
   std::shared_ptr<ProcessGroup> uly_, ring_;
@@ -92,7 +93,7 @@ class SequenceParallelAttention final : public SelfAttention {
   std::map<int64_t, Attention> by_heads_;
   std::map<int64_t, Attention> by_kv_len_;
   // Ring. A K/V block of tj tokens is K then V, each dense [B, Hu, tj, d] in the compute type
-  // (bf16: half the bytes), converted once by its owner (attention_to_dense), and the
+  // (bf16: half the bytes), converted once by its owner (attention_to_dense); in bf16 the
   // queries are converted once per forward into q_dense_ for all blocks (Attention::run_dense).
   // On one machine every rank's block lies in a shared-memory window the others read in place
   // (window_); else blocks travel as messages through kv_.
@@ -151,7 +152,8 @@ void SequenceParallelAttention::prepare(const SelfAttentionShape& s) {
       by_heads_.emplace(hc, Attention(a));
     }
   } else {
-    // Q, K and V dense [B, Hu, tokens, d] in the compute type (run_dense); outputs [B, Tg, Hu, d]
+    // K and V dense [B, Hu, tokens, d] in the compute type (run_dense), and Q too in bf16 (f32
+    // reads it in place from [B, Tg, 3, Hu, d]); outputs [B, Tg, Hu, d]
     // as the caller's (the first block's straight into it, the others' into part_ and merged
     // into it), lse [B, Hu, Tg].
     compute_ = s.compute;
@@ -161,12 +163,12 @@ void SequenceParallelAttention::prepare(const SelfAttentionShape& s) {
       if (Tg_ == 0 || tj == 0 || by_kv_len_.count(tj)) continue;
       a.q_len = Tg_;
       a.kv_len = tj;
-      a.q = AttnLayout::bhtd(Hu_, Tg_, d_);
+      a.q = compute_ == DType::BF16 ? AttnLayout::bhtd(Hu_, Tg_, d_) : AttnLayout::bthd(Tg_, d_, Hu_, 3 * Hu_ * d_);
       a.k = a.v = AttnLayout::bhtd(Hu_, tj, d_);
       a.out = AttnLayout::bthd(Tg_, d_, Hu_, Hu_ * d_);
       by_kv_len_.emplace(tj, Attention(a));
     }
-    q_dense_.assign(size_t(B_ * Hu_ * Tg_ * d_) * esz_ + 1, 0);
+    q_dense_.assign(compute_ == DType::BF16 ? size_t(B_ * Hu_ * Tg_ * d_) * esz_ + 1 : 0, 0);
     const size_t block_bytes = size_t(2 * B_ * Tmax_ * Hu_ * d_) * esz_;  // the largest block
     const size_t kv_elems = block_bytes / sizeof(float) + 1;
     window_ = ring_->ensure_window(kv_elems * sizeof(float));  // collective: every ring rank prepares
@@ -380,6 +382,13 @@ void SequenceParallelAttention::attend(const float* qkv_g, float* out_g, int64_t
   by_heads_.at(heads).run(qkv_g, qkv_g + hd, qkv_g + 2 * hd, out_g, nullptr);
 }
 
+// The queries as the block attention reads them: bf16 converted once into q_dense_, f32 in place.
+const void* SequenceParallelAttention::queries(const float* qkv_g) {
+  if (compute_ != DType::BF16) return qkv_g;
+  attention_to_dense(qkv_g, AttnLayout::bthd(Tg_, d_, Hu_, 3 * Hu_ * d_), B_, Hu_, Tg_, d_, compute_, q_dense_.data());
+  return q_dense_.data();
+}
+
 // This rank's K/V block from [B, Tg, 3, Hu, d]: K, then V, each dense [B, Hu, Tg, d].
 void SequenceParallelAttention::pack_block(const float* qkv_g, char* block) const {
   const int64_t hd = Hu_ * d_;
@@ -392,7 +401,7 @@ void SequenceParallelAttention::ring_attention(const float* qkv_g, float* out_g)
   if (window_) return ring_attention_window(qkv_g, out_g);
   const int next = (r_ + 1) % R_, prev = (r_ + R_ - 1) % R_;
   const size_t bytes = kv_[0].size() * 4;  // always the largest block: one registration per buffer
-  attention_to_dense(qkv_g, AttnLayout::bthd(Tg_, d_, Hu_, 3 * Hu_ * d_), B_, Hu_, Tg_, d_, compute_, q_dense_.data());
+  const void* q = queries(qkv_g);
   pack_block(qkv_g, reinterpret_cast<char*>(kv_[0].data()));
   const uint32_t tag0 = tag_;
   tag_ += uint32_t(R_);
@@ -410,7 +419,7 @@ void SequenceParallelAttention::ring_attention(const float* qkv_g, float* out_g)
       send = ring_->isend(kv_[cur].data(), bytes, next, tag0 + uint32_t(s));
     }
     const int64_t tj = group_tokens((r_ - s + R_) % R_);  // whose K/V we hold at step s
-    attend_block(s, reinterpret_cast<const char*>(kv_[cur].data()), tj, out_g);
+    attend_block(s, q, reinterpret_cast<const char*>(kv_[cur].data()), tj, out_g);
     profile::Scope pw(profile::Cat::Waiting);
     recv.wait();
   }
@@ -427,7 +436,7 @@ void SequenceParallelAttention::ring_attention_window(const float* qkv_g, float*
     profile::Scope pw(profile::Cat::Waiting);  // until every rank has read the last layer's blocks
     mine = ring_->window_begin();
   }
-  attention_to_dense(qkv_g, AttnLayout::bthd(Tg_, d_, Hu_, 3 * Hu_ * d_), B_, Hu_, Tg_, d_, compute_, q_dense_.data());
+  const void* q = queries(qkv_g);
   pack_block(qkv_g, reinterpret_cast<char*>(mine));
   profile::add_bytes(size_t(B_ * Tg_ * 2 * Hu_ * d_) * esz_);
   ring_->window_publish();
@@ -438,7 +447,7 @@ void SequenceParallelAttention::ring_attention_window(const float* qkv_g, float*
       profile::Scope pw(profile::Cat::Waiting);
       kv = ring_->window_peer(j);
     }
-    attend_block(s, reinterpret_cast<const char*>(kv), group_tokens(j), out_g);
+    attend_block(s, q, reinterpret_cast<const char*>(kv), group_tokens(j), out_g);
   }
   ring_->window_release();
 }
@@ -447,12 +456,12 @@ void SequenceParallelAttention::ring_attention_window(const float* qkv_g, float*
 // own block, step 0) writes out_g and the lse directly: merging into nothing yet would copy
 // them unchanged (attention_merge takes b when a's lse is -inf), so the bits are the same.
 // Later blocks are merged into out_g, one (batch, head) at a time: its rows lie Hu·d apart.
-void SequenceParallelAttention::attend_block(int step, const char* kv, int64_t tj, float* out_g) {
+void SequenceParallelAttention::attend_block(int step, const void* q, const char* kv, int64_t tj, float* out_g) {
   if (Tg_ == 0 || tj == 0) return;
   const Attention& a = by_kv_len_.at(tj);
   const char* v = kv + size_t(B_ * Hu_ * tj * d_) * esz_;
-  if (step == 0) return a.run_dense(q_dense_.data(), kv, v, out_g, lse_acc_.data());
-  a.run_dense(q_dense_.data(), kv, v, part_.data(), lse_part_.data());
+  if (step == 0) return a.run_dense(q, kv, v, out_g, lse_acc_.data());
+  a.run_dense(q, kv, v, part_.data(), lse_part_.data());
   const int64_t row = Hu_ * d_;
   for (int64_t b = 0; b < B_; ++b)
     for (int64_t h = 0; h < Hu_; ++h) {

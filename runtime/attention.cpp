@@ -152,8 +152,8 @@ Attention::Attention(const AttentionSpec& spec_in) : impl_(std::make_unique<Impl
     const AttnLayout d = AttnLayout::bhtd(H, T, D);
     return l.batch_stride == d.batch_stride && l.head_stride == d.head_stride && l.token_stride == d.token_stride;
   };
-  m.dense = is_dense(s.q, s.heads, s.q_len, s.head_dim) && is_dense(s.k, s.heads, s.kv_len, s.head_dim) &&
-            is_dense(s.v, s.heads, s.kv_len, s.head_dim);
+  m.dense = (s.compute == DType::F32 || is_dense(s.q, s.heads, s.q_len, s.head_dim)) &&
+            is_dense(s.k, s.heads, s.kv_len, s.head_dim) && is_dense(s.v, s.heads, s.kv_len, s.head_dim);
   const int64_t D = s.head_dim;
   const bool bf16 = s.compute == DType::BF16;
   require_compute(s.compute);
@@ -300,7 +300,7 @@ void Attention::run(const float* q, const float* k, const float* v, float* out, 
 
 void Attention::run_dense(const void* q, const void* k, const void* v, float* out, float* lse) const {
   DIT_CHECK(impl_, "Attention::run_dense on an empty Attention");
-  DIT_CHECK(impl_->dense, impl_->what << ": run_dense needs dense [batch, heads, tokens, head_dim] q, k, v layouts");
+  DIT_CHECK(impl_->dense, impl_->what << ": run_dense needs dense [batch, heads, tokens, head_dim] k and v (and q for bf16)");
   impl_->run_blocks(q, k, v, out, lse, nullptr);
 }
 

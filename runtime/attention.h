@@ -68,11 +68,12 @@ class Attention {
   // lse may be null when not needed; bias null (or both its pointers null) adds nothing.
   void run(const float* q, const float* k, const float* v, float* out, float* lse,
            const AttnBias* bias = nullptr) const;
-  // Inputs already in the form the block matmuls read: q, k and v dense [batch, heads,
-  // tokens, head_dim] in the compute type (bf16 as uint16_t), as attention_to_dense writes
-  // them. Nothing is converted or copied per call: ring attention converts its queries once
-  // for all K/V blocks, and each block once, by its owner. The spec's q, k and v layouts must
-  // be dense (AttnLayout::bhtd). bf16: the bits of run() on the same values (run() converts
+  // Inputs already in the form the block matmuls read, as attention_to_dense writes them: k
+  // and v dense [batch, heads, kv_len, head_dim] in the compute type (bf16 as uint16_t); q the
+  // same for bf16, and floats in the spec's q layout for f32 (read in place, as run() does).
+  // Nothing is converted or copied per call: ring attention converts its queries once for all
+  // K/V blocks, and each block once, by its owner. The spec's k and v layouts (and q's for
+  // bf16) must be AttnLayout::bhtd. bf16: the bits of run() on the same values (run() converts
   // to this very form); f32: run()'s result up to rounding (other strides, another kernel).
   void run_dense(const void* q, const void* k, const void* v, float* out, float* lse) const;
   const AttentionSpec& spec() const;

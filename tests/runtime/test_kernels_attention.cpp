@@ -299,17 +299,24 @@ TEST_CASE("Attention::run_dense on attention_to_dense inputs gives run()'s resul
       strided.run(qkv.data(), kv.data(), kv.data() + H * D, want.data(), want_lse.data());
       REQUIRE_THROWS_WITH(strided.run_dense(qkv.data(), kv.data(), kv.data(), want.data(), nullptr),
                           Catch::Contains("run_dense needs dense"));
+      if (compute == DType::BF16) {  // bf16 reads q in the kernels' form only
+        AttentionSpec strided_q = s;
+        strided_q.k = strided_q.v = AttnLayout::bhtd(H, Tk, D);
+        REQUIRE_THROWS_WITH(Attention(strided_q).run_dense(qkv.data(), kv.data(), kv.data(), want.data(), nullptr),
+                            Catch::Contains("run_dense needs dense"));
+      }
 
       const size_t esz = compute == DType::BF16 ? 2 : 4;
       std::vector<char> qd(size_t(B * H * Tq * D) * esz), kd(size_t(B * H * Tk * D) * esz), vd(kd.size());
       attention_to_dense(qkv.data(), s.q, B, H, Tq, D, compute, qd.data());
       attention_to_dense(kv.data(), s.k, B, H, Tk, D, compute, kd.data());
       attention_to_dense(kv.data() + H * D, s.v, B, H, Tk, D, compute, vd.data());
-      AttentionSpec sd = s;
-      sd.q = AttnLayout::bhtd(H, Tq, D);
+      AttentionSpec sd = s;  // f32: q read in place from the fused buffer; bf16: dense
+      if (compute == DType::BF16) sd.q = AttnLayout::bhtd(H, Tq, D);
       sd.k = sd.v = AttnLayout::bhtd(H, Tk, D);
+      const void* qin = compute == DType::BF16 ? static_cast<const void*>(qd.data()) : qkv.data();
       std::vector<float> got(want.size(), NAN), got_lse(want_lse.size(), NAN);
-      Attention(sd).run_dense(qd.data(), kd.data(), vd.data(), got.data(), got_lse.data());
+      Attention(sd).run_dense(qin, kd.data(), vd.data(), got.data(), got_lse.data());
       INFO(dtype_name(compute) << " kv " << Tk);
       if (compute == DType::BF16) {  // run() converts to this very form: the same bits
         CHECK(std::memcmp(got.data(), want.data(), want.size() * 4) == 0);
