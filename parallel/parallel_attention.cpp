@@ -55,6 +55,7 @@ class SequenceParallelAttention final : public SelfAttention {
   void prepare_ulysses_blocks();
   void ulysses_forward(const float* qkv, float* out);
   void ulysses_all_to_all(const float* qkv, float* out);
+  void scatter16(const float* qkv);
   void post_scatter(const float* qkv, uint32_t tag0);
   void unpack_chunk(const float* qkv, int c);
   void post_gather_chunk(int c, float* out, uint32_t tag0);
@@ -89,6 +90,15 @@ class SequenceParallelAttention final : public SelfAttention {
   // into its rows (no staging buffers): [j] = rank j's block in qkv / chunk_qkv_ (scatter),
   // chunk_out_ / out (gather).
   std::vector<StridedBlock> scatter_to_, scatter_from_, gather_to_, gather_from_;
+  // ... and in bf16 without a ring (uly16_): each rank converts its q,k,v once into the
+  // kernels' form per destination (send16_: for rank j, [3, B, hj, T, d] at send16_off_[j]),
+  // the scatter moves half the bytes into qkv16_ ([3, B, Hu, Tg, d]: q, k and v each dense),
+  // and the attention reads that as it is (run_dense): the conversion it would do, done before
+  // the exchange. bf16 pairs travel as 4-byte units, so the scatter's blocks count floats:
+  // every size is a multiple of d, which must be even (else the f32 exchange is used).
+  bool uly16_ = false;
+  std::vector<uint16_t> send16_, qkv16_;
+  std::vector<size_t> send16_off_;
   // Attention over the group's tokens by heads per call (no ring), or per K/V block length (ring).
   std::map<int64_t, Attention> by_heads_;
   std::map<int64_t, Attention> by_kv_len_;
@@ -126,6 +136,9 @@ void SequenceParallelAttention::prepare(const SelfAttentionShape& s) {
   Tmax_ = 0;
   for (int rr = 0; rr < R_; ++rr) Tmax_ = std::max(Tmax_, group_tokens(rr));
 
+  compute_ = s.compute;
+  esz_ = compute_ == DType::BF16 ? 2 : 4;
+  uly16_ = false;  // prepare_ulysses_blocks decides
   // Chunks pipeline Ulysses only without a ring (USP runs the ring over all of its heads at once).
   C_ = U_ > 1 && R_ == 1 ? int(std::min<int64_t>(chunks_wanted_, heads_of(0).size())) : 1;
   if (U_ > 1) prepare_ulysses();
@@ -147,7 +160,7 @@ void SequenceParallelAttention::prepare(const SelfAttentionShape& s) {
       if (hc == 0 || by_heads_.count(hc)) continue;
       a.heads = hc;
       a.q_len = a.kv_len = Tg_;
-      a.q = a.k = a.v = AttnLayout::bthd(Tg_, d_, hc, 3 * hc * d_);
+      a.q = a.k = a.v = uly16_ ? AttnLayout::bhtd(hc, Tg_, d_) : AttnLayout::bthd(Tg_, d_, hc, 3 * hc * d_);
       a.out = AttnLayout::bthd(Tg_, d_, hc, hc * d_);
       by_heads_.emplace(hc, Attention(a));
     }
@@ -156,8 +169,6 @@ void SequenceParallelAttention::prepare(const SelfAttentionShape& s) {
     // reads it in place from [B, Tg, 3, Hu, d]); outputs [B, Tg, Hu, d]
     // as the caller's (the first block's straight into it, the others' into part_ and merged
     // into it), lse [B, Hu, Tg].
-    compute_ = s.compute;
-    esz_ = compute_ == DType::BF16 ? 2 : 4;
     for (int rr = 0; rr < R_; ++rr) {
       const int64_t tj = group_tokens(rr);
       if (Tg_ == 0 || tj == 0 || by_kv_len_.count(tj)) continue;
@@ -246,20 +257,65 @@ void SequenceParallelAttention::prepare_ulysses_blocks() {
     // out [B, T, H, d]: rank j's heads of every token row <- from j
     gather_from_.push_back({h0 * d, B * T, hj * d, H * d});
   }
-  chunk_qkv_.assign(B * Tg * 3 * Hu * d + 1, 0.0f);
   chunk_out_.assign(B * Tg * Hu * d + 1, 0.0f);
   for (Buf* b : {&scatter_send_, &scatter_recv_, &gather_send_, &gather_recv_}) Buf().swap(*b);
+  uly16_ = compute_ == DType::BF16 && R_ == 1 && d % 2 == 0;
+  if (!uly16_) {
+    chunk_qkv_.assign(B * Tg * 3 * Hu * d + 1, 0.0f);
+    std::vector<uint16_t>().swap(send16_);
+    std::vector<uint16_t>().swap(qkv16_);
+    return;
+  }
+  Buf().swap(chunk_qkv_);
+  send16_off_.assign(size_t(U_) + 1, 0);
+  for (int j = 0; j < U_; ++j) {
+    const size_t hj = size_t(heads_of(j).size()), n = 3 * B * hj * T * d;
+    const size_t t0 = size_t(tokens_of(j).begin - tokens_of(0).begin), tj = size_t(tokens_of(j).size());
+    send16_off_[size_t(j) + 1] = send16_off_[size_t(j)] + n;
+    // In floats (bf16 pairs): to j, its heads' [3, B, hj, T, d] in one run; from j, its tokens'
+    // run of every (q|k|v, batch, head) row of [3, B, Hu, Tg, d].
+    scatter_to_[size_t(j)] = {send16_off_[size_t(j)] / 2, 1, n / 2, n / 2};
+    scatter_from_[size_t(j)] = {t0 * d / 2, 3 * B * Hu, tj * d / 2, Tg * d / 2};
+  }
+  send16_.assign(send16_off_[size_t(U_)] + 2, 0);
+  qkv16_.assign(3 * B * Hu * Tg * d + 2, 0);
+}
+
+// bf16 Ulysses: my tokens' q, k and v of rank j's heads, as [3, B, hj, T, d] bf16 for each j.
+void SequenceParallelAttention::scatter16(const float* qkv) {
+  const AttnLayout in{T_ * 3 * H_ * d_, d_, 3 * H_ * d_};  // [B, T, 3, H, d] seen per q|k|v plane
+  for (int j = 0; j < U_; ++j) {
+    const int64_t h0 = heads_of(j).begin, hj = heads_of(j).size();
+    uint16_t* dst = send16_.data() + send16_off_[size_t(j)];
+    for (int64_t c = 0; c < 3; ++c)
+      attention_to_dense(qkv + (c * H_ + h0) * d_, in, B_, hj, T_, d_, DType::BF16, dst + size_t(c * B_ * hj * T_ * d_));
+  }
 }
 
 // Ulysses without chunks (one machine, or --ulysses-chunks 1): q,k,v of my tokens for every
 // rank's heads -> q,k,v of the group's tokens for my heads, attention, and back.
 void SequenceParallelAttention::ulysses_all_to_all(const float* qkv, float* out) {
-  {
-    profile::Scope pc(profile::Cat::Communication);
-    profile::add_bytes(uint64_t(B_ * T_ * 3 * (H_ - Hu_) * d_) * 4);
-    uly_->all_to_all_strided(qkv, scatter_to_, chunk_qkv_.data(), scatter_from_);
+  if (uly16_) {
+    scatter16(qkv);  // the attention's conversion, done before the exchange
+    {
+      profile::Scope pc(profile::Cat::Communication);
+      profile::add_bytes(uint64_t(B_ * T_ * 3 * (H_ - Hu_) * d_) * 2);
+      uly_->all_to_all_strided(reinterpret_cast<const float*>(send16_.data()), scatter_to_,
+                               reinterpret_cast<float*>(qkv16_.data()), scatter_from_);
+    }
+    if (Tg_ > 0 && Hu_ > 0) {
+      const size_t plane = size_t(B_ * Hu_ * Tg_ * d_);
+      by_heads_.at(Hu_).run_dense(qkv16_.data(), qkv16_.data() + plane, qkv16_.data() + 2 * plane, chunk_out_.data(),
+                                  nullptr);
+    }
+  } else {
+    {
+      profile::Scope pc(profile::Cat::Communication);
+      profile::add_bytes(uint64_t(B_ * T_ * 3 * (H_ - Hu_) * d_) * 4);
+      uly_->all_to_all_strided(qkv, scatter_to_, chunk_qkv_.data(), scatter_from_);
+    }
+    attend(chunk_qkv_.data(), chunk_out_.data(), Hu_);
   }
-  attend(chunk_qkv_.data(), chunk_out_.data(), Hu_);
   profile::Scope pc(profile::Cat::Communication);
   profile::add_bytes(uint64_t(B_ * (Tg_ - T_) * Hu_ * d_) * 4);
   uly_->all_to_all_strided(chunk_out_.data(), gather_to_, out, gather_from_);
