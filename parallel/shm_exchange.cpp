@@ -198,12 +198,13 @@ std::unique_ptr<ShmExchange> ShmExchange::create(gloo::rendezvous::Store& store,
     } else if (int e = posix_fallocate(fd, 0, off_t(lay.total)); e != 0) {  // no SIGBUS later on a full /dev/shm
       error = "cannot reserve " + std::to_string(lay.total >> 20) + " MB in " + name + ": " + std::strerror(e);
     }
-    const std::string published = error.empty() ? name : "";
+    const std::string published = error.empty() ? name : kNoFile;
     store.set("shm", std::vector<char>(published.begin(), published.end()));
   } else {
     std::vector<char> v = store.get("shm");
     name.assign(v.begin(), v.end());
-    if (name.empty()) {
+    if (name.empty() || name == kNoFile) {
+      name.clear();
       error = "rank 0 could not create the segment";
     } else {
       fd = open(name.c_str(), O_RDWR | O_CLOEXEC);

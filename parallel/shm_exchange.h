@@ -128,6 +128,8 @@ class ShmExchange {
   int size() const { return size_; }
 
  private:
+  // Published instead of a file name that could not be made (a store cannot hold an empty value).
+  static constexpr const char* kNoFile = "-";
   struct Header;
   struct Op {
     char* data = nullptr;

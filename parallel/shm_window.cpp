@@ -31,7 +31,7 @@ char* create_block(size_t bytes, std::string& name, std::string& error) {
   const int fd = open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
     error = "cannot create " + name + ": " + std::strerror(errno);
-    name.clear();
+    name.clear();  // nothing to unlink
     return nullptr;
   }
   void* p = MAP_FAILED;
@@ -45,10 +45,6 @@ char* create_block(size_t bytes, std::string& name, std::string& error) {
 
 // Rank j's block, read only; it must be `bytes` long.
 const char* map_block(const std::string& name, size_t bytes, int j, std::string& error) {
-  if (name.empty()) {
-    error = "rank " + std::to_string(j) + " could not create its window";
-    return nullptr;
-  }
   const int fd = open(name.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     error = "cannot open " + name + ": " + std::strerror(errno);
@@ -73,11 +69,17 @@ bool ShmExchange::ensure_window(gloo::rendezvous::Store& store, size_t bytes, co
   std::string name, error;
   std::vector<char*> blocks(size_t(size_), nullptr);
   blocks[size_t(rank_)] = create_block(total, name, error);
-  store.set("window/" + std::to_string(rank_), std::vector<char>(name.begin(), name.end()));
+  const std::string published = error.empty() ? name : kNoFile;
+  store.set("window/" + std::to_string(rank_), std::vector<char>(published.begin(), published.end()));
   for (int j = 0; j < size_ && error.empty(); ++j) {
     if (j == rank_) continue;
     const std::vector<char> v = store.get("window/" + std::to_string(j));
-    blocks[size_t(j)] = const_cast<char*>(map_block(std::string(v.begin(), v.end()), total, j, error));
+    const std::string theirs(v.begin(), v.end());
+    if (theirs == kNoFile) {
+      error = "rank " + std::to_string(j) + " could not create its window";
+      break;
+    }
+    blocks[size_t(j)] = const_cast<char*>(map_block(theirs, total, j, error));
   }
   // Every rank has mapped every block (or said it could not): the names can go.
   const bool all = agree(error.empty());

@@ -15,6 +15,7 @@
 //                           one machine unless DIT_PT_TRANSPORT=tcp; all_reduce there is the
 //                           strided reduce-scatter in place plus an all-gather)
 //   DIT_PT_TRANSPORT=tcp    CommOptions::shared_memory = false
+//   DIT_PT_EXPECT_SHM / DIT_PT_EXPECT_TCP   collectives: the world must (not) be on shared memory
 //   DIT_PT_MESH=dp,cfg,ring,ulysses   also build and check a device mesh (collectives)
 #include <signal.h>
 #include <unistd.h>
@@ -53,6 +54,10 @@ int run_rank(const dit::LaunchEnv& env) {
     if (scenario == "collectives") {
       if (std::getenv("DIT_PT_EXPECT_SHM") && !world->uses_shared_memory())
         throw dit::Error("expected shared memory: " + world->shared_memory_note());
+      if (std::getenv("DIT_PT_EXPECT_TCP")) {
+        if (world->uses_shared_memory()) throw dit::Error("expected TCP, got shared memory");
+        std::printf("rank %d on TCP: %s\n", env.rank, world->shared_memory_note().c_str());
+      }
       dit_test::check_everything(*world);
       if (const char* m = std::getenv("DIT_PT_MESH")) {
         dit::MeshDegrees d;
