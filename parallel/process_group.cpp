@@ -189,6 +189,18 @@ void ProcessGroup::connect_shared_memory(gloo::rendezvous::Store& store) {
         return;
       }
     }
+    // A segment of a group with these members, in this order, serves this one too (when every
+    // member has it: the members created the same groups in the same order). Collectives and
+    // windows run whole on one thread, one after the other; messages carry this group's
+    // channel in their tags.
+    std::weak_ptr<ShmExchange>& known = shared_->segments[members_];
+    const std::shared_ptr<ShmExchange> existing = known.lock();
+    if (all_ranks_agree(existing != nullptr)) {
+      shm_ = existing;
+      shm_channel_ = shared_->segment_users[members_]++ & 0xFF;
+      shm_counts_.assign(size_t(size()), 0);
+      return;
+    }
     ShmOptions o;
     o.timeout = shared_->timeout;
     Shared* sh = shared_.get();
@@ -196,6 +208,11 @@ void ProcessGroup::connect_shared_memory(gloo::rendezvous::Store& store) {
     o.peer_failed = [sh] { return sh->store->find_abort().has_value(); };
     shm_ = ShmExchange::create(store, rank_, size(), o, [this](bool ok) { return all_ranks_agree(ok); }, &shm_note_);
     shm_counts_.assign(size_t(size()), 0);
+    if (shm_) {
+      known = shm_;
+      shm_channel_ = 0;
+      shared_->segment_users[members_] = 1;
+    }
   });
 }
 
@@ -371,12 +388,14 @@ P2PHandle ProcessGroup::post(bool is_send, void* data, size_t bytes, int peer, u
                             << " bytes) still has a pending operation; wait() for it first");
   uint64_t gslot = gloo::Slot::build(kP2PSlotPrefix, tag);
   run(op, peer, [&] {
-    if (shm_)
-      slot->shm_op = is_send ? shm_->post_send(data, bytes, peer, tag) : shm_->post_recv(data, bytes, peer, tag);
-    else if (is_send)
+    if (shm_) {
+      const uint32_t t = (tag & 0x00FFFFFFu) | (shm_channel_ << 24);  // the same on both ends
+      slot->shm_op = is_send ? shm_->post_send(data, bytes, peer, t) : shm_->post_recv(data, bytes, peer, t);
+    } else if (is_send) {
       slot->buf->send(peer, gslot, 0, bytes);
-    else
+    } else {
       slot->buf->recv(peer, gslot, 0, bytes);
+    }
   });
   slot->busy = true;
   P2PHandle h;

@@ -190,6 +190,9 @@ class ProcessGroup {
   // through shared memory (its ranks are on one machine, none turned it off), and if not, why (empty for a
   // group of one).
   bool uses_shared_memory() const { return shm_ != nullptr; }
+  // Groups of this process with the same members in the same order share one segment (the
+  // world and the groups a small mesh makes of the same ranks): what identifies it, or null.
+  const void* shared_memory_segment() const { return shm_.get(); }
   const std::string& shared_memory_note() const { return shm_note_; }
 
  private:
@@ -223,7 +226,8 @@ class ProcessGroup {
   std::map<std::pair<const void*, size_t>, std::unique_ptr<P2PHandle::Slot>> send_slots_, recv_slots_;
   std::vector<float> scratch_, scratch2_;  // TCP staging of the strided collectives
   std::vector<size_t> tcp_send_counts_, tcp_recv_counts_;
-  std::unique_ptr<ShmExchange> shm_;  // null: TCP only
+  std::shared_ptr<ShmExchange> shm_;  // null: TCP only; shared by groups with these members
+  uint32_t shm_channel_ = 0;           // this group's messages on a shared segment: tag bits 24-31
   std::vector<size_t> shm_counts_;    // per rank, reused (nothing is allocated per call)
   std::string shm_note_;
   std::string store_prefix_;  // this group's keys in the rendezvous store

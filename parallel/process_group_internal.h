@@ -5,8 +5,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <gloo/common/error.h>
 
@@ -33,6 +35,9 @@ struct ProcessGroup::Shared {
   std::chrono::milliseconds timeout;
   bool shared_memory = true;
   std::string host;  // shm_host_identity(), when shared_memory
+  // Shared-memory segments by member list, and how many groups use each (their channels).
+  std::map<std::vector<int>, std::weak_ptr<ShmExchange>> segments;
+  std::map<std::vector<int>, uint32_t> segment_users;
   std::atomic<bool> aborted{false};
   std::atomic<bool> comm_failed{false};  // some group failed: this rank is a casualty, not the cause
   std::atomic<bool> peer_cause{false};   // ... and the failure was traced to another rank

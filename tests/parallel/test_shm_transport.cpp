@@ -267,3 +267,41 @@ TEST_CASE("shared memory: a message longer or shorter than its receive is an err
   CHECK_THAT(err[1], Catch::Contains("recv on group 'world' (rank 1 of 2) with rank 0") &&
                          Catch::Contains("rank 0 sent 100 bytes with tag 5, this rank receives 200"));
 }
+
+TEST_CASE("shared memory: groups with the same members share one segment, their messages kept apart", "[parallel]") {
+  const std::string err = dit_test::run_rank_threads(2, 20s, [](std::shared_ptr<ProcessGroup> world, int r) {
+    auto twin = world->split("twin", {0, 1});
+    auto swapped = world->split("swapped", {1, 0});  // other group ranks: a segment of its own
+    if (!world->uses_shared_memory() || !twin->uses_shared_memory() || !swapped->uses_shared_memory())
+      DIT_FAIL("not on shared memory: " << world->shared_memory_note());
+    if (twin->shared_memory_segment() != world->shared_memory_segment()) DIT_FAIL("twin has a segment of its own");
+    if (swapped->shared_memory_segment() == world->shared_memory_segment()) DIT_FAIL("swapped shares the world's");
+    // The same tag pending on both groups at once, posted and sent in crossed orders: each
+    // message must land in its own group's receive.
+    const int peer = 1 - r;
+    std::vector<float> from_world(1000, -1.f), from_twin(1000, -1.f), to_world(1000, float(10 + r)),
+        to_twin(1000, float(20 + r));
+    auto rw = world->irecv(from_world.data(), 4000, peer, 7);
+    auto rt = twin->irecv(from_twin.data(), 4000, peer, 7);
+    auto st = twin->isend(to_twin.data(), 4000, peer, 7);
+    auto sw = world->isend(to_world.data(), 4000, peer, 7);
+    st.wait();
+    sw.wait();
+    rt.wait();
+    rw.wait();
+    for (size_t i = 0; i < 1000; ++i) {
+      dit_test::expect_eq(from_world[i], float(10 + peer), "world message", i, r);
+      dit_test::expect_eq(from_twin[i], float(20 + peer), "twin message", i, r);
+    }
+    // Collectives of both groups, interleaved, over the one segment.
+    dit_test::check_all_to_all(*twin, 5000);
+    dit_test::check_all_reduce(*world, 300000);
+    dit_test::check_all_gather(*twin, 1000);
+    dit_test::check_windows(*twin);
+    dit_test::check_all_to_all(*swapped, 100);
+    twin->shutdown();
+    swapped->shutdown();
+  });
+  INFO(err);
+  CHECK(err.empty());
+}
