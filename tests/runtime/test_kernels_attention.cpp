@@ -65,9 +65,7 @@ std::vector<float> gather(const AttentionSpec& s, const float* out, const AttnLa
   return r;
 }
 
-// fused: q, k, v read from one [B, T, 3, H, D] buffer, out [B, T, H, D].
-void check_attention(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t D, bool fused, DType compute,
-                     int64_t qblock = 0, int64_t kvblock = 0, float scale = 0, float range = 1.f) {
+AttentionSpec spec_of(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t D, DType compute) {
   AttentionSpec s;
   s.batch = B;
   s.heads = H;
@@ -75,6 +73,13 @@ void check_attention(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t D, bo
   s.kv_len = Tk;
   s.head_dim = D;
   s.compute = compute;
+  return s;
+}
+
+// fused: q, k, v read from one [B, T, 3, H, D] buffer, out [B, T, H, D].
+void check_attention(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t D, bool fused, DType compute,
+                     int64_t qblock = 0, int64_t kvblock = 0, float scale = 0, float range = 1.f) {
+  AttentionSpec s = spec_of(B, H, Tq, Tk, D, compute);
   s.q_block = qblock;
   s.kv_block = kvblock;
   s.scale = scale;
@@ -284,13 +289,7 @@ TEST_CASE("Attention::run_dense on attention_to_dense inputs gives run()'s resul
       // from a [B, Tk, 2, H, D] block.
       const std::vector<float> qkv = kt::randv(B * Tq * 3 * H * D, 11, -1.f, 1.f);
       const std::vector<float> kv = kt::randv(B * Tk * 2 * H * D, 12, -1.f, 1.f);
-      AttentionSpec s;
-      s.batch = B;
-      s.heads = H;
-      s.q_len = Tq;
-      s.kv_len = Tk;
-      s.head_dim = D;
-      s.compute = compute;
+      AttentionSpec s = spec_of(B, H, Tq, Tk, D, compute);
       s.q = AttnLayout::bthd(Tq, D, H, 3 * H * D);
       s.k = s.v = AttnLayout::bthd(Tk, D, H, 2 * H * D);
       s.out = AttnLayout::bthd(Tq, D, H, H * D);
