@@ -276,8 +276,6 @@ void ProcessGroup::barrier_with(std::chrono::milliseconds timeout) {
   });
 }
 
-// ---------------------------------------------------------------- point to point
-
 // ---------------------------------------------------------------- windows
 
 bool ProcessGroup::ensure_window(size_t bytes) {
