@@ -56,6 +56,9 @@ class SequenceParallelAttention final : public SelfAttention {
   void ulysses_forward(const float* qkv, float* out);
   void ulysses_all_to_all(const float* qkv, float* out);
   void scatter16(const float* qkv);
+  void pack16(const float* qkv, TokenRange heads, uint16_t* dst) const;
+  void unpack_chunk16(const float* qkv, int c);
+  void attend16(int64_t heads);
   void post_scatter(const float* qkv, uint32_t tag0);
   void unpack_chunk(const float* qkv, int c);
   void post_gather_chunk(int c, float* out, uint32_t tag0);
@@ -95,7 +98,9 @@ class SequenceParallelAttention final : public SelfAttention {
   // the scatter moves half the bytes into qkv16_ ([3, B, Hu, Tg, d]: q, k and v each dense),
   // and the attention reads that as it is (run_dense): the conversion it would do, done before
   // the exchange. bf16 pairs travel as 4-byte units, so the scatter's blocks count floats:
-  // every size is a multiple of d, which must be even (else the f32 exchange is used).
+  // every size is a multiple of d, which must be even (else the f32 exchange is used). With
+  // chunks the same: each (chunk, peer) block is [3, B, hc_j, T, d] bf16 in scatter_send_'s
+  // room for it, and qkv16_ holds one chunk's [3, B, hc, Tg, d].
   bool uly16_ = false;
   std::vector<uint16_t> send16_, qkv16_;
   std::vector<size_t> send16_off_;
@@ -209,6 +214,7 @@ void SequenceParallelAttention::prepare_ulysses() {
       chunk_heads_[size_t(c * U_ + j)] = {heads_of(j).begin + parts[size_t(c)].begin,
                                           heads_of(j).begin + parts[size_t(c)].end};
   }
+  uly16_ = compute_ == DType::BF16 && R_ == 1 && d_ % 2 == 0;
   if (C_ == 1) return prepare_ulysses_blocks();
   const size_t n = size_t(C_ * U_);
   ss_off_.assign(n + 1, 0);
@@ -230,7 +236,13 @@ void SequenceParallelAttention::prepare_ulysses() {
   gather_send_.assign(gs_off_[n] + 1, 0.0f);
   gather_recv_.assign(gr_off_[n] + 1, 0.0f);
   const int64_t hmax = chunk_heads(0, u_).size();  // the first chunk is the largest
-  chunk_qkv_.assign(size_t(B_ * Tg_ * 3 * hmax * d_) + 1, 0.0f);
+  if (uly16_) {  // blocks travel as [3, B, hc, Tj, d] bf16 (half their float offsets' room)
+    Buf().swap(chunk_qkv_);
+    qkv16_.assign(size_t(3 * B_ * hmax * Tg_ * d_) + 2, 0);
+  } else {
+    chunk_qkv_.assign(size_t(B_ * Tg_ * 3 * hmax * d_) + 1, 0.0f);
+    std::vector<uint16_t>().swap(qkv16_);
+  }
   chunk_out_.assign(size_t(B_ * Tg_ * hmax * d_) + 1, 0.0f);
   sends_.clear();
   recvs_.clear();
@@ -259,7 +271,6 @@ void SequenceParallelAttention::prepare_ulysses_blocks() {
   }
   chunk_out_.assign(B * Tg * Hu * d + 1, 0.0f);
   for (Buf* b : {&scatter_send_, &scatter_recv_, &gather_send_, &gather_recv_}) Buf().swap(*b);
-  uly16_ = compute_ == DType::BF16 && R_ == 1 && d % 2 == 0;
   if (!uly16_) {
     chunk_qkv_.assign(B * Tg * 3 * Hu * d + 1, 0.0f);
     std::vector<uint16_t>().swap(send16_);
@@ -281,15 +292,17 @@ void SequenceParallelAttention::prepare_ulysses_blocks() {
   qkv16_.assign(3 * B * Hu * Tg * d + 2, 0);
 }
 
-// bf16 Ulysses: my tokens' q, k and v of rank j's heads, as [3, B, hj, T, d] bf16 for each j.
-void SequenceParallelAttention::scatter16(const float* qkv) {
+// bf16 Ulysses: my tokens' q, k and v of heads `heads` as [3, B, heads, T, d] bf16.
+void SequenceParallelAttention::pack16(const float* qkv, TokenRange heads, uint16_t* dst) const {
   const AttnLayout in{T_ * 3 * H_ * d_, d_, 3 * H_ * d_};  // [B, T, 3, H, d] seen per q|k|v plane
-  for (int j = 0; j < U_; ++j) {
-    const int64_t h0 = heads_of(j).begin, hj = heads_of(j).size();
-    uint16_t* dst = send16_.data() + send16_off_[size_t(j)];
-    for (int64_t c = 0; c < 3; ++c)
-      attention_to_dense(qkv + (c * H_ + h0) * d_, in, B_, hj, T_, d_, DType::BF16, dst + size_t(c * B_ * hj * T_ * d_));
-  }
+  const int64_t n = heads.size();
+  for (int64_t p = 0; p < 3; ++p)
+    attention_to_dense(qkv + (p * H_ + heads.begin) * d_, in, B_, n, T_, d_, DType::BF16, dst + size_t(p * B_ * n * T_ * d_));
+}
+
+// ... for every rank j's heads, into send16_.
+void SequenceParallelAttention::scatter16(const float* qkv) {
+  for (int j = 0; j < U_; ++j) pack16(qkv, heads_of(j), send16_.data() + send16_off_[size_t(j)]);
 }
 
 // Ulysses without chunks (one machine, or --ulysses-chunks 1): q,k,v of my tokens for every
@@ -303,11 +316,7 @@ void SequenceParallelAttention::ulysses_all_to_all(const float* qkv, float* out)
       uly_->all_to_all_strided(reinterpret_cast<const float*>(send16_.data()), scatter_to_,
                                reinterpret_cast<float*>(qkv16_.data()), scatter_from_);
     }
-    if (Tg_ > 0 && Hu_ > 0) {
-      const size_t plane = size_t(B_ * Hu_ * Tg_ * d_);
-      by_heads_.at(Hu_).run_dense(qkv16_.data(), qkv16_.data() + plane, qkv16_.data() + 2 * plane, chunk_out_.data(),
-                                  nullptr);
-    }
+    attend16(Hu_);
   } else {
     {
       profile::Scope pc(profile::Cat::Communication);
@@ -331,7 +340,8 @@ void SequenceParallelAttention::post_scatter(const float* qkv, uint32_t tag0) {
       const size_t i = size_t(c * U_ + j);
       if (j == u_) continue;
       if (sr_off_[i + 1] > sr_off_[i])
-        recvs_[i] = uly_->irecv(scatter_recv_.data() + sr_off_[i], (sr_off_[i + 1] - sr_off_[i]) * 4, j, tag0 + c);
+        recvs_[i] = uly_->irecv(scatter_recv_.data() + sr_off_[i], (sr_off_[i + 1] - sr_off_[i]) * (uly16_ ? 2 : 4), j,
+                                tag0 + c);
       if (gr_off_[i + 1] > gr_off_[i])
         recvs_[n + i] = uly_->irecv(gather_recv_.data() + gr_off_[i], (gr_off_[i + 1] - gr_off_[i]) * 4, j,
                                     tag0 + uint32_t(C_ + c));
@@ -341,15 +351,20 @@ void SequenceParallelAttention::post_scatter(const float* qkv, uint32_t tag0) {
       const size_t i = size_t(c * U_ + j);
       if (j == u_ || ss_off_[i + 1] == ss_off_[i]) continue;
       const int64_t h0 = chunk_heads(c, j).begin * d_, hjd = chunk_heads(c, j).size() * d_;
-      copy_cols(scatter_send_.data() + ss_off_[i], hjd, qkv + h0, H_ * d_, B_ * T_ * 3, hjd);  // rows (b, t, q|k|v)
-      profile::add_bytes((ss_off_[i + 1] - ss_off_[i]) * 4);
-      sends_[i] = uly_->isend(scatter_send_.data() + ss_off_[i], (ss_off_[i + 1] - ss_off_[i]) * 4, j, tag0 + c);
+      if (uly16_)
+        pack16(qkv, chunk_heads(c, j), reinterpret_cast<uint16_t*>(scatter_send_.data() + ss_off_[i]));
+      else
+        copy_cols(scatter_send_.data() + ss_off_[i], hjd, qkv + h0, H_ * d_, B_ * T_ * 3, hjd);  // rows (b, t, q|k|v)
+      const size_t bytes = (ss_off_[i + 1] - ss_off_[i]) * (uly16_ ? 2 : 4);
+      profile::add_bytes(bytes);
+      sends_[i] = uly_->isend(scatter_send_.data() + ss_off_[i], bytes, j, tag0 + c);
     }
 }
 
 // Waits for chunk c's blocks and assembles chunk_qkv_ [B, Tg, 3, hc, d] (the group's tokens in
 // rank order; my own tokens straight from qkv).
 void SequenceParallelAttention::unpack_chunk(const float* qkv, int c) {
+  if (uly16_) return unpack_chunk16(qkv, c);
   const int64_t hc = chunk_heads(c, u_).size(), row = 3 * hc * d_;
   const int64_t h0 = chunk_heads(c, u_).begin * d_;
   for (int j = 0; j < U_; ++j) {
@@ -370,6 +385,32 @@ void SequenceParallelAttention::unpack_chunk(const float* qkv, int c) {
     const float* q = scatter_recv_.data() + sr_off_[i];
     for (int64_t b = 0; b < B_; ++b, q += tj.size() * row)
       std::memcpy(chunk_qkv_.data() + (b * Tg_ + t0) * row, q, size_t(tj.size() * row) * 4);
+  }
+}
+
+// bf16: chunk c's [3, B, hc, Tg, d] in qkv16_, my tokens converted from qkv, each peer's
+// [3, B, hc, Tj, d] block copied row by row into its tokens' place.
+void SequenceParallelAttention::unpack_chunk16(const float* qkv, int c) {
+  const TokenRange mine = chunk_heads(c, u_);
+  const int64_t hc = mine.size(), rows = 3 * B_ * hc;
+  for (int j = 0; j < U_; ++j) {
+    const size_t i = size_t(c * U_ + j);
+    const int64_t tj = tokens_of(j).size(), t0 = tokens_of(j).begin - tokens_of(0).begin;
+    if (j == u_) {
+      const AttnLayout in{T_ * 3 * H_ * d_, d_, 3 * H_ * d_};
+      for (int64_t p = 0; p < 3; ++p)
+        attention_to_dense(qkv + (p * H_ + mine.begin) * d_, in, B_, hc, T_, d_, DType::BF16,
+                           qkv16_.data() + size_t(p * B_ * hc * Tg_ * d_), Tg_, t0);
+      continue;
+    }
+    if (sr_off_[i + 1] == sr_off_[i]) continue;
+    {
+      profile::Scope pw(profile::Cat::Waiting);
+      recvs_[i].wait();
+    }
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(scatter_recv_.data() + sr_off_[i]);
+    for (int64_t r = 0; r < rows; ++r)  // rows (q|k|v, b, h) of tj·d
+      std::memcpy(qkv16_.data() + size_t((r * Tg_ + t0) * d_), src + r * tj * d_, size_t(tj * d_) * 2);
   }
 }
 
@@ -424,10 +465,21 @@ void SequenceParallelAttention::ulysses_forward(const float* qkv, float* out) {
   post_scatter(qkv, tag0);
   for (int c = 0; c < C_; ++c) {
     unpack_chunk(qkv, c);
-    attend(chunk_qkv_.data(), chunk_out_.data(), chunk_heads(c, u_).size());
+    if (uly16_)
+      attend16(chunk_heads(c, u_).size());
+    else
+      attend(chunk_qkv_.data(), chunk_out_.data(), chunk_heads(c, u_).size());
     post_gather_chunk(c, out, tag0);
   }
   finish_gather(out);
+}
+
+// bf16 Ulysses: attention over qkv16_'s [3, B, heads, Tg, d] -> chunk_out_ [B, Tg, heads, d].
+void SequenceParallelAttention::attend16(int64_t heads) {
+  if (Tg_ == 0 || heads == 0) return;
+  const size_t plane = size_t(B_ * heads * Tg_ * d_);
+  by_heads_.at(heads).run_dense(qkv16_.data(), qkv16_.data() + plane, qkv16_.data() + 2 * plane, chunk_out_.data(),
+                                nullptr);
 }
 
 // Attention of the group's tokens over `heads` heads: [B, Tg, 3, heads, d] -> [B, Tg, heads, d].

@@ -116,15 +116,16 @@ struct Attention::Impl {
 };
 
 void attention_to_dense(const float* x, const AttnLayout& L, int64_t batch, int64_t heads, int64_t tokens,
-                        int64_t head_dim, DType compute, void* dst) {
-  const int64_t D = head_dim, rows = batch * heads * tokens;
+                        int64_t head_dim, DType compute, void* dst, int64_t dst_tokens, int64_t dst_first) {
+  const int64_t D = head_dim, rows = batch * heads * tokens, Td = dst_tokens > 0 ? dst_tokens : tokens;
   parallel_for(rows, rows * D > 16384, [&](int64_t r) {
-    const int64_t b = r / (heads * tokens), h = (r / tokens) % heads, t = r % tokens;
+    const int64_t bh = r / tokens, t = r % tokens, b = bh / heads, h = bh % heads;
     const float* src = x + b * L.batch_stride + h * L.head_stride + t * L.token_stride;
+    const int64_t at = (bh * Td + dst_first + t) * D;
     if (compute == DType::BF16)
-      to_bf16(src, static_cast<uint16_t*>(dst) + r * D, D);
+      to_bf16(src, static_cast<uint16_t*>(dst) + at, D);
     else
-      std::memcpy(static_cast<float*>(dst) + r * D, src, sizeof(float) * D);
+      std::memcpy(static_cast<float*>(dst) + at, src, sizeof(float) * D);
   });
 }
 

@@ -87,9 +87,11 @@ class Attention {
 
 // x (`tokens` tokens of `heads` heads in layout L) as dense [batch, heads, tokens, head_dim]
 // in `compute` (f32: floats copied; bf16: rounded to bf16, uint16_t): what run_dense reads.
-// dst holds batch·heads·tokens·head_dim elements; the rows are split over the threads.
+// dst holds batch·heads·tokens·head_dim elements; the rows are split over the threads. With
+// dst_tokens > 0 the destination is [batch, heads, dst_tokens, head_dim] and x lands at token
+// dst_first of it (one rank's share of a longer sequence).
 void attention_to_dense(const float* x, const AttnLayout& L, int64_t batch, int64_t heads, int64_t tokens,
-                        int64_t head_dim, DType compute, void* dst);
+                        int64_t head_dim, DType compute, void* dst, int64_t dst_tokens = 0, int64_t dst_first = 0);
 
 // Merges attention over a second K/V set into (out_a, lse_a), in float32:
 // lse = log(exp(lse_a) + exp(lse_b)); out_a = out_a·exp(lse_a - lse) + out_b·exp(lse_b - lse).

@@ -243,31 +243,39 @@ TEST_CASE("Ulysses, Ring and USP attention with bf16 compute", "[parallel][atten
   }
 }
 
-TEST_CASE("Ulysses in bf16: q, k, v exchanged in the kernels' form give the bits of f32 exchanged and converted after",
+TEST_CASE("Ulysses in bf16: q, k, v exchanged in the kernels' form give the bits of local bf16 attention",
           "[parallel][attention]") {
   if (!dit_test::bf16_available()) return;
-  // One chunk converts before the exchange (bf16 over the wire); two chunks exchange floats and
-  // the attention converts them (the same rounding of the same values, per head). Heads split
-  // unevenly (u3 over 4 heads; u2 over 3), tokens too (37 over 2 or 3 ranks, 3 over 4); an
-  // odd head_dim (7) cannot travel as bf16 pairs and takes the f32 exchange in both.
+  // Without and with chunks, each rank's heads are converted to bf16 before the exchange and
+  // read as they arrive; local attention converts the same values itself. Per head the work
+  // is the same, so the bits must be. Heads split unevenly (u3 over 4 heads; u2 over 3),
+  // tokens too (37 over 2 or 3 ranks, 3 over 4); an odd head_dim (7) cannot travel as bf16
+  // pairs and takes the f32 exchange, with the same bits.
   struct Case {
     int ulysses;
     int64_t heads, head_dim, tokens;
   };
-  for (const Case& c : {Case{2, 4, 16, 64}, Case{2, 3, 16, 37}, Case{3, 4, 8, 37}, Case{4, 4, 8, 3}, Case{2, 2, 7, 20}}) {
-    std::vector<Problem> one, two;
-    for (int64_t b : {1, 2}) {
-      one.push_back(make_problem({b, c.heads, c.head_dim, c.tokens, DType::BF16}, unsigned(50 + b)));
-      two.push_back(make_problem({b, c.heads, c.head_dim, c.tokens, DType::BF16}, unsigned(50 + b)));
+  for (const Case& c : {Case{2, 4, 16, 64}, Case{2, 3, 16, 37}, Case{3, 4, 8, 37}, Case{4, 4, 8, 3}, Case{2, 2, 7, 20}})
+    for (int chunks : {1, 2}) {
+      std::vector<Problem> ps;
+      for (int64_t b : {1, 2}) ps.push_back(make_problem({b, c.heads, c.head_dim, c.tokens, DType::BF16}, unsigned(50 + b)));
+      run_layout(c.ulysses, 1, ps, chunks);
+      for (const Problem& p : ps) {
+        auto local = make_local_self_attention();
+        SelfAttentionShape s;
+        s.batch = p.s.batch;
+        s.local_tokens = s.total_tokens = p.s.tokens;
+        s.heads = p.s.heads;
+        s.head_dim = p.s.head_dim;
+        s.compute = DType::BF16;
+        local->prepare(s);
+        std::vector<float> want(p.got.size());
+        local->forward(p.qkv.data(), want.data());
+        INFO("u" << c.ulysses << " chunks " << chunks << " heads " << c.heads << " head_dim " << c.head_dim << " tokens "
+                 << c.tokens << " batch " << p.s.batch);
+        CHECK(std::memcmp(p.got.data(), want.data(), want.size() * 4) == 0);
+      }
     }
-    run_layout(c.ulysses, 1, one, 1);
-    run_layout(c.ulysses, 1, two, 2);
-    for (size_t i = 0; i < one.size(); ++i) {
-      INFO("u" << c.ulysses << " heads " << c.heads << " head_dim " << c.head_dim << " tokens " << c.tokens << " batch "
-               << one[i].s.batch);
-      CHECK(std::memcmp(one[i].got.data(), two[i].got.data(), one[i].got.size() * 4) == 0);
-    }
-  }
 }
 
 TEST_CASE("Ulysses: a degree above the head count is a clear error", "[parallel][attention]") {

@@ -332,5 +332,15 @@ TEST_CASE("Attention::run_dense on attention_to_dense inputs gives run()'s resul
         CHECK(reinterpret_cast<const uint16_t*>(kd.data())[at] == f32_to_bf16(x));
       else
         CHECK(reinterpret_cast<const float*>(kd.data())[at] == x);
+      // Into a longer sequence ([B, H, Tk + 5, D], from token 3): the same rows, shifted, and
+      // nothing written outside them.
+      std::vector<char> longer(size_t(B * H * (Tk + 5) * D) * esz, char(0x7f));
+      attention_to_dense(kv.data(), s.k, B, H, Tk, D, compute, longer.data(), Tk + 5, 3);
+      for (int64_t bh = 0; bh < B * H; ++bh) {
+        CHECK(std::memcmp(longer.data() + size_t((bh * (Tk + 5) + 3) * D) * esz, kd.data() + size_t(bh * Tk * D) * esz,
+                          size_t(Tk * D) * esz) == 0);
+        for (int64_t t : {int64_t(0), int64_t(2), Tk + 3, Tk + 4})
+          CHECK(longer[size_t((bh * (Tk + 5) + t) * D) * esz] == char(0x7f));
+      }
     }
 }
