@@ -90,9 +90,9 @@ for r in 2 4 8 16; do
 done
 
 # 3. One thread per rank, 8 ranks (2 on a smaller machine), 1024 tokens: the share of the step
-# spent communicating and waiting.
+# spent communicating and waiting (bf16 too: its shorter steps expose more of it).
 if [ "$cores" -ge 8 ]; then l=cfg2u4,u8,r8; else l=cfg2,u2,r2; fi
-part one-thread-ranks 150 layouts.jsonl "${bench[@]}" --rounds $rounds --size $small --dtype f32 -t 1 --layouts serial,$l
+part one-thread-ranks 240 layouts.jsonl "${bench[@]}" --rounds $rounds --size $small --dtype f32,bf16 -t 1 --layouts serial,$l
 
 # 4. PyTorch on the same weights and threads, alternating with dit-gen's one process.
 if [ $py = 1 ] && pyrun -c 'import torch' 2>/dev/null; then
