@@ -56,7 +56,7 @@ class SequenceParallelAttention final : public SelfAttention {
   void ulysses_forward(const float* qkv, float* out);
   void ulysses_all_to_all(const float* qkv, float* out);
   void scatter16(const float* qkv);
-  void pack16(const float* qkv, TokenRange heads, uint16_t* dst) const;
+  void pack16(const float* qkv, TokenRange heads, uint16_t* dst, int64_t dst_tokens = 0, int64_t first = 0) const;
   void unpack_chunk16(const float* qkv, int c);
   void attend16(int64_t heads);
   void post_scatter(const float* qkv, uint32_t tag0);
@@ -292,12 +292,15 @@ void SequenceParallelAttention::prepare_ulysses_blocks() {
   qkv16_.assign(3 * B * Hu * Tg * d + 2, 0);
 }
 
-// bf16 Ulysses: my tokens' q, k and v of heads `heads` as [3, B, heads, T, d] bf16.
-void SequenceParallelAttention::pack16(const float* qkv, TokenRange heads, uint16_t* dst) const {
-  const AttnLayout in{T_ * 3 * H_ * d_, d_, 3 * H_ * d_};  // [B, T, 3, H, d] seen per q|k|v plane
-  const int64_t n = heads.size();
+// bf16 Ulysses: my tokens' q, k and v of heads `heads` as [3, B, heads, T, d] bf16, or with
+// dst_tokens > 0 as tokens [first, first + T) of [3, B, heads, dst_tokens, d].
+void SequenceParallelAttention::pack16(const float* qkv, TokenRange heads, uint16_t* dst, int64_t dst_tokens,
+                                       int64_t first) const {
+  const AttnLayout in = AttnLayout::bthd(T_, d_, H_, 3 * H_ * d_);  // [B, T, 3, H, d] per q|k|v plane
+  const int64_t n = heads.size(), plane = B_ * n * (dst_tokens > 0 ? dst_tokens : T_) * d_;
   for (int64_t p = 0; p < 3; ++p)
-    attention_to_dense(qkv + (p * H_ + heads.begin) * d_, in, B_, n, T_, d_, DType::BF16, dst + size_t(p * B_ * n * T_ * d_));
+    attention_to_dense(qkv + (p * H_ + heads.begin) * d_, in, B_, n, T_, d_, DType::BF16, dst + size_t(p * plane),
+                       dst_tokens, first);
 }
 
 // ... for every rank j's heads, into send16_.
@@ -397,10 +400,7 @@ void SequenceParallelAttention::unpack_chunk16(const float* qkv, int c) {
     const size_t i = size_t(c * U_ + j);
     const int64_t tj = tokens_of(j).size(), t0 = tokens_of(j).begin - tokens_of(0).begin;
     if (j == u_) {
-      const AttnLayout in{T_ * 3 * H_ * d_, d_, 3 * H_ * d_};
-      for (int64_t p = 0; p < 3; ++p)
-        attention_to_dense(qkv + (p * H_ + mine.begin) * d_, in, B_, hc, T_, d_, DType::BF16,
-                           qkv16_.data() + size_t(p * B_ * hc * Tg_ * d_), Tg_, t0);
+      pack16(qkv, mine, qkv16_.data(), Tg_, t0);
       continue;
     }
     if (sr_off_[i + 1] == sr_off_[i]) continue;
