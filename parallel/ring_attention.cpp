@@ -1,0 +1,98 @@
+// Ring attention (parallel/parallel_attention.h): every rank keeps its queries and meets
+// every rank's K/V block in turn, merging the partial results by log-sum-exp. Blocks travel
+// round the ring as messages (double buffered, posted before the block's attention), or on
+// one machine lie in their owners' shared-memory windows, read in the same order.
+#include "parallel/sequence_parallel_attention.h"
+#include "runtime/profile.h"
+
+namespace dit::detail {
+
+// The queries as the block attention reads them: bf16 converted once into q_dense_, f32 in place.
+const void* SequenceParallelAttention::queries(const float* qkv_g) {
+  if (compute_ != DType::BF16) return qkv_g;
+  attention_to_dense(qkv_g, AttnLayout::bthd(Tg_, d_, Hu_, 3 * Hu_ * d_), B_, Hu_, Tg_, d_, compute_, q_dense_.data());
+  return q_dense_.data();
+}
+
+// This rank's K/V block from [B, Tg, 3, Hu, d]: K, then V, each dense [B, Hu, Tg, d].
+void SequenceParallelAttention::pack_block(const float* qkv_g, char* block) const {
+  const int64_t hd = Hu_ * d_;
+  const AttnLayout in = AttnLayout::bthd(Tg_, d_, Hu_, 3 * hd);
+  attention_to_dense(qkv_g + hd, in, B_, Hu_, Tg_, d_, compute_, block);
+  attention_to_dense(qkv_g + 2 * hd, in, B_, Hu_, Tg_, d_, compute_, block + size_t(B_ * Tg_ * hd) * esz_);
+}
+
+void SequenceParallelAttention::ring_attention(const float* qkv_g, float* out_g) {
+  if (window_) return ring_attention_window(qkv_g, out_g);
+  const int next = (r_ + 1) % R_, prev = (r_ + R_ - 1) % R_;
+  const size_t bytes = kv_[0].size() * 4;  // always the largest block: one registration per buffer
+  const void* q = queries(qkv_g);
+  pack_block(qkv_g, reinterpret_cast<char*>(kv_[0].data()));
+  const uint32_t tag0 = tag_;
+  tag_ += uint32_t(R_);
+  P2PHandle send, recv;
+  for (int s = 0; s < R_; ++s) {
+    const int cur = s % 2;
+    if (s + 1 < R_) {  // post the next block's transfer before computing on this one
+      {
+        profile::Scope pw(profile::Cat::Waiting);
+        send.wait();     // the buffer we receive into was being sent one step ago
+      }
+      profile::Scope pc(profile::Cat::Communication);
+      profile::add_bytes(bytes);
+      recv = ring_->irecv(kv_[1 - cur].data(), bytes, prev, tag0 + uint32_t(s));
+      send = ring_->isend(kv_[cur].data(), bytes, next, tag0 + uint32_t(s));
+    }
+    const int64_t tj = group_tokens((r_ - s + R_) % R_);  // whose K/V we hold at step s
+    attend_block(s, q, reinterpret_cast<const char*>(kv_[cur].data()), tj, out_g);
+    profile::Scope pw(profile::Cat::Waiting);
+    recv.wait();
+  }
+  profile::Scope pw(profile::Cat::Waiting);
+  send.wait();
+}
+
+// The ring on one machine: this rank writes its K/V block once into its window, and reads
+// every other rank's block where it lies, in the ring's order (its own first, then the
+// previous rank's, ...), so the merges, and the result, are those of the messages' path.
+void SequenceParallelAttention::ring_attention_window(const float* qkv_g, float* out_g) {
+  float* mine;
+  {
+    profile::Scope pw(profile::Cat::Waiting);  // until every rank has read the last layer's blocks
+    mine = ring_->window_begin();
+  }
+  const void* q = queries(qkv_g);
+  pack_block(qkv_g, reinterpret_cast<char*>(mine));
+  profile::add_bytes(size_t(B_ * Tg_ * 2 * Hu_ * d_) * esz_);
+  ring_->window_publish();
+  for (int s = 0; s < R_; ++s) {
+    const int j = (r_ - s + R_) % R_;
+    const float* kv;
+    {
+      profile::Scope pw(profile::Cat::Waiting);
+      kv = ring_->window_peer(j);
+    }
+    attend_block(s, q, reinterpret_cast<const char*>(kv), group_tokens(j), out_g);
+  }
+  ring_->window_release();
+}
+
+// Step `step` of the ring: this rank's queries over a K/V block of tj tokens. The first (its
+// own block, step 0) writes out_g and the lse directly: merging into nothing yet would copy
+// them unchanged (attention_merge takes b when a's lse is -inf), so the bits are the same.
+// Later blocks are merged into out_g, one (batch, head) at a time: its rows lie Hu·d apart.
+void SequenceParallelAttention::attend_block(int step, const void* q, const char* kv, int64_t tj, float* out_g) {
+  if (Tg_ == 0 || tj == 0) return;
+  const Attention& a = by_kv_len_.at(tj);
+  const char* v = kv + size_t(B_ * Hu_ * tj * d_) * esz_;
+  if (step == 0) return a.run_dense(q, kv, v, out_g, lse_acc_.data());
+  a.run_dense(q, kv, v, part_.data(), lse_part_.data());
+  const int64_t row = Hu_ * d_;
+  for (int64_t b = 0; b < B_; ++b)
+    for (int64_t h = 0; h < Hu_; ++h) {
+      const int64_t o = b * Tg_ * row + h * d_, l = (b * Hu_ + h) * Tg_;
+      attention_merge(out_g + o, lse_acc_.data() + l, part_.data() + o, lse_part_.data() + l, Tg_, d_, row, row);
+    }
+}
+
+}  // namespace dit::detail

@@ -1,0 +1,126 @@
+// The sequence-parallel attention behind make_sequence_parallel_attention
+// (parallel/parallel_attention.h): its state and the steps of its forward, for the three files
+// that implement it (no model includes this):
+//   parallel_attention.cpp  prepare() and forward(): shapes, kernels, buffers; the dispatch
+//   ulysses_exchange.cpp    Ulysses: the all-to-alls (one chunk) or the pipelined chunks, f32 or bf16
+//   ring_attention.cpp      Ring: K/V blocks as messages or in shared-memory windows, merged by lse
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "parallel/parallel_attention.h"
+#include "parallel/process_group.h"
+#include "runtime/attention.h"
+#include "runtime/attention_roles.h"
+#include "runtime/error.h"
+#include "runtime/token_split.h"
+
+namespace dit::detail {
+
+using Buf = std::vector<float>;
+
+// rows × width floats from a matrix with src_stride floats per row into one with dst_stride
+// (the head block of every row, out of or into [.., H·d] rows).
+inline void copy_cols(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+                      int64_t width) {
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_stride, src + r * src_stride, size_t(width) * 4);
+}
+
+class SequenceParallelAttention final : public SelfAttention {
+ public:
+  SequenceParallelAttention(std::shared_ptr<ProcessGroup> ulysses, std::shared_ptr<ProcessGroup> ring, int chunks)
+      : uly_(std::move(ulysses)), ring_(std::move(ring)), chunks_wanted_(chunks) {
+    DIT_CHECK(chunks >= 1, "sequence-parallel attention: " << chunks << " Ulysses chunks (at least 1)");
+    U_ = uly_ ? uly_->size() : 1;
+    R_ = ring_ ? ring_->size() : 1;
+    u_ = uly_ ? uly_->rank() : 0;
+    r_ = ring_ ? ring_->rank() : 0;
+  }
+
+  const char* name() const override { return U_ > 1 && R_ > 1 ? "usp" : U_ > 1 ? "ulysses" : R_ > 1 ? "ring" : "local"; }
+
+  void prepare(const SelfAttentionShape& s) override;
+  void forward(const float* qkv, float* out) override;
+
+ private:
+  int64_t group_tokens(int ring_rank) const {  // tokens of the Ulysses group at ring position ring_rank
+    return ranges_[size_t(ring_rank * U_ + U_ - 1)].end - ranges_[size_t(ring_rank * U_)].begin;
+  }
+  TokenRange heads_of(int j) const { return head_ranges_[size_t(j)]; }  // Ulysses rank j's heads
+  // Heads of Ulysses rank j in chunk c (absolute head indices).
+  TokenRange chunk_heads(int c, int j) const { return chunk_heads_[size_t(c * U_ + j)]; }
+  TokenRange tokens_of(int j) const { return ranges_[size_t(r_ * U_ + j)]; }  // Ulysses rank j's tokens
+  void prepare_ulysses();
+  void prepare_ulysses_blocks();
+  void ulysses_forward(const float* qkv, float* out);
+  void ulysses_all_to_all(const float* qkv, float* out);
+  void scatter16(const float* qkv);
+  void pack16(const float* qkv, TokenRange heads, uint16_t* dst, int64_t dst_tokens = 0, int64_t first = 0) const;
+  void unpack_chunk16(const float* qkv, int c);
+  void attend16(int64_t heads);
+  void post_scatter(const float* qkv, uint32_t tag0);
+  void unpack_chunk(const float* qkv, int c);
+  void post_gather_chunk(int c, float* out, uint32_t tag0);
+  void finish_gather(float* out);
+  void attend(const float* qkv_g, float* out_g, int64_t heads);
+  void ring_attention(const float* qkv_g, float* out_g);
+  void ring_attention_window(const float* qkv_g, float* out_g);
+  const void* queries(const float* qkv_g);
+  void attend_block(int step, const void* q, const char* kv, int64_t tj, float* out_g);
+  void pack_block(const float* qkv_g, char* block) const;
+
+  std::shared_ptr<ProcessGroup> uly_, ring_;
+  int U_ = 1, R_ = 1, u_ = 0, r_ = 0;
+  int chunks_wanted_ = 1, C_ = 1;
+  int64_t B_ = 0, H_ = 0, Hu_ = 0, d_ = 0, T_ = 0, Tg_ = 0, Tmax_ = 0;
+  std::vector<TokenRange> ranges_;       // tokens of sequence-parallel rank s
+  std::vector<TokenRange> head_ranges_;  // heads of Ulysses rank j (uneven when U does not divide H)
+  std::vector<TokenRange> chunk_heads_;  // [c * U + j]: rank j's heads of chunk c
+  bool prepared_ = false;
+
+  // Ulysses, pipelined over C_ chunks of heads. Every (chunk, peer) block has its own place in
+  // four buffers, so all of a forward's transfers can be in flight at once:
+  //   scatter_send_: to j, my tokens' q,k,v of j's chunk-c heads      [B, T,  3, hc_j, d]
+  //   scatter_recv_: from j, its tokens' q,k,v of my chunk-c heads    [B, Tj, 3, hc,   d]
+  //   gather_send_:  to j, its tokens' outputs of my chunk-c heads    [B, Tj, hc,   d]
+  //   gather_recv_:  from j, my tokens' outputs of j's chunk-c heads  [B, T,  hc_j, d]
+  // Offsets are [c * U + j] (the block to myself is never sent: it is copied in place).
+  Buf scatter_send_, scatter_recv_, gather_send_, gather_recv_, chunk_qkv_, chunk_out_;
+  std::vector<size_t> ss_off_, sr_off_, gs_off_, gr_off_;
+  std::vector<P2PHandle> sends_, recvs_;  // [phase * C * U + c * U + j], phase 0 scatter, 1 gather
+  // Ulysses without chunks: two strided all-to-alls, each block read from its rows and written
+  // into its rows (no staging buffers): [j] = rank j's block in qkv / chunk_qkv_ (scatter),
+  // chunk_out_ / out (gather).
+  std::vector<StridedBlock> scatter_to_, scatter_from_, gather_to_, gather_from_;
+  // ... and in bf16 without a ring (uly16_): each rank converts its q,k,v once into the
+  // kernels' form per destination (send16_: for rank j, [3, B, hj, T, d] at send16_off_[j]),
+  // the scatter moves half the bytes into qkv16_ ([3, B, Hu, Tg, d]: q, k and v each dense),
+  // and the attention reads that as it is (run_dense): the conversion it would do, done before
+  // the exchange. bf16 pairs travel as 4-byte units, so the scatter's blocks count floats:
+  // every size is a multiple of d, which must be even (else the f32 exchange is used). With
+  // chunks the same: each (chunk, peer) block is [3, B, hc_j, T, d] bf16 in scatter_send_'s
+  // room for it, and qkv16_ holds one chunk's [3, B, hc, Tg, d].
+  bool uly16_ = false;
+  std::vector<uint16_t> send16_, qkv16_;
+  std::vector<size_t> send16_off_;
+  // Attention over the group's tokens by heads per call (no ring), or per K/V block length (ring).
+  std::map<int64_t, Attention> by_heads_;
+  std::map<int64_t, Attention> by_kv_len_;
+  // Ring. A K/V block of tj tokens is K then V, each dense [B, Hu, tj, d] in the compute type
+  // (bf16: half the bytes), converted once by its owner (attention_to_dense); in bf16 the
+  // queries are converted once per forward into q_dense_ for all blocks (Attention::run_dense).
+  // On one machine every rank's block lies in a shared-memory window the others read in place
+  // (window_); else blocks travel as messages through kv_.
+  bool window_ = false;
+  DType compute_ = DType::F32;
+  size_t esz_ = 4;  // bytes per element of the dense forms
+  std::vector<char> q_dense_;
+  Buf kv_[2], lse_acc_, part_, lse_part_;
+  uint32_t tag_ = 1;
+};
+
+}  // namespace dit::detail

@@ -1,0 +1,288 @@
+// Ulysses (parallel/parallel_attention.h): q, k, v of this rank's tokens for every rank's
+// heads become q, k, v of the group's tokens for this rank's heads, attention runs on them, and
+// the outputs go back. One chunk: two strided all-to-alls; chunks: every block posted at once
+// and computed as it arrives (docs/overlap.md). bf16 without a ring moves the kernels' bf16 form.
+#include <cstring>
+
+#include "parallel/sequence_parallel_attention.h"
+#include "runtime/profile.h"
+
+namespace dit::detail {
+
+void SequenceParallelAttention::prepare_ulysses() {
+  chunk_heads_.assign(size_t(C_ * U_), TokenRange{});
+  for (int j = 0; j < U_; ++j) {
+    const std::vector<TokenRange> parts = split_all(heads_of(j).size(), C_);
+    for (int c = 0; c < C_; ++c)
+      chunk_heads_[size_t(c * U_ + j)] = {heads_of(j).begin + parts[size_t(c)].begin,
+                                          heads_of(j).begin + parts[size_t(c)].end};
+  }
+  uly16_ = compute_ == DType::BF16 && R_ == 1 && d_ % 2 == 0;
+  if (C_ == 1) return prepare_ulysses_blocks();
+  const size_t n = size_t(C_ * U_);
+  ss_off_.assign(n + 1, 0);
+  sr_off_.assign(n + 1, 0);
+  gs_off_.assign(n + 1, 0);
+  gr_off_.assign(n + 1, 0);
+  for (int c = 0; c < C_; ++c)
+    for (int j = 0; j < U_; ++j) {
+      const size_t i = size_t(c * U_ + j);
+      const int64_t hj = chunk_heads(c, j).size(), hme = chunk_heads(c, u_).size(), tj = tokens_of(j).size();
+      const bool remote = j != u_;
+      ss_off_[i + 1] = ss_off_[i] + (remote ? size_t(B_ * T_ * 3 * hj * d_) : 0);
+      sr_off_[i + 1] = sr_off_[i] + (remote ? size_t(B_ * tj * 3 * hme * d_) : 0);
+      gs_off_[i + 1] = gs_off_[i] + (remote ? size_t(B_ * tj * hme * d_) : 0);
+      gr_off_[i + 1] = gr_off_[i] + (remote ? size_t(B_ * T_ * hj * d_) : 0);
+    }
+  scatter_send_.assign(ss_off_[n] + 1, 0.0f);
+  scatter_recv_.assign(sr_off_[n] + 1, 0.0f);
+  gather_send_.assign(gs_off_[n] + 1, 0.0f);
+  gather_recv_.assign(gr_off_[n] + 1, 0.0f);
+  const int64_t hmax = chunk_heads(0, u_).size();  // the first chunk is the largest
+  if (uly16_) {  // blocks travel as [3, B, hc, Tj, d] bf16 (half their float offsets' room)
+    Buf().swap(chunk_qkv_);
+    qkv16_.assign(size_t(3 * B_ * hmax * Tg_ * d_) + 2, 0);
+  } else {
+    chunk_qkv_.assign(size_t(B_ * Tg_ * 3 * hmax * d_) + 1, 0.0f);
+    std::vector<uint16_t>().swap(qkv16_);
+  }
+  chunk_out_.assign(size_t(B_ * Tg_ * hmax * d_) + 1, 0.0f);
+  sends_.clear();
+  recvs_.clear();
+  sends_.resize(2 * n);
+  recvs_.resize(2 * n);
+}
+
+// One chunk: the blocks of the two all-to-alls, and the group's q,k,v and outputs.
+void SequenceParallelAttention::prepare_ulysses_blocks() {
+  scatter_to_.clear();
+  scatter_from_.clear();
+  gather_to_.clear();
+  gather_from_.clear();
+  const size_t B = size_t(B_), T = size_t(T_), Tg = size_t(Tg_), H = size_t(H_), Hu = size_t(Hu_), d = size_t(d_);
+  for (int j = 0; j < U_; ++j) {
+    const size_t h0 = size_t(heads_of(j).begin), hj = size_t(heads_of(j).size());
+    const size_t t0 = size_t(tokens_of(j).begin - tokens_of(0).begin), tj = size_t(tokens_of(j).size());
+    // qkv [B, T, 3, H, d]: rank j's heads of every (token, q|k|v) row -> to j
+    scatter_to_.push_back({h0 * d, B * T * 3, hj * d, H * d});
+    // chunk_qkv_ [B, Tg, 3, Hu, d]: rank j's tokens, per batch item one contiguous run <- from j
+    scatter_from_.push_back({t0 * 3 * Hu * d, B, tj * 3 * Hu * d, Tg * 3 * Hu * d});
+    // chunk_out_ [B, Tg, Hu, d]: rank j's tokens of my heads -> to j
+    gather_to_.push_back({t0 * Hu * d, B, tj * Hu * d, Tg * Hu * d});
+    // out [B, T, H, d]: rank j's heads of every token row <- from j
+    gather_from_.push_back({h0 * d, B * T, hj * d, H * d});
+  }
+  chunk_out_.assign(B * Tg * Hu * d + 1, 0.0f);
+  for (Buf* b : {&scatter_send_, &scatter_recv_, &gather_send_, &gather_recv_}) Buf().swap(*b);
+  if (!uly16_) {
+    chunk_qkv_.assign(B * Tg * 3 * Hu * d + 1, 0.0f);
+    std::vector<uint16_t>().swap(send16_);
+    std::vector<uint16_t>().swap(qkv16_);
+    return;
+  }
+  Buf().swap(chunk_qkv_);
+  send16_off_.assign(size_t(U_) + 1, 0);
+  for (int j = 0; j < U_; ++j) {
+    const size_t hj = size_t(heads_of(j).size()), n = 3 * B * hj * T * d;
+    const size_t t0 = size_t(tokens_of(j).begin - tokens_of(0).begin), tj = size_t(tokens_of(j).size());
+    send16_off_[size_t(j) + 1] = send16_off_[size_t(j)] + n;
+    // In floats (bf16 pairs): to j, its heads' [3, B, hj, T, d] in one run; from j, its tokens'
+    // run of every (q|k|v, batch, head) row of [3, B, Hu, Tg, d].
+    scatter_to_[size_t(j)] = {send16_off_[size_t(j)] / 2, 1, n / 2, n / 2};
+    scatter_from_[size_t(j)] = {t0 * d / 2, 3 * B * Hu, tj * d / 2, Tg * d / 2};
+  }
+  send16_.assign(send16_off_[size_t(U_)] + 2, 0);
+  qkv16_.assign(3 * B * Hu * Tg * d + 2, 0);
+}
+
+// bf16 Ulysses: my tokens' q, k and v of heads `heads` as [3, B, heads, T, d] bf16, or with
+// dst_tokens > 0 as tokens [first, first + T) of [3, B, heads, dst_tokens, d].
+void SequenceParallelAttention::pack16(const float* qkv, TokenRange heads, uint16_t* dst, int64_t dst_tokens,
+                                       int64_t first) const {
+  const AttnLayout in = AttnLayout::bthd(T_, d_, H_, 3 * H_ * d_);  // [B, T, 3, H, d] per q|k|v plane
+  const int64_t n = heads.size(), plane = B_ * n * (dst_tokens > 0 ? dst_tokens : T_) * d_;
+  for (int64_t p = 0; p < 3; ++p)
+    attention_to_dense(qkv + (p * H_ + heads.begin) * d_, in, B_, n, T_, d_, DType::BF16, dst + size_t(p * plane),
+                       dst_tokens, first);
+}
+
+// ... for every rank j's heads, into send16_.
+void SequenceParallelAttention::scatter16(const float* qkv) {
+  for (int j = 0; j < U_; ++j) pack16(qkv, heads_of(j), send16_.data() + send16_off_[size_t(j)]);
+}
+
+// Ulysses without chunks (one machine, or --ulysses-chunks 1): q,k,v of my tokens for every
+// rank's heads -> q,k,v of the group's tokens for my heads, attention, and back.
+void SequenceParallelAttention::ulysses_all_to_all(const float* qkv, float* out) {
+  if (uly16_) {
+    scatter16(qkv);  // the attention's conversion, done before the exchange
+    {
+      profile::Scope pc(profile::Cat::Communication);
+      profile::add_bytes(uint64_t(B_ * T_ * 3 * (H_ - Hu_) * d_) * 2);
+      uly_->all_to_all_strided(reinterpret_cast<const float*>(send16_.data()), scatter_to_,
+                               reinterpret_cast<float*>(qkv16_.data()), scatter_from_);
+    }
+    attend16(Hu_);
+  } else {
+    {
+      profile::Scope pc(profile::Cat::Communication);
+      profile::add_bytes(uint64_t(B_ * T_ * 3 * (H_ - Hu_) * d_) * 4);
+      uly_->all_to_all_strided(qkv, scatter_to_, chunk_qkv_.data(), scatter_from_);
+    }
+    attend(chunk_qkv_.data(), chunk_out_.data(), Hu_);
+  }
+  profile::Scope pc(profile::Cat::Communication);
+  profile::add_bytes(uint64_t(B_ * (Tg_ - T_) * Hu_ * d_) * 4);
+  uly_->all_to_all_strided(chunk_out_.data(), gather_to_, out, gather_from_);
+}
+
+// Packs every chunk's q,k,v for every peer ([B, T, 3, H, d] -> [B, T, 3, hc_j, d] blocks) and
+// posts all receives and sends of the forward's scatter, chunk 0 first on every link.
+void SequenceParallelAttention::post_scatter(const float* qkv, uint32_t tag0) {
+  const size_t n = size_t(C_ * U_);
+  profile::Scope pc(profile::Cat::Communication);
+  for (int c = 0; c < C_; ++c)
+    for (int j = 0; j < U_; ++j) {
+      const size_t i = size_t(c * U_ + j);
+      if (j == u_) continue;
+      if (sr_off_[i + 1] > sr_off_[i])
+        recvs_[i] = uly_->irecv(scatter_recv_.data() + sr_off_[i], (sr_off_[i + 1] - sr_off_[i]) * (uly16_ ? 2 : 4), j,
+                                tag0 + c);
+      if (gr_off_[i + 1] > gr_off_[i])
+        recvs_[n + i] = uly_->irecv(gather_recv_.data() + gr_off_[i], (gr_off_[i + 1] - gr_off_[i]) * 4, j,
+                                    tag0 + uint32_t(C_ + c));
+    }
+  for (int c = 0; c < C_; ++c)
+    for (int j = 0; j < U_; ++j) {
+      const size_t i = size_t(c * U_ + j);
+      if (j == u_ || ss_off_[i + 1] == ss_off_[i]) continue;
+      const int64_t h0 = chunk_heads(c, j).begin * d_, hjd = chunk_heads(c, j).size() * d_;
+      if (uly16_)
+        pack16(qkv, chunk_heads(c, j), reinterpret_cast<uint16_t*>(scatter_send_.data() + ss_off_[i]));
+      else
+        copy_cols(scatter_send_.data() + ss_off_[i], hjd, qkv + h0, H_ * d_, B_ * T_ * 3, hjd);  // rows (b, t, q|k|v)
+      const size_t bytes = (ss_off_[i + 1] - ss_off_[i]) * (uly16_ ? 2 : 4);
+      profile::add_bytes(bytes);
+      sends_[i] = uly_->isend(scatter_send_.data() + ss_off_[i], bytes, j, tag0 + c);
+    }
+}
+
+// Waits for chunk c's blocks and assembles chunk_qkv_ [B, Tg, 3, hc, d] (the group's tokens in
+// rank order; my own tokens straight from qkv).
+void SequenceParallelAttention::unpack_chunk(const float* qkv, int c) {
+  if (uly16_) return unpack_chunk16(qkv, c);
+  const int64_t hc = chunk_heads(c, u_).size(), row = 3 * hc * d_;
+  const int64_t h0 = chunk_heads(c, u_).begin * d_;
+  for (int j = 0; j < U_; ++j) {
+    const size_t i = size_t(c * U_ + j);
+    const TokenRange tj = tokens_of(j);
+    const int64_t t0 = tj.begin - tokens_of(0).begin;
+    if (j == u_) {
+      for (int64_t b = 0; b < B_; ++b)  // rows (t, q|k|v) of batch b
+        copy_cols(chunk_qkv_.data() + (b * Tg_ + t0) * row, hc * d_, qkv + b * T_ * 3 * H_ * d_ + h0, H_ * d_, T_ * 3,
+                  hc * d_);
+      continue;
+    }
+    if (sr_off_[i + 1] == sr_off_[i]) continue;
+    {
+      profile::Scope pw(profile::Cat::Waiting);
+      recvs_[i].wait();
+    }
+    const float* q = scatter_recv_.data() + sr_off_[i];
+    for (int64_t b = 0; b < B_; ++b, q += tj.size() * row)
+      std::memcpy(chunk_qkv_.data() + (b * Tg_ + t0) * row, q, size_t(tj.size() * row) * 4);
+  }
+}
+
+// bf16: chunk c's [3, B, hc, Tg, d] in qkv16_, my tokens converted from qkv, each peer's
+// [3, B, hc, Tj, d] block copied row by row into its tokens' place.
+void SequenceParallelAttention::unpack_chunk16(const float* qkv, int c) {
+  const TokenRange mine = chunk_heads(c, u_);
+  const int64_t hc = mine.size(), rows = 3 * B_ * hc;
+  for (int j = 0; j < U_; ++j) {
+    const size_t i = size_t(c * U_ + j);
+    const int64_t tj = tokens_of(j).size(), t0 = tokens_of(j).begin - tokens_of(0).begin;
+    if (j == u_) {
+      pack16(qkv, mine, qkv16_.data(), Tg_, t0);
+      continue;
+    }
+    if (sr_off_[i + 1] == sr_off_[i]) continue;
+    {
+      profile::Scope pw(profile::Cat::Waiting);
+      recvs_[i].wait();
+    }
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(scatter_recv_.data() + sr_off_[i]);
+    for (int64_t r = 0; r < rows; ++r)  // rows (q|k|v, b, h) of tj·d
+      std::memcpy(qkv16_.data() + size_t((r * Tg_ + t0) * d_), src + r * tj * d_, size_t(tj * d_) * 2);
+  }
+}
+
+// chunk_out_ [B, Tg, hc, d] -> each peer's tokens to it (posted now), mine into out [B, T, H, d].
+void SequenceParallelAttention::post_gather_chunk(int c, float* out, uint32_t tag0) {
+  const int64_t hc = chunk_heads(c, u_).size(), hcd = hc * d_, h0 = chunk_heads(c, u_).begin * d_;
+  for (int j = 0; j < U_; ++j) {
+    const size_t i = size_t(c * U_ + j);
+    const TokenRange tj = tokens_of(j);
+    const int64_t t0 = tj.begin - tokens_of(0).begin;
+    if (j == u_) {
+      for (int64_t b = 0; b < B_; ++b)
+        copy_cols(out + b * T_ * H_ * d_ + h0, H_ * d_, chunk_out_.data() + (b * Tg_ + t0) * hcd, hcd, T_, hcd);
+      continue;
+    }
+    if (gs_off_[i + 1] == gs_off_[i]) continue;
+    float* p = gather_send_.data() + gs_off_[i];
+    for (int64_t b = 0; b < B_; ++b, p += tj.size() * hcd)
+      std::memcpy(p, chunk_out_.data() + (b * Tg_ + t0) * hcd, size_t(tj.size() * hcd) * 4);
+    profile::Scope pc(profile::Cat::Communication);
+    profile::add_bytes((gs_off_[i + 1] - gs_off_[i]) * 4);
+    sends_[size_t(C_ * U_) + i] =
+        uly_->isend(gather_send_.data() + gs_off_[i], (gs_off_[i + 1] - gs_off_[i]) * 4, j, tag0 + uint32_t(C_ + c));
+  }
+}
+
+// Waits for the other ranks' outputs of my tokens and writes them into out [B, T, H, d];
+// then for every send, so that the buffers may be reused.
+void SequenceParallelAttention::finish_gather(float* out) {
+  const size_t n = size_t(C_ * U_);
+  for (int c = 0; c < C_; ++c)
+    for (int j = 0; j < U_; ++j) {
+      const size_t i = size_t(c * U_ + j);
+      if (j == u_ || gr_off_[i + 1] == gr_off_[i]) continue;
+      {
+        profile::Scope pw(profile::Cat::Waiting);
+        recvs_[n + i].wait();
+      }
+      const int64_t h0 = chunk_heads(c, j).begin * d_, hjd = chunk_heads(c, j).size() * d_;
+      copy_cols(out + h0, H_ * d_, gather_recv_.data() + gr_off_[i], hjd, B_ * T_, hjd);
+    }
+  profile::Scope pw(profile::Cat::Waiting);
+  for (P2PHandle& h : sends_) h.wait();
+}
+
+// Ulysses: scatter all chunks at once; then per chunk wait, attend, send the outputs back, so
+// chunk c+1's q,k,v and chunk c's outputs travel while chunk c+1 is computed.
+void SequenceParallelAttention::ulysses_forward(const float* qkv, float* out) {
+  if (C_ == 1) return ulysses_all_to_all(qkv, out);
+  const uint32_t tag0 = tag_;
+  tag_ += uint32_t(2 * C_);
+  post_scatter(qkv, tag0);
+  for (int c = 0; c < C_; ++c) {
+    unpack_chunk(qkv, c);
+    if (uly16_)
+      attend16(chunk_heads(c, u_).size());
+    else
+      attend(chunk_qkv_.data(), chunk_out_.data(), chunk_heads(c, u_).size());
+    post_gather_chunk(c, out, tag0);
+  }
+  finish_gather(out);
+}
+
+// bf16 Ulysses: attention over qkv16_'s [3, B, heads, Tg, d] -> chunk_out_ [B, Tg, heads, d].
+void SequenceParallelAttention::attend16(int64_t heads) {
+  if (Tg_ == 0 || heads == 0) return;
+  const size_t plane = size_t(B_ * heads * Tg_ * d_);
+  by_heads_.at(heads).run_dense(qkv16_.data(), qkv16_.data() + plane, qkv16_.data() + 2 * plane, chunk_out_.data(),
+                                nullptr);
+}
+
+}  // namespace dit::detail
