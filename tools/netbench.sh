@@ -7,14 +7,17 @@
 #   sudo tools/netbench.sh --preset xl --layers 2 --size 256 --nodes 2 --rate 25gbit
 #   sudo tools/netbench.sh --preset tiny --steps 2            # the CI smoke run
 #   sudo tools/netbench.sh --preset xl --layers 4 --gen "-p 207 --steps 8 --cfg-parallel --ulysses 2"
+#   sudo tools/netbench.sh --preset xl --layers 2 --size 1024 --nodes 4 --node-cpus 0.5 --layouts cfg2u2,u4
 #
+# With --node-cpus X, each node (and the serial baseline) gets X cores' time by a CFS quota in a
+# cgroup of its own: more nodes than cores (4 at 0.5 on 2), waiting lost as on separate machines.
 # With --gen, every node runs one whole dit-gen instead (launch, rendezvous, load, steps, decode,
 # PNG), and one JSON line gives node 0's wall time and dit-gen's phase times.
 # Prints one JSON line per layout (serial first, the one-node baseline): median step seconds
 # and the speedup over serial. With `-- --rounds N` (dit-bench's) every layout runs N times in
 # turn, one line per run, then one line per layout with the medians over the rounds.
 # Needs root, iproute2 (ip, tc), redis-server, taskset, jq.
-# Cleans up its namespaces, links and redis-server on exit, however it ends.
+# Cleans up its namespaces, links, cgroups and redis-server on exit, however it ends.
 set -euo pipefail
 
 usage() {
@@ -34,6 +37,11 @@ usage: tools/netbench.sh [options] [-- dit-bench options]
   --steps N         timed steps (median reported)                       [3]
   --warmup N        untimed steps first                                 [1]
   --threads N       threads per rank                  [cores per node / ranks per node]
+  --node-cpus X     give each node X cores' worth of time (a CFS quota in a cgroup, e.g. 0.5)
+                    instead of whole cores: more nodes than cores, each as fast as the serial
+                    baseline on node 0 (which runs under the same quota). Nodes still share the
+                    cores they are pinned to; a waiting node's time is not lent to the others,
+                    as on separate machines                               [off]
   --bin DIR         where dit-bench and dit-make-model are               [build/bin]
   --cache DIR       where preset models are created and reused        [dit-bench's]
   --keep-logs DIR   copy each node's JSON and log here
@@ -46,19 +54,19 @@ EOF
 die() { echo "netbench: error: $*" >&2; exit 2; }
 
 preset=tiny layers=0 sizes="" nodes=2 rate=25gbit delay=80us layouts=cfg2,u2,r2,u2r2,tp2
-steps=3 warmup=1 threads=0 bin=build/bin cache="" keep="" gen=""
+steps=3 warmup=1 threads=0 bin=build/bin cache="" keep="" gen="" node_cpus=""
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
-    --preset|--layers|--size|--nodes|--rate|--delay|--layouts|--steps|--warmup|--threads|--bin|--cache|--keep-logs|--gen)
+    --preset|--layers|--size|--nodes|--rate|--delay|--layouts|--steps|--warmup|--threads|--bin|--cache|--keep-logs|--gen|--node-cpus)
       [ $# -ge 2 ] || die "$1 needs a value"
       case "$1" in
         --preset) preset=$2 ;; --layers) layers=$2 ;; --size) sizes=$2 ;; --nodes) nodes=$2 ;;
         --rate) rate=$2 ;; --delay) delay=$2 ;; --layouts) layouts=$2 ;; --steps) steps=$2 ;;
         --warmup) warmup=$2 ;; --threads) threads=$2 ;; --bin) bin=$2 ;; --cache) cache=$2 ;;
-        --keep-logs) keep=$2 ;; --gen) gen=$2 ;;
+        --keep-logs) keep=$2 ;; --gen) gen=$2 ;; --node-cpus) node_cpus=$2 ;;
       esac
       shift 2 ;;
     *) die "unknown option '$1' (see --help)" ;;
@@ -71,6 +79,10 @@ done
 [[ $rate =~ ^[0-9]+(\.[0-9]+)?([kmg]?bit)$ ]] || die "--rate must look like 10gbit or 25gbit, got '$rate'"
 [[ $delay =~ ^[0-9]+(\.[0-9]+)?(us|ms)$ ]] || die "--delay must look like 50us or 1ms, got '$delay'"
 [[ $layouts =~ ^[a-z0-9,]+$ ]] || die "--layouts must be a comma-separated list like cfg2,u2, got '$layouts'"
+if [ -n "$node_cpus" ]; then
+  [[ $node_cpus =~ ^[0-9]*\.?[0-9]+$ ]] && awk -v x="$node_cpus" 'BEGIN { exit !(x >= 0.05 && x <= 1024) }' ||
+    die "--node-cpus must be a number of cores from 0.05 (e.g. 0.5), got '$node_cpus'"
+fi
 
 # ------------------------------------------------------------------ refuse clearly
 [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces, veth links and tc); run it with sudo"
@@ -87,7 +99,7 @@ bin=$(cd "$bin" && pwd)
 tag="dnb$$"                        # names of this run's namespaces and links (<= 15 chars)
 net="10.$((200 + $$ % 50)).$(( ($$ / 50) % 250 ))"   # a /24 of its own
 work=$(mktemp -d /tmp/netbench-XXXXXX)
-pids=() redis_pid=""
+pids=() redis_pid="" cgroups=()
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
@@ -96,6 +108,7 @@ cleanup() {
   [ -n "$redis_pid" ] && { kill "$redis_pid" 2> /dev/null || true; wait "$redis_pid" 2> /dev/null || true; }
   for ((k = 0; k < nodes; k++)); do ip netns del "$tag-n$k" 2> /dev/null || true; done
   ip link del "${tag}br" 2> /dev/null || true
+  for g in "${cgroups[@]}"; do rmdir "$g" 2> /dev/null || true; done
   rm -rf "$work"
   exit "$rc"
 }
@@ -114,6 +127,44 @@ node_cores() {  # node k -> "a,b,..."
   local k=$1 i out=""
   for ((i = 0; i < per; i++)); do out+="${out:+,}${cpus[$(((k * per + i) % ncpu))]}"; done
   echo "$out"
+}
+
+# ------------------------------------------------------------------ CPU quota per node
+# With --node-cpus, node k's processes run in a cgroup of their own whose CFS quota is that
+# many cores (cgroup v2's cpu.max, or v1's cpu controller); node_cg[k] is its directory.
+quota_period=10000   # µs: a short period, so that a throttled node delays its peers by < 10 ms
+node_cg=()
+make_node_cgroup() {  # make_node_cgroup K: appends node K's cgroup to node_cg
+  local k=$1 quota dir
+  quota=$(awk -v x="$node_cpus" -v p="$quota_period" 'BEGIN { printf "%d", x * p }')
+  if [ -f /sys/fs/cgroup/cgroup.controllers ] && grep -qw cpu /sys/fs/cgroup/cgroup.controllers; then
+    dir=/sys/fs/cgroup/$tag-n$k
+    grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control || echo +cpu > /sys/fs/cgroup/cgroup.subtree_control ||
+      die "--node-cpus: cannot enable the cpu controller in /sys/fs/cgroup (cgroup v2)"
+    mkdir "$dir" || die "--node-cpus: cannot create the cgroup $dir"
+    cgroups+=("$dir")
+    echo "$quota $quota_period" > "$dir/cpu.max" || die "--node-cpus: cannot write $dir/cpu.max"
+  elif [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then
+    dir=/sys/fs/cgroup/cpu/$tag-n$k
+    mkdir "$dir" || die "--node-cpus: cannot create the cgroup $dir"
+    cgroups+=("$dir")
+    { echo "$quota_period" > "$dir/cpu.cfs_period_us" && echo "$quota" > "$dir/cpu.cfs_quota_us"; } ||
+      die "--node-cpus: cannot set the CFS quota in $dir"
+  else
+    die "--node-cpus: no cgroup cpu controller (neither cgroup v2 with cpu nor /sys/fs/cgroup/cpu)"
+  fi
+  node_cg+=("$dir")
+}
+if [ -n "$node_cpus" ]; then
+  for ((k = 0; k < nodes; k++)); do make_node_cgroup "$k"; done
+  cores_note+=", $node_cpus cores' time each (CFS quota)"
+fi
+# in_cgroup K: the words that start a command in node K's cgroup (nothing without --node-cpus)
+in_cgroup=()
+set_in_cgroup() {
+  in_cgroup=()
+  [ -n "$node_cpus" ] && in_cgroup=(/usr/bin/env bash -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "${node_cg[$1]}")
+  return 0
 }
 
 # ------------------------------------------------------------------ the network
@@ -184,18 +235,19 @@ link="$rate"
 echo "netbench: $nodes nodes ($cores_note), links $link, redis $net.254:$port" >&2
 for ((k = 0; k < nodes; k++)); do
   cores=$(node_cores "$k")
+  set_in_cgroup "$k"
   t=$threads
   [ "$t" -gt 0 ] || t=$per   # one rank per node for cfg2/u2/r2/tp2; u2r2 puts 2 on a node
   if [ -n "$gen" ]; then
     # shellcheck disable=SC2086  # --gen's words are dit-gen's arguments
-    setsid ip netns exec "$tag-n$k" env DIT_ADDR="$net.$((k + 1))" taskset -c "$cores" \
+    setsid ${in_cgroup[@]+"${in_cgroup[@]}"} ip netns exec "$tag-n$k" env DIT_ADDR="$net.$((k + 1))" taskset -c "$cores" \
       /usr/bin/env bash -c 's=$(date +%s.%N); "$@"; rc=$?; awk -v a="$s" -v b="$(date +%s.%N)" "BEGIN { printf \"wall %.3f\n\", b - a }" >&2; exit $rc' _ \
       "$bin/dit-gen" -m "$model" $gen -v --progress none --nnodes "$nodes" --node-rank "$k" \
       --rendezvous "redis://$net.254:$port/$tag" -o "$work/node$k.png" > "$work/node$k.json" 2> "$work/node$k.log" &
     pids+=($!)
     continue
   fi
-  setsid ip netns exec "$tag-n$k" env DIT_ADDR="$net.$((k + 1))" taskset -c "$cores" \
+  setsid ${in_cgroup[@]+"${in_cgroup[@]}"} ip netns exec "$tag-n$k" env DIT_ADDR="$net.$((k + 1))" taskset -c "$cores" \
     "$bin/dit-bench" --model "$model" ${sizes:+--size "$sizes"} --layouts "serial,$layouts" --steps "$steps" \
     --warmup "$warmup" --threads "$t" --nnodes "$nodes" --node-rank "$k" \
     --rendezvous "redis://$net.254:$port/$tag" ${extra[@]+"${extra[@]}"} > "$work/node$k.json" 2> "$work/node$k.log" &
