@@ -16,6 +16,7 @@
 #include "parallel/process_group.h"
 #include "runtime/attention.h"
 #include "runtime/attention_roles.h"
+#include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/token_split.h"
 
@@ -28,6 +29,13 @@ using Buf = std::vector<float>;
 inline void copy_cols(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
                       int64_t width) {
   for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_stride, src + r * src_stride, size_t(width) * 4);
+}
+
+// The same with bf16 rows (uint16_t) widened to f32: exact.
+inline void widen_cols(float* dst, int64_t dst_stride, const uint16_t* src, int64_t src_stride, int64_t rows,
+                       int64_t width) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < width; ++i) dst[r * dst_stride + i] = bf16_to_f32(src[r * src_stride + i]);
 }
 
 class SequenceParallelAttention final : public SelfAttention {
@@ -62,6 +70,8 @@ class SequenceParallelAttention final : public SelfAttention {
   void pack16(const float* qkv, TokenRange heads, uint16_t* dst, int64_t dst_tokens = 0, int64_t first = 0) const;
   void unpack_chunk16(const float* qkv, int c);
   void attend16(int64_t heads);
+  void gather16(float* out);
+  void narrow_tokens(int j, int64_t hcd, uint16_t* dst, bool packed) const;
   void post_scatter(const float* qkv, uint32_t tag0);
   void unpack_chunk(const float* qkv, int c);
   void post_gather_chunk(int c, float* out, uint32_t tag0);
@@ -104,9 +114,15 @@ class SequenceParallelAttention final : public SelfAttention {
   // every size is a multiple of d, which must be even (else the f32 exchange is used). With
   // chunks the same: each (chunk, peer) block is [3, B, hc_j, T, d] bf16 in scatter_send_'s
   // room for it, and qkv16_ holds one chunk's [3, B, hc, Tg, d].
+  // The outputs return in bf16 too (out16_: chunk_out_ rounded; recv16_: [B, T, H, d], the
+  // other ranks' heads, widened into out): the next matmul (the output projection, in bf16)
+  // rounds its input to bf16 anyway, to nearest even as to_bf16 does, so the result is the
+  // same bit for bit; this rank's own heads stay f32. With chunks, gather_send_ and
+  // gather_recv_ hold bf16 in their blocks' room.
   bool uly16_ = false;
-  std::vector<uint16_t> send16_, qkv16_;
+  std::vector<uint16_t> send16_, qkv16_, out16_, recv16_;
   std::vector<size_t> send16_off_;
+  std::vector<StridedBlock> gather16_to_, gather16_from_;
   // Attention over the group's tokens by heads per call (no ring), or per K/V block length (ring).
   std::map<int64_t, Attention> by_heads_;
   std::map<int64_t, Attention> by_kv_len_;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "parallel/sequence_parallel_attention.h"
+#include "runtime/elementwise.h"
 #include "runtime/profile.h"
 
 namespace dit::detail {
@@ -42,6 +43,8 @@ void SequenceParallelAttention::prepare_ulysses() {
   if (uly16_) {  // blocks travel as [3, B, hc, Tj, d] bf16 (half their float offsets' room)
     Buf().swap(chunk_qkv_);
     qkv16_.assign(size_t(3 * B_ * hmax * Tg_ * d_) + 2, 0);
+    std::vector<uint16_t>().swap(out16_);  // the chunks' outputs travel in gather_send_ / gather_recv_
+    std::vector<uint16_t>().swap(recv16_);
   } else {
     chunk_qkv_.assign(size_t(B_ * Tg_ * 3 * hmax * d_) + 1, 0.0f);
     std::vector<uint16_t>().swap(qkv16_);
@@ -76,8 +79,7 @@ void SequenceParallelAttention::prepare_ulysses_blocks() {
   for (Buf* b : {&scatter_send_, &scatter_recv_, &gather_send_, &gather_recv_}) Buf().swap(*b);
   if (!uly16_) {
     chunk_qkv_.assign(B * Tg * 3 * Hu * d + 1, 0.0f);
-    std::vector<uint16_t>().swap(send16_);
-    std::vector<uint16_t>().swap(qkv16_);
+    for (auto* v : {&send16_, &qkv16_, &out16_, &recv16_}) std::vector<uint16_t>().swap(*v);
     return;
   }
   Buf().swap(chunk_qkv_);
@@ -91,8 +93,20 @@ void SequenceParallelAttention::prepare_ulysses_blocks() {
     scatter_to_[size_t(j)] = {send16_off_[size_t(j)] / 2, 1, n / 2, n / 2};
     scatter_from_[size_t(j)] = {t0 * d / 2, 3 * B * Hu, tj * d / 2, Tg * d / 2};
   }
+  // The outputs' return in bf16 pairs: gather_to_ and gather_from_ halved, over out16_ and
+  // recv16_; the block to myself is empty (my heads go from chunk_out_ to out in f32).
+  gather16_to_.clear();
+  gather16_from_.clear();
+  for (int j = 0; j < U_; ++j) {
+    const StridedBlock a = gather_to_[size_t(j)], b = gather_from_[size_t(j)];
+    const bool other = j != u_;
+    gather16_to_.push_back(other ? StridedBlock{a.offset / 2, a.rows, a.width / 2, a.stride / 2} : StridedBlock{});
+    gather16_from_.push_back(other ? StridedBlock{b.offset / 2, b.rows, b.width / 2, b.stride / 2} : StridedBlock{});
+  }
   send16_.assign(send16_off_[size_t(U_)] + 2, 0);
   qkv16_.assign(3 * B * Hu * Tg * d + 2, 0);
+  out16_.assign(B * Tg * Hu * d + 2, 0);
+  recv16_.assign(B * T * H * d + 2, 0);
 }
 
 // bf16 Ulysses: my tokens' q, k and v of heads `heads` as [3, B, heads, T, d] bf16, or with
@@ -123,6 +137,7 @@ void SequenceParallelAttention::ulysses_all_to_all(const float* qkv, float* out)
                                reinterpret_cast<float*>(qkv16_.data()), scatter_from_);
     }
     attend16(Hu_);
+    return gather16(out);
   } else {
     {
       profile::Scope pc(profile::Cat::Communication);
@@ -134,6 +149,35 @@ void SequenceParallelAttention::ulysses_all_to_all(const float* qkv, float* out)
   profile::Scope pc(profile::Cat::Communication);
   profile::add_bytes(uint64_t(B_ * (Tg_ - T_) * Hu_ * d_) * 4);
   uly_->all_to_all_strided(chunk_out_.data(), gather_to_, out, gather_from_);
+}
+
+// bf16, one chunk: the other ranks' tokens of my heads rounded to bf16 and exchanged; my own
+// heads copied in f32; the other ranks' heads of my tokens widened into out [B, T, H, d].
+void SequenceParallelAttention::gather16(float* out) {
+  const int64_t row = Hu_ * d_, h0 = heads_of(u_).begin * d_, t0 = tokens_of(u_).begin - tokens_of(0).begin;
+  for (int j = 0; j < U_; ++j)
+    if (j != u_) narrow_tokens(j, row, out16_.data(), false);
+  for (int64_t b = 0; b < B_; ++b)
+    copy_cols(out + b * T_ * H_ * d_ + h0, H_ * d_, chunk_out_.data() + (b * Tg_ + t0) * row, row, T_, row);
+  {
+    profile::Scope pc(profile::Cat::Communication);
+    profile::add_bytes(uint64_t(B_ * (Tg_ - T_) * Hu_ * d_) * 2);
+    uly_->all_to_all_strided(reinterpret_cast<const float*>(out16_.data()), gather16_to_,
+                             reinterpret_cast<float*>(recv16_.data()), gather16_from_);
+  }
+  for (int j = 0; j < U_; ++j)
+    if (j != u_) {
+      const int64_t hj0 = heads_of(j).begin * d_, hjd = heads_of(j).size() * d_;
+      widen_cols(out + hj0, H_ * d_, recv16_.data() + hj0, H_ * d_, B_ * T_, hjd);
+    }
+}
+
+// Rank j's tokens of chunk_out_ [B, Tg, hc, d] (hcd = hc·d) rounded to bf16: into the same
+// places of dst, [B, Tg, hc, d] (gather16), or packed as [B, Tj, hc, d] (a chunk's message).
+void SequenceParallelAttention::narrow_tokens(int j, int64_t hcd, uint16_t* dst, bool packed) const {
+  const int64_t tj = tokens_of(j).size(), t0 = tokens_of(j).begin - tokens_of(0).begin;
+  for (int64_t b = 0; b < B_; ++b)
+    to_bf16(chunk_out_.data() + (b * Tg_ + t0) * hcd, dst + (packed ? b * tj : b * Tg_ + t0) * hcd, tj * hcd);
 }
 
 // Packs every chunk's q,k,v for every peer ([B, T, 3, H, d] -> [B, T, 3, hc_j, d] blocks) and
@@ -149,8 +193,8 @@ void SequenceParallelAttention::post_scatter(const float* qkv, uint32_t tag0) {
         recvs_[i] = uly_->irecv(scatter_recv_.data() + sr_off_[i], (sr_off_[i + 1] - sr_off_[i]) * (uly16_ ? 2 : 4), j,
                                 tag0 + c);
       if (gr_off_[i + 1] > gr_off_[i])
-        recvs_[n + i] = uly_->irecv(gather_recv_.data() + gr_off_[i], (gr_off_[i + 1] - gr_off_[i]) * 4, j,
-                                    tag0 + uint32_t(C_ + c));
+        recvs_[n + i] = uly_->irecv(gather_recv_.data() + gr_off_[i], (gr_off_[i + 1] - gr_off_[i]) * (uly16_ ? 2 : 4),
+                                    j, tag0 + uint32_t(C_ + c));
     }
   for (int c = 0; c < C_; ++c)
     for (int j = 0; j < U_; ++j) {
@@ -231,12 +275,16 @@ void SequenceParallelAttention::post_gather_chunk(int c, float* out, uint32_t ta
     }
     if (gs_off_[i + 1] == gs_off_[i]) continue;
     float* p = gather_send_.data() + gs_off_[i];
-    for (int64_t b = 0; b < B_; ++b, p += tj.size() * hcd)
-      std::memcpy(p, chunk_out_.data() + (b * Tg_ + t0) * hcd, size_t(tj.size() * hcd) * 4);
+    if (uly16_) {
+      narrow_tokens(j, hcd, reinterpret_cast<uint16_t*>(p), true);
+    } else {
+      for (int64_t b = 0; b < B_; ++b, p += tj.size() * hcd)
+        std::memcpy(p, chunk_out_.data() + (b * Tg_ + t0) * hcd, size_t(tj.size() * hcd) * 4);
+    }
+    const size_t bytes = (gs_off_[i + 1] - gs_off_[i]) * (uly16_ ? 2 : 4);
     profile::Scope pc(profile::Cat::Communication);
-    profile::add_bytes((gs_off_[i + 1] - gs_off_[i]) * 4);
-    sends_[size_t(C_ * U_) + i] =
-        uly_->isend(gather_send_.data() + gs_off_[i], (gs_off_[i + 1] - gs_off_[i]) * 4, j, tag0 + uint32_t(C_ + c));
+    profile::add_bytes(bytes);
+    sends_[size_t(C_ * U_) + i] = uly_->isend(gather_send_.data() + gs_off_[i], bytes, j, tag0 + uint32_t(C_ + c));
   }
 }
 
@@ -253,7 +301,11 @@ void SequenceParallelAttention::finish_gather(float* out) {
         recvs_[n + i].wait();
       }
       const int64_t h0 = chunk_heads(c, j).begin * d_, hjd = chunk_heads(c, j).size() * d_;
-      copy_cols(out + h0, H_ * d_, gather_recv_.data() + gr_off_[i], hjd, B_ * T_, hjd);
+      if (uly16_)
+        widen_cols(out + h0, H_ * d_, reinterpret_cast<const uint16_t*>(gather_recv_.data() + gr_off_[i]), hjd, B_ * T_,
+                   hjd);
+      else
+        copy_cols(out + h0, H_ * d_, gather_recv_.data() + gr_off_[i], hjd, B_ * T_, hjd);
     }
   profile::Scope pw(profile::Cat::Waiting);
   for (P2PHandle& h : sends_) h.wait();

@@ -33,6 +33,8 @@ class SelfAttention {
   // Called once per shape before the denoising loop: buffers, primitives, plans.
   virtual void prepare(const SelfAttentionShape& s) = 0;
   // qkv: [batch, local_tokens, 3, heads, head_dim]; out: [batch, local_tokens, heads, head_dim].
+  // With compute bf16, out's values may already be rounded to bf16 (to nearest even): what it
+  // feeds is a bf16 matmul (the output projection), whose input rounding then changes nothing.
   virtual void forward(const float* qkv, float* out) = 0;
   virtual const char* name() const = 0;
 };

@@ -31,6 +31,13 @@ using namespace dit;
 
 namespace {
 
+// The rank of `parts` whose split_tokens(n, parts, rank) holds index i.
+int split_rank_of(int64_t n, int parts, int64_t i) {
+  for (int r = 0; r < parts; ++r)
+    if (split_tokens(n, parts, r).begin <= i && i < split_tokens(n, parts, r).end) return r;
+  return -1;
+}
+
 struct Shape {
   int64_t batch, heads, head_dim, tokens;
   DType compute = DType::F32;
@@ -248,9 +255,11 @@ TEST_CASE("Ulysses in bf16: q, k, v exchanged in the kernels' form give the bits
   if (!dit_test::bf16_available()) return;
   // Without and with chunks, each rank's heads are converted to bf16 before the exchange and
   // read as they arrive; local attention converts the same values itself. Per head the work
-  // is the same, so the bits must be. Heads split unevenly (u3 over 4 heads; u2 over 3),
-  // tokens too (37 over 2 or 3 ranks, 3 over 4); an odd head_dim (7) cannot travel as bf16
-  // pairs and takes the f32 exchange, with the same bits.
+  // is the same, so the bits must be: exactly for the heads a rank computed for its own
+  // tokens, and rounded to bf16 (to nearest even) for the heads that came back from another
+  // rank, which return in bf16. Heads split unevenly (u3 over 4 heads; u2 over 3), tokens too
+  // (37 over 2 or 3 ranks, 3 over 4); an odd head_dim (7) cannot travel as bf16 pairs and
+  // takes the f32 exchange, with every bit of local attention.
   struct Case {
     int ulysses;
     int64_t heads, head_dim, tokens;
@@ -271,8 +280,20 @@ TEST_CASE("Ulysses in bf16: q, k, v exchanged in the kernels' form give the bits
         local->prepare(s);
         std::vector<float> want(p.got.size());
         local->forward(p.qkv.data(), want.data());
+        // Token t's output of head h came from the Ulysses rank holding h; it is rounded when
+        // that rank is not the one holding t.
+        const bool pairs = c.head_dim % 2 == 0;
+        size_t rounded = 0;
+        for (int64_t b = 0; b < p.s.batch; ++b)
+          for (int64_t t = 0; t < c.tokens; ++t)
+            for (int64_t h = 0; h < c.heads; ++h) {
+              const bool other = split_rank_of(c.tokens, c.ulysses, t) != split_rank_of(c.heads, c.ulysses, h);
+              float* w = want.data() + ((b * c.tokens + t) * c.heads + h) * c.head_dim;
+              for (int64_t i = 0; pairs && other && i < c.head_dim; ++i, ++rounded) w[i] = bf16_to_f32(f32_to_bf16(w[i]));
+            }
         INFO("u" << c.ulysses << " chunks " << chunks << " heads " << c.heads << " head_dim " << c.head_dim << " tokens "
-                 << c.tokens << " batch " << p.s.batch);
+                 << c.tokens << " batch " << p.s.batch << ", " << rounded << " values rounded");
+        CHECK((rounded > 0) == pairs);
         CHECK(std::memcmp(p.got.data(), want.data(), want.size() * 4) == 0);
       }
     }

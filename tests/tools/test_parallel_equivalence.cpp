@@ -11,6 +11,7 @@
 
 #include "cli_util.h"
 #include "runtime/npy.h"
+#include "tests/compute_types.h"
 
 using namespace dit_test;
 
@@ -180,6 +181,33 @@ TEST_CASE("parallel layouts equal serial: Ulysses pipelined over head chunks", "
   // dit-small: 6 heads, 3 per rank over u2 -> chunks of 1; 2 chunks over 3 heads: 2 + 1.
   check_layouts("dit-small", "", {"--ulysses 2 --ulysses-chunks 3", "--cfg-parallel --ulysses 2 --ulysses-chunks 2"});
   check_layouts("pixart-tiny", "", {"--ulysses 2 --ulysses-chunks 2", "--ulysses 4 --ulysses-chunks 4"});
+}
+
+TEST_CASE("bf16: Ulysses gives the serial latents bit for bit, its outputs returning in bf16",
+          "[parallel][equivalence][bf16]") {
+  if (!dit_test::bf16_available()) return;
+  // In bf16 the Ulysses exchange moves q, k, v in the attention kernels' form and returns the
+  // other ranks' outputs rounded to bf16, which the output projection rounds its input to
+  // anyway: every layout below must give the serial bf16 run's noise prediction and final
+  // latents exactly (head_dim 16 and 8: even, so the bf16 exchange is taken).
+  struct Case {
+    std::string model;
+    std::vector<std::string> layouts;
+  };
+  for (const Case& c : {Case{"dit-small", {"--ulysses 2", "--ulysses 3", "--ulysses 2 --ulysses-chunks 3",
+                                           "--cfg-parallel --ulysses 2 --ulysses-chunks 2"}},
+                        Case{"pixart-tiny", {"--ulysses 2", "--ulysses 4 --ulysses-chunks 4"}}}) {
+    Scratch s;
+    const Output serial = generate(c.model, "", "--dtype bf16", s, "serial");
+    int n = 0;
+    for (const std::string& layout : c.layouts) {
+      const Diffs d = compare(generate(c.model, layout, "--dtype bf16", s, "par" + std::to_string(n++)), serial);
+      INFO(c.model << " [" << layout << "] bf16: eps0 rel " << d.eps0_rel << ", latents rel " << d.latents_rel);
+      CHECK(d.eps0_bitwise);
+      CHECK(d.latents_bitwise);
+      CHECK(d.px_diff == 0);
+    }
+  }
 }
 
 TEST_CASE("parallel VAE (--vae-parallel ranks): the decode split over a replica's ranks gives the serial image", "[parallel][equivalence][vae]") {
