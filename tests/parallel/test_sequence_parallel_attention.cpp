@@ -250,7 +250,7 @@ TEST_CASE("Ulysses, Ring and USP attention with bf16 compute", "[parallel][atten
   }
 }
 
-TEST_CASE("Ulysses in bf16: q, k, v exchanged in the kernels' form give the bits of local bf16 attention",
+TEST_CASE("Ulysses in bf16: q, k, v sent in the kernels' form, outputs returned in bf16: the bits of local bf16 attention",
           "[parallel][attention]") {
   if (!dit_test::bf16_available()) return;
   // Without and with chunks, each rank's heads are converted to bf16 before the exchange and
