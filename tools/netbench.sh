@@ -156,6 +156,14 @@ make_node_cgroup() {  # make_node_cgroup K: appends node K's cgroup to node_cg
   node_cg+=("$dir")
 }
 if [ -n "$node_cpus" ]; then
+  # Every core must have the time its nodes are promised: node k spreads X over the `per`
+  # cores it is pinned to, and no core may be asked for more than all of itself.
+  pinned=$(for ((k = 0; k < nodes; k++)); do node_cores "$k"; done | tr ',' ' ')
+  most=$(echo "$pinned" | awk -v x="$node_cpus" -v per="$per" '
+    { for (i = 1; i <= NF; i++) load[$i] += x / per }
+    END { m = 0; for (c in load) if (load[c] > m) m = load[c]; printf "%.3f", m }')
+  awk -v m="$most" 'BEGIN { exit !(m <= 1.0005) }' ||
+    die "--node-cpus $node_cpus: with $nodes nodes pinned to $ncpu cores, a core would owe ${most}x its time; use at most $(awk -v x="$node_cpus" -v m="$most" 'BEGIN { printf "%.3g", x / m }')"
   for ((k = 0; k < nodes; k++)); do make_node_cgroup "$k"; done
   cores_note+=", $node_cpus cores' time each (CFS quota)"
 fi
