@@ -123,13 +123,13 @@ def whole(docs):
 
 def nodes(docs):
     print("## Simulated machines (tools/netbench.sh): speed-up over one node")
-    print("| nodes | layout | tokens | step (s) | vs one node |")
-    print("|---|---|---|---|---|")
+    print("| nodes | layout | tokens | step (s) | vs one node | cores |")
+    print("|---|---|---|---|---|---|")
     for d in docs:
         if "layout" in d:
             sp = d.get("speedup_vs_serial")
             print(f"| {d.get('nodes', '')} | {d['layout']} | {d.get('tokens', '')} | "
-                  f"{d.get('step_median_s', 0):.3f} | {'' if sp is None else f'{sp:.2f}x'} |")
+                  f"{d.get('step_median_s', 0):.3f} | {'' if sp is None else f'{sp:.2f}x'} | {d.get('cores', '')} |")
     print()
 
 
