@@ -98,11 +98,11 @@ void ProcessGroup::all_to_all_strided(const float* send, const std::vector<Strid
   if (scratch_.size() < sent + 1) scratch_.resize(sent + 1);
   if (scratch2_.size() < received + 1) scratch2_.resize(received + 1);
   for (size_t j = 0, at = 0; j < n; at += tcp_send_counts_[j], ++j)
-    copy_block(send, to[j], 0, scratch_.data() + at, kFlat, 0, tcp_send_counts_[j]);
-  copy_block(send, to[me], 0, recv, from[me], 0, to[me].count());
+    copy_block_parallel(send, to[j], 0, scratch_.data() + at, kFlat, 0, tcp_send_counts_[j]);
+  copy_block_parallel(send, to[me], 0, recv, from[me], 0, to[me].count());
   all_to_all_v(scratch_.data(), tcp_send_counts_, scratch2_.data(), tcp_recv_counts_);
   for (size_t j = 0, at = 0; j < n; at += tcp_recv_counts_[j], ++j)
-    copy_block(scratch2_.data() + at, kFlat, 0, recv, from[j], 0, tcp_recv_counts_[j]);
+    copy_block_parallel(scratch2_.data() + at, kFlat, 0, recv, from[j], 0, tcp_recv_counts_[j]);
 }
 
 void ProcessGroup::all_gather_bytes(const void* send, void* recv, size_t bytes) {
@@ -162,7 +162,7 @@ void ProcessGroup::all_gather_v(const float* send, float* recv, const std::vecto
   });
   if (planes == 1) return;
   for (size_t j = 0, at = 0, from = 0; j < size_t(size()); from += tcp_recv_counts_[j], at += recv_counts[j], ++j)
-    copy_block(packed + from, kFlat, 0, recv, {at, planes, recv_counts[j], total}, 0, tcp_recv_counts_[j]);
+    copy_block_parallel(packed + from, kFlat, 0, recv, {at, planes, recv_counts[j], total}, 0, tcp_recv_counts_[j]);
 }
 
 void ProcessGroup::all_reduce_sum(float* data, size_t count) {
@@ -221,7 +221,8 @@ void ProcessGroup::reduce_scatter_sum_v(const float* send, float* recv, const st
   if (planes > 1) {
     if (scratch_.size() < planes * total) scratch_.resize(planes * total);
     for (size_t j = 0, at = 0; j < n; at += counts[j], ++j)  // [rank][planes][share of rank]
-      copy_block(send, {at, planes, counts[j], total}, 0, scratch_.data() + planes * at, kFlat, 0, planes * counts[j]);
+      copy_block_parallel(send, {at, planes, counts[j], total}, 0, scratch_.data() + planes * at, kFlat, 0,
+                          planes * counts[j]);
     packed = scratch_.data();
   }
   tcp_send_counts_.resize(n);

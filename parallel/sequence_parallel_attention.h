@@ -14,6 +14,7 @@
 
 #include "parallel/parallel_attention.h"
 #include "parallel/process_group.h"
+#include "parallel/strided_block.h"
 #include "runtime/attention.h"
 #include "runtime/attention_roles.h"
 #include "runtime/dtype.h"
@@ -24,18 +25,27 @@ namespace dit::detail {
 
 using Buf = std::vector<float>;
 
-// rows × width floats from a matrix with src_stride floats per row into one with dst_stride
-// (the head block of every row, out of or into [.., H·d] rows).
-inline void copy_cols(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
-                      int64_t width) {
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_stride, src + r * src_stride, size_t(width) * 4);
+// Large row copies are shared among the rank's threads (kParallelCopyBytes, strided_block.h).
+inline bool parallel_rows(int64_t rows, int64_t width, size_t elem) {
+  return size_t(rows * width) * elem >= kParallelCopyBytes;
+}
+
+// rows × width elements from a matrix with src_stride elements per row into one with
+// dst_stride (the head block of every row, out of or into [.., H·d] rows).
+template <class T>
+void copy_cols(T* dst, int64_t dst_stride, const T* src, int64_t src_stride, int64_t rows, int64_t width) {
+  if (rows <= 0 || width <= 0) return;
+  const size_t w = size_t(width);
+  copy_block_parallel(src, StridedBlock{0, size_t(rows), w, size_t(src_stride)}, 0, dst,
+                      StridedBlock{0, size_t(rows), w, size_t(dst_stride)}, 0, size_t(rows) * w);
 }
 
 // The same with bf16 rows (uint16_t) widened to f32: exact.
 inline void widen_cols(float* dst, int64_t dst_stride, const uint16_t* src, int64_t src_stride, int64_t rows,
                        int64_t width) {
-  for (int64_t r = 0; r < rows; ++r)
+  parallel_for(rows, parallel_rows(rows, width, 4), [&](int64_t r) {
     for (int64_t i = 0; i < width; ++i) dst[r * dst_stride + i] = bf16_to_f32(src[r * src_stride + i]);
+  });
 }
 
 class SequenceParallelAttention final : public SelfAttention {

@@ -14,7 +14,7 @@ namespace {
 
 // sum[i] = ((x[0][i] + x[1][i]) + x[2][i]) + ... for n >= 2 arrays; sum may be one of them
 // (a rank's share of an all-reduce, summed in place).
-void sum_in_order(const float* const* x, size_t n, float* sum, size_t len) {
+void sum_in_order_serial(const float* const* x, size_t n, float* sum, size_t len) {
   if (n == 2) {  // each element read before it is written
     for (size_t i = 0; i < len; ++i) sum[i] = x[0][i] + x[1][i];
     return;
@@ -28,6 +28,21 @@ void sum_in_order(const float* const* x, size_t n, float* sum, size_t len) {
       for (size_t i = 0; i < m; ++i) acc[i] += x[r][b + i];
     std::memcpy(sum + b, acc, m * sizeof(float));
   }
+}
+
+// ... shared among the calling thread's team in contiguous parts (each element summed in the
+// same order, so the same bits).
+void sum_in_order(const float* const* x, size_t n, float* sum, size_t len) {
+  parallel_split(len, sizeof(float), [&](size_t first, size_t m) {
+    const float* part[64];
+    const float* const* xs = x;
+    if (first > 0) {
+      DIT_CHECK(n <= 64, "sum_in_order: " << n << " ranks (at most 64 in one machine's group)");
+      for (size_t r = 0; r < n; ++r) part[r] = x[r] + first;
+      xs = part;
+    }
+    sum_in_order_serial(xs, n, sum + first, m);
+  });
 }
 
 // The part of a block of `count` elements that piece `off` carries, pieces of `piece` elements.
@@ -94,16 +109,16 @@ void ShmExchange::exchange(const char* in, char* out, size_t most) {
     begin_piece(seq, deadline);
     char* mine = slot(rank_);
     for (size_t j = 0; j < n; ++j)
-      if (j != me) copy_block(in, to_[j], off, mine + j * piece, kFlat, 0, part(to_[j].count(), off, piece));
+      if (j != me) copy_block_parallel(in, to_[j], off, mine + j * piece, kFlat, 0, part(to_[j].count(), off, piece));
     posted(rank_).store(seq, std::memory_order_release);
     for (int k = 1; k < size_; ++k) {  // starting after this rank: the ranks do not all read one slot at once
       const size_t j = size_t((rank_ + k) % size_);
       wait_for(posted(int(j)), seq, int(j), deadline);
-      copy_block(slot(int(j)) + me * piece, kFlat, 0, out, from_[j], off, part(from_[j].count(), off, piece));
+      copy_block_parallel(slot(int(j)) + me * piece, kFlat, 0, out, from_[j], off, part(from_[j].count(), off, piece));
     }
     done(rank_).store(seq, std::memory_order_release);
   }
-  copy_block(in, to_[me], 0, out, from_[me], 0, to_[me].count());
+  copy_block_parallel(in, to_[me], 0, out, from_[me], 0, to_[me].count());
 }
 
 // share_[j]: rank j's rows (`planes` of them) in an array of planes holding every rank's row in
@@ -130,13 +145,13 @@ void ShmExchange::all_gather_v(const void* send, void* recv, const size_t* count
     const uint64_t seq = ++seq_;
     begin_piece(seq, deadline);
     const size_t mine = part(share_[me].count(), off, piece);
-    if (mine) std::memcpy(slot(rank_), in + off, mine);
+    if (mine) copy_block_parallel(in, kFlat, off, slot(rank_), kFlat, 0, mine);
     posted(rank_).store(seq, std::memory_order_release);
-    copy_block(in, kFlat, off, out, share_[me], off, mine);
+    copy_block_parallel(in, kFlat, off, out, share_[me], off, mine);
     for (int k = 1; k < size_; ++k) {
       const size_t j = size_t((rank_ + k) % size_);
       wait_for(posted(int(j)), seq, int(j), deadline);
-      copy_block(slot(int(j)), kFlat, 0, out, share_[j], off, part(share_[j].count(), off, piece));
+      copy_block_parallel(slot(int(j)), kFlat, 0, out, share_[j], off, part(share_[j].count(), off, piece));
     }
     done(rank_).store(seq, std::memory_order_release);
   }
@@ -157,7 +172,8 @@ void ShmExchange::reduce_scatter_sum(const float* send, float* recv, const size_
     begin_piece(seq, deadline);
     float* mine = reinterpret_cast<float*>(slot(rank_));
     for (size_t j = 0; j < n; ++j)
-      if (j != me) copy_block(send, share_[j], off, mine + j * piece, kFlat, 0, part(share_[j].count(), off, piece));
+      if (j != me)
+        copy_block_parallel(send, share_[j], off, mine + j * piece, kFlat, 0, part(share_[j].count(), off, piece));
     posted(rank_).store(seq, std::memory_order_release);
     for (int k = 1; k < size_; ++k) {
       const int j = (rank_ + k) % size_;

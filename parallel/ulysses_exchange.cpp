@@ -176,8 +176,11 @@ void SequenceParallelAttention::gather16(float* out) {
 // places of dst, [B, Tg, hc, d] (gather16), or packed as [B, Tj, hc, d] (a chunk's message).
 void SequenceParallelAttention::narrow_tokens(int j, int64_t hcd, uint16_t* dst, bool packed) const {
   const int64_t tj = tokens_of(j).size(), t0 = tokens_of(j).begin - tokens_of(0).begin;
-  for (int64_t b = 0; b < B_; ++b)
-    to_bf16(chunk_out_.data() + (b * Tg_ + t0) * hcd, dst + (packed ? b * tj : b * Tg_ + t0) * hcd, tj * hcd);
+  for (int64_t b = 0; b < B_; ++b) {
+    const float* x = chunk_out_.data() + (b * Tg_ + t0) * hcd;
+    uint16_t* y = dst + (packed ? b * tj : b * Tg_ + t0) * hcd;
+    parallel_split(size_t(tj * hcd), 4, [&](size_t first, size_t n) { to_bf16(x + first, y + first, int64_t(n)); });
+  }
 }
 
 // Packs every chunk's q,k,v for every peer ([B, T, 3, H, d] -> [B, T, 3, hc_j, d] blocks) and
@@ -232,9 +235,9 @@ void SequenceParallelAttention::unpack_chunk(const float* qkv, int c) {
       profile::Scope pw(profile::Cat::Waiting);
       recvs_[i].wait();
     }
-    const float* q = scatter_recv_.data() + sr_off_[i];
-    for (int64_t b = 0; b < B_; ++b, q += tj.size() * row)
-      std::memcpy(chunk_qkv_.data() + (b * Tg_ + t0) * row, q, size_t(tj.size() * row) * 4);
+    // rows (b) of tj·3·hc·d: my tokens' runs of chunk_qkv_ <- the block
+    copy_cols(chunk_qkv_.data() + t0 * row, Tg_ * row, scatter_recv_.data() + sr_off_[i], tj.size() * row, B_,
+              tj.size() * row);
   }
 }
 
@@ -256,8 +259,7 @@ void SequenceParallelAttention::unpack_chunk16(const float* qkv, int c) {
       recvs_[i].wait();
     }
     const uint16_t* src = reinterpret_cast<const uint16_t*>(scatter_recv_.data() + sr_off_[i]);
-    for (int64_t r = 0; r < rows; ++r)  // rows (q|k|v, b, h) of tj·d
-      std::memcpy(qkv16_.data() + size_t((r * Tg_ + t0) * d_), src + r * tj * d_, size_t(tj * d_) * 2);
+    copy_cols(qkv16_.data() + t0 * d_, Tg_ * d_, src, tj * d_, rows, tj * d_);  // rows (q|k|v, b, h) of tj·d
   }
 }
 
@@ -277,9 +279,8 @@ void SequenceParallelAttention::post_gather_chunk(int c, float* out, uint32_t ta
     float* p = gather_send_.data() + gs_off_[i];
     if (uly16_) {
       narrow_tokens(j, hcd, reinterpret_cast<uint16_t*>(p), true);
-    } else {
-      for (int64_t b = 0; b < B_; ++b, p += tj.size() * hcd)
-        std::memcpy(p, chunk_out_.data() + (b * Tg_ + t0) * hcd, size_t(tj.size() * hcd) * 4);
+    } else {  // rows (b) of tj·hc·d
+      copy_cols(p, tj.size() * hcd, chunk_out_.data() + t0 * hcd, Tg_ * hcd, B_, tj.size() * hcd);
     }
     const size_t bytes = (gs_off_[i + 1] - gs_off_[i]) * (uly16_ ? 2 : 4);
     profile::Scope pc(profile::Cat::Communication);

@@ -15,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "parallel/strided_block.h"
 #include "runtime/attention.h"
 #include "runtime/conv2d.h"
 #include "runtime/engine.h"
@@ -139,6 +140,21 @@ json bench_conv(int64_t ch, int64_t hw, const std::string& layout, DType c) {
           {"ms", sec * 1e3}, {"gflops", fl / sec / 1e9}, {"impl", conv.impl_info()}};
 }
 
+// The collectives' copies (parallel/strided_block.h): a Ulysses-like strided block, 576 of every
+// 1152 floats of 4096 rows per batch item (19 MB), copied into a dense buffer by copy_block
+// on one thread and by copy_block_parallel on the whole team, in GB/s of bytes copied.
+json bench_copy() {
+  const size_t rows = 2 * 4096, width = 576, stride = 1152, n = rows * width;
+  std::vector<float> src(rows * stride, 1.f), dst(n, 0.f);
+  const StridedBlock a{0, rows, width, stride};
+  const double one = median_seconds([&] { copy_block(src.data(), a, 0, dst.data(), kFlat, 0, n); });
+  const double team = median_seconds([&] { copy_block_parallel(src.data(), a, 0, dst.data(), kFlat, 0, n); });
+  const double gb = double(n) * 4 / 1e9;
+  return {{"op", "copy"}, {"what", "strided block [8192 rows x 576 of 1152 floats] -> dense"}, {"mb", gb * 1e3},
+          {"gbps_one_thread", gb / one}, {"gbps_team", gb / team}, {"team_threads", omp_get_max_threads()},
+          {"team_vs_one", one / team}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -149,7 +165,9 @@ int main(int argc, char** argv) {
   app.add_option("-t,--threads", threads, "threads (default: OpenMP default)");
   app.add_option("--runs", g_runs, "timed runs per measurement (median reported)")->capture_default_str();
   app.add_option("--warmup", g_warmup, "untimed warm-up runs")->capture_default_str();
-  app.add_option("--only", only, "run only: gemm, linear, attention, conv");
+  app.add_option("--only", only,
+                 "run only: gemm, linear, attention, conv, copy (the collectives' copies, one thread against all)")
+      ->check(CLI::IsMember({"gemm", "linear", "attention", "conv", "copy"}));
   app.add_flag("--sweep", sweep, "also sweep attention block sizes at 1024 tokens");
   app.add_flag("--no-4096", skip_4096, "skip the 4096-token attention");
   app.add_flag("--packed", packed, "also time Linear with weights reordered into the matmul's preferred layout");
@@ -197,6 +215,7 @@ int main(int argc, char** argv) {
           for (const char* layout : {"nhwc", "blocked", "nchw"})
             if (c == DType::F32 || std::string(layout) != "nchw")  // bf16 converts an NCHW x in a reorder
               rows.push_back(bench_conv(ch, hw, layout, c));
+    if (only.empty() || only == "copy") rows.push_back(bench_copy());
     res["results"] = rows;
     std::printf("%s\n", res.dump(1).c_str());
   } catch (const std::exception& e) {

@@ -75,6 +75,7 @@ bench=("$bin/dit-bench" --preset xl --layers "$layers" $steps)
 # 1. Kernels at all cores: the GEMM reference and attention (f32 and bf16).
 part kernels 90 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs 5 --only gemm
 part kernels 90 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs 5 --only attention --no-4096
+part kernels 60 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs 5 --only copy
 
 # 2. One machine, 1024 tokens: each layout of R ranks with cores/R threads against serial-all.
 for r in 2 4 8 16; do

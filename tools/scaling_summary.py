@@ -79,6 +79,12 @@ def kernels(docs):
             if r.get("op", "").startswith("attention") and r.get("dtype") in gemm:
                 print(f"- {r['op']} {r['dtype']} {r.get('tokens', '')} tokens: {r['gflops']:.0f} GFLOP/s, "
                       f"{r['gflops'] / gemm[r['dtype']]:.2f} of the GEMM")
+    for doc in docs:
+        for r in doc.get("results", []):
+            if r.get("op") == "copy":
+                print(f"- the collectives' copies ({r.get('mb', 0):.0f} MB strided block): one thread "
+                      f"{r['gbps_one_thread']:.1f} GB/s, {r['team_threads']} threads {r['gbps_team']:.1f} GB/s "
+                      f"({r['team_vs_one']:.2f}x)")
     print()
 
 
