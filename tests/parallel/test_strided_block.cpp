@@ -53,14 +53,18 @@ TEST_CASE("strided blocks: parallel_split covers a range once, in whole cache li
     for (size_t n : {size_t(0), size_t(1000), (kParallelCopyBytes / 4) - 1, kParallelCopyBytes / 4,
                      (size_t(5) << 20) / 4 + 3}) {
       std::vector<int> hits(n, 0);
-      int calls = 0;
+      int calls = 0, misaligned = 0;
       parallel_split(n, 4, [&](size_t first, size_t len) {
         for (size_t i = first; i < first + len; ++i) ++hits[i];  // parts are disjoint: no race
 #pragma omp atomic
         ++calls;
-        if (first % 16 != 0) hits[0] = -100;  // a part not starting on a cache line
+        if (first % 16 != 0) {  // a part not starting a whole number of cache lines in
+#pragma omp atomic
+          ++misaligned;
+        }
       });
       INFO("threads " << threads << " n " << n << " parts " << calls);
+      CHECK(misaligned == 0);
       for (size_t i = 0; i < n; ++i) REQUIRE(hits[i] == 1);
       const bool small = n * 4 < kParallelCopyBytes;
       CHECK(calls <= (small ? 1 : threads));
