@@ -25,11 +25,6 @@ namespace dit::detail {
 
 using Buf = std::vector<float>;
 
-// Large row copies are shared among the rank's threads (kParallelCopyBytes, strided_block.h).
-inline bool parallel_rows(int64_t rows, int64_t width, size_t elem) {
-  return size_t(rows * width) * elem >= kParallelCopyBytes;
-}
-
 // rows × width elements from a matrix with src_stride elements per row into one with
 // dst_stride (the head block of every row, out of or into [.., H·d] rows).
 template <class T>
@@ -40,10 +35,11 @@ void copy_cols(T* dst, int64_t dst_stride, const T* src, int64_t src_stride, int
                       StridedBlock{0, size_t(rows), w, size_t(dst_stride)}, 0, size_t(rows) * w);
 }
 
-// The same with bf16 rows (uint16_t) widened to f32: exact.
+// The same with bf16 rows (uint16_t) widened to f32: exact. Large ones (kParallelCopyBytes of
+// output) are shared among the rank's threads, as copy_block_parallel's.
 inline void widen_cols(float* dst, int64_t dst_stride, const uint16_t* src, int64_t src_stride, int64_t rows,
                        int64_t width) {
-  parallel_for(rows, parallel_rows(rows, width, 4), [&](int64_t r) {
+  parallel_for(rows, size_t(rows * width) * 4 >= kParallelCopyBytes, [&](int64_t r) {
     for (int64_t i = 0; i < width; ++i) dst[r * dst_stride + i] = bf16_to_f32(src[r * src_stride + i]);
   });
 }

@@ -12,37 +12,30 @@ namespace dit {
 
 namespace {
 
-// sum[i] = ((x[0][i] + x[1][i]) + x[2][i]) + ... for n >= 2 arrays; sum may be one of them
-// (a rank's share of an all-reduce, summed in place).
-void sum_in_order_serial(const float* const* x, size_t n, float* sum, size_t len) {
+// sum[i] = ((x[0][at + i] + x[1][at + i]) + x[2][at + i]) + ... for n >= 2 arrays and
+// i < len; sum may be one of them shifted by at (a rank's share of an all-reduce, summed in
+// place).
+void sum_in_order_serial(const float* const* x, size_t n, size_t at, float* sum, size_t len) {
   if (n == 2) {  // each element read before it is written
-    for (size_t i = 0; i < len; ++i) sum[i] = x[0][i] + x[1][i];
+    const float *a = x[0] + at, *b = x[1] + at;
+    for (size_t i = 0; i < len; ++i) sum[i] = a[i] + b[i];
     return;
   }
   constexpr size_t kBlock = 1024;
   float acc[kBlock];
   for (size_t b = 0; b < len; b += kBlock) {
     const size_t m = std::min(kBlock, len - b);
-    for (size_t i = 0; i < m; ++i) acc[i] = x[0][b + i] + x[1][b + i];
+    for (size_t i = 0; i < m; ++i) acc[i] = x[0][at + b + i] + x[1][at + b + i];
     for (size_t r = 2; r < n; ++r)
-      for (size_t i = 0; i < m; ++i) acc[i] += x[r][b + i];
+      for (size_t i = 0; i < m; ++i) acc[i] += x[r][at + b + i];
     std::memcpy(sum + b, acc, m * sizeof(float));
   }
 }
 
-// ... shared among the calling thread's team in contiguous parts (each element summed in the
-// same order, so the same bits).
+// ... for at = 0, shared among the calling thread's team in contiguous parts (each element
+// summed in the same order, so the same bits).
 void sum_in_order(const float* const* x, size_t n, float* sum, size_t len) {
-  parallel_split(len, sizeof(float), [&](size_t first, size_t m) {
-    const float* part[64];
-    const float* const* xs = x;
-    if (first > 0) {
-      DIT_CHECK(n <= 64, "sum_in_order: " << n << " ranks (at most 64 in one machine's group)");
-      for (size_t r = 0; r < n; ++r) part[r] = x[r] + first;
-      xs = part;
-    }
-    sum_in_order_serial(xs, n, sum + first, m);
-  });
+  parallel_split(len, sizeof(float), [&](size_t first, size_t m) { sum_in_order_serial(x, n, first, sum + first, m); });
 }
 
 // The part of a block of `count` elements that piece `off` carries, pieces of `piece` elements.

@@ -99,7 +99,7 @@ bin=$(cd "$bin" && pwd)
 tag="dnb$$"                        # names of this run's namespaces and links (<= 15 chars)
 net="10.$((200 + $$ % 50)).$(( ($$ / 50) % 250 ))"   # a /24 of its own
 work=$(mktemp -d /tmp/netbench-XXXXXX)
-pids=() redis_pid="" cgroups=()
+pids=() redis_pid="" node_cg=()
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
@@ -108,7 +108,7 @@ cleanup() {
   [ -n "$redis_pid" ] && { kill "$redis_pid" 2> /dev/null || true; wait "$redis_pid" 2> /dev/null || true; }
   for ((k = 0; k < nodes; k++)); do ip netns del "$tag-n$k" 2> /dev/null || true; done
   ip link del "${tag}br" 2> /dev/null || true
-  for g in "${cgroups[@]}"; do rmdir "$g" 2> /dev/null || true; done
+  for g in "${node_cg[@]}"; do rmdir "$g" 2> /dev/null || true; done
   rm -rf "$work"
   exit "$rc"
 }
@@ -131,9 +131,9 @@ node_cores() {  # node k -> "a,b,..."
 
 # ------------------------------------------------------------------ CPU quota per node
 # With --node-cpus, node k's processes run in a cgroup of their own whose CFS quota is that
-# many cores (cgroup v2's cpu.max, or v1's cpu controller); node_cg[k] is its directory.
+# many cores (cgroup v2's cpu.max, or v1's cpu controller); node_cg[k] is its directory
+# (removed on exit).
 quota_period=10000   # µs: a short period, so that a throttled node delays its peers by < 10 ms
-node_cg=()
 make_node_cgroup() {  # make_node_cgroup K: appends node K's cgroup to node_cg
   local k=$1 quota dir
   quota=$(awk -v x="$node_cpus" -v p="$quota_period" 'BEGIN { printf "%d", x * p }')
@@ -142,18 +142,17 @@ make_node_cgroup() {  # make_node_cgroup K: appends node K's cgroup to node_cg
     grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control || echo +cpu > /sys/fs/cgroup/cgroup.subtree_control ||
       die "--node-cpus: cannot enable the cpu controller in /sys/fs/cgroup (cgroup v2)"
     mkdir "$dir" || die "--node-cpus: cannot create the cgroup $dir"
-    cgroups+=("$dir")
+    node_cg+=("$dir")
     echo "$quota $quota_period" > "$dir/cpu.max" || die "--node-cpus: cannot write $dir/cpu.max"
   elif [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then
     dir=/sys/fs/cgroup/cpu/$tag-n$k
     mkdir "$dir" || die "--node-cpus: cannot create the cgroup $dir"
-    cgroups+=("$dir")
+    node_cg+=("$dir")
     { echo "$quota_period" > "$dir/cpu.cfs_period_us" && echo "$quota" > "$dir/cpu.cfs_quota_us"; } ||
       die "--node-cpus: cannot set the CFS quota in $dir"
   else
     die "--node-cpus: no cgroup cpu controller (neither cgroup v2 with cpu nor /sys/fs/cgroup/cpu)"
   fi
-  node_cg+=("$dir")
 }
 if [ -n "$node_cpus" ]; then
   # Every core must have the time its nodes are promised: node k spreads X over the `per`
