@@ -355,6 +355,9 @@ TEST_CASE("sequence-parallel attention: a failed peer becomes dit::Error, no han
     s.heads = 2;
     s.head_dim = 8;
     attn->prepare(s);
+    // prepare is collective (the ring's window): rank 3 gives up only once every rank has
+    // prepared, else a slow rank's prepare, not its forward, meets the failure.
+    pg->barrier();
     if (r == 3) {
       pg->abort("rank 3 gave up");
       return;
