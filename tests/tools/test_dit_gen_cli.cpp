@@ -376,6 +376,7 @@ TEST_CASE("dit-gen refuses values it used to accept silently, before starting an
   expect_failure(kTiny + " -p 1 --ulysses 8" + o, "the model has 4 attention heads", png);
   expect_failure(kTiny + " -p 1 --ring 1000" + o, "ranks on this machine are too many", png);
   expect_failure(kTiny + " -p 1 --ulysses 5000" + o, "--ulysses and --ring must be in 1..1024", png);
+  expect_failure(kTiny + " --tp 2" + o, "--prompt is required", png);  // no prompt: refused by the launcher
   // A configuration with out-of-range integers is refused, not truncated (2^32 + 2 layers).
   const std::string m = s.file("m");
   fs::copy(data_path("dit-tiny"), m, fs::copy_options::recursive);

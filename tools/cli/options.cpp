@@ -198,6 +198,8 @@ void validate(const GenOptions& o) {
   DIT_CHECK(o.dp >= 1 && o.dp <= 1024, "--dp must be in 1..1024");
   DIT_CHECK(o.micro_batch >= 1 && o.micro_batch <= 256, "--micro-batch must be in 1..256");
   if (o.batch.empty()) {
+    // Checked before any rank starts (the model's kind is not known yet).
+    DIT_CHECK(!o.prompt.empty(), "--prompt is required (the text for PixArt, a class label or id for DiT; or --batch FILE)");
     DIT_CHECK(o.output_dir.empty() && !o.overwrite && !o.item_latents,
               "--output-dir, --overwrite and --save-item-latents are for batch mode (--batch FILE)");
     DIT_CHECK(o.dp == 1 && o.micro_batch == 1, "--dp and --micro-batch are for batch mode (--batch FILE)");

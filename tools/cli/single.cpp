@@ -22,8 +22,6 @@ std::string describe_prompt(const ResolvedRequest& r) {
 }  // namespace
 
 int run_single(const GenOptions& o, Session& s) {
-  DIT_CHECK(!o.prompt.empty(), "--prompt is required (" << (s.pipe->info().text_to_image ? "the text" : "a class label or id")
-                                                        << "; or --batch FILE)");
   const ProgressMode pmode = s.env.rank == 0 ? parse_progress_mode(o.progress) : ProgressMode::None;
   Request req = o.request();
   req.keep_first_noise_pred = !o.save_noise_pred.empty();
