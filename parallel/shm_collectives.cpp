@@ -6,37 +6,12 @@
 #include <cstring>
 
 #include "parallel/shm_exchange.h"
+#include "parallel/sum_in_order.h"
 #include "runtime/error.h"
 
 namespace dit {
 
 namespace {
-
-// sum[i] = ((x[0][at + i] + x[1][at + i]) + x[2][at + i]) + ... for n >= 2 arrays and
-// i < len; sum may be one of them shifted by at (a rank's share of an all-reduce, summed in
-// place).
-void sum_in_order_serial(const float* const* x, size_t n, size_t at, float* sum, size_t len) {
-  if (n == 2) {  // each element read before it is written
-    const float *a = x[0] + at, *b = x[1] + at;
-    for (size_t i = 0; i < len; ++i) sum[i] = a[i] + b[i];
-    return;
-  }
-  constexpr size_t kBlock = 1024;
-  float acc[kBlock];
-  for (size_t b = 0; b < len; b += kBlock) {
-    const size_t m = std::min(kBlock, len - b);
-    for (size_t i = 0; i < m; ++i) acc[i] = x[0][at + b + i] + x[1][at + b + i];
-    for (size_t r = 2; r < n; ++r)
-      for (size_t i = 0; i < m; ++i) acc[i] += x[r][at + b + i];
-    std::memcpy(sum + b, acc, m * sizeof(float));
-  }
-}
-
-// ... for at = 0, shared among the calling thread's team in contiguous parts (each element
-// summed in the same order, so the same bits).
-void sum_in_order(const float* const* x, size_t n, float* sum, size_t len) {
-  parallel_split(len, sizeof(float), [&](size_t first, size_t m) { sum_in_order_serial(x, n, first, sum + first, m); });
-}
 
 // The part of a block of `count` elements that piece `off` carries, pieces of `piece` elements.
 size_t part(size_t count, size_t off, size_t piece) { return count > off ? std::min(piece, count - off) : 0; }
@@ -175,7 +150,7 @@ void ShmExchange::reduce_scatter_sum(const float* send, float* recv, const size_
     for_each_run(share_[me], off, part(share_[me].count(), off, piece), [&](size_t at, size_t pos, size_t len) {
       for (size_t r = 0; r < n; ++r)
         sum_inputs_[r] = r == me ? send + at : reinterpret_cast<const float*>(slot(int(r))) + me * piece + pos;
-      sum_in_order(sum_inputs_.data(), n, recv + off + pos, len);
+      sum_in_order(sum_inputs_.data(), n, 0, recv + off + pos, len);
     });
     done(rank_).store(seq, std::memory_order_release);
   }

@@ -4,6 +4,8 @@
 #include <sstream>
 #include <vector>
 
+#include "parallel/strided_block.h"
+#include "parallel/sum_in_order.h"
 #include "runtime/elementwise.h"
 #include "runtime/error.h"
 #include "runtime/profile.h"
@@ -115,17 +117,44 @@ class DistributedTensorParallel final : public TensorParallel {
       for (const TokenRange& s : shards_) counts_.push_back(size_t(s.size() * dim));
       full_.assign(size_t(batch * tokens.size() * dim) + 1, 0.f);
       out_counts_.assign(shards_.size(), 0);
+      // On one machine each rank's partial products [batch, tokens, dim] go straight into its
+      // shared-memory window, where the others read their rows in place (collective: every TP
+      // rank prepares the same shape).
+      window_floats_ = g_.ensure_window(size_t(batch * tokens.size() * dim) * sizeof(float))
+                           ? g_.window_bytes() / sizeof(float)
+                           : 0;
+      sum_inputs_.assign(size_t(g_.size()), nullptr);
     }
   }
   TokenRange residual() const override { return sp_ ? shards_[size_t(g_.rank())] : tokens_; }
   bool sequence_parallel() const { return sp_; }
+
+  float* gather_buffer(float* own) override {
+    if (!windowed(size_t(batch_ * tokens_.size() * dim_))) return own;  // (the same on every rank)
+    profile::Scope pc(profile::Cat::Communication);
+    pending_ = g_.window_begin();  // the others have read its last use
+    return pending_;
+  }
 
   const float* gather(const float* rows) override {
     if (!sp_) return rows;
     // [batch][rows of this rank][dim] from every rank -> [batch][tokens][dim]
     profile::Scope pc(profile::Cat::Communication);
     profile::add_bytes(uint64_t(batch_) * counts_[size_t(g_.rank())] * 4 * uint64_t(g_.size() - 1));
-    g_.all_gather_v(rows, full_.data(), counts_, size_t(batch_));
+    if (!pending_) {
+      g_.all_gather_v(rows, full_.data(), counts_, size_t(batch_));
+      return full_.data();
+    }
+    DIT_CHECK(rows == pending_, "tensor parallel: gather() of rows that are not in gather_buffer()");
+    pending_ = nullptr;
+    g_.window_publish();
+    const size_t T = size_t(tokens_.size() * dim_);
+    for (int j = 0; j < g_.size(); ++j) {
+      const size_t n = counts_[size_t(j)], at = size_t(shards_[size_t(j)].begin - tokens_.begin) * size_t(dim_);
+      copy_block_parallel(g_.window_peer(j), StridedBlock{0, size_t(batch_), n, n}, 0, full_.data(),
+                          StridedBlock{at, size_t(batch_), n, T}, 0, size_t(batch_) * n);
+    }
+    g_.window_release();
     return full_.data();
   }
 
@@ -186,6 +215,33 @@ class DistributedTensorParallel final : public TensorParallel {
     rows = my.size();
   }
   int64_t batch() const { return batch_; }
+  // Row, on one machine under Megatron SP: where a row-parallel layer of `floats` partial
+  // products [batch, tokens, out] writes them, in place of partial() and reduce() — this
+  // rank's window, once the others have read its last use; null where there is no window.
+  bool windowed(size_t floats) const { return sp_ && floats <= window_floats_; }  // the same on every rank
+  float* window_partial(size_t floats) {
+    if (!windowed(floats)) return nullptr;
+    profile::Scope pc(profile::Cat::Communication);
+    return g_.window_begin();
+  }
+  // ... then the sum over the ranks' windows of this rank's rows into `mine`, in rank order
+  // (the bits reduce() gives).
+  void reduce_windows(std::vector<float>& mine, int64_t out, float*& result, int64_t& rows) {
+    profile::Scope pc(profile::Cat::Communication);
+    const int64_t T = tokens_.size();
+    const TokenRange my = shards_[size_t(g_.rank())];
+    profile::add_bytes(uint64_t(batch_ * (T - my.size()) * out) * 4);
+    grow(mine, size_t(batch_ * my.size() * out) + 1);
+    g_.window_publish();
+    for (int j = 0; j < g_.size(); ++j) sum_inputs_[size_t(j)] = g_.window_peer(j);
+    const size_t len = size_t(my.size() * out);
+    for (int64_t b = 0; b < batch_; ++b)
+      sum_in_order(sum_inputs_.data(), sum_inputs_.size(), size_t((b * T + my.begin - tokens_.begin) * out),
+                   mine.data() + size_t(b) * len, len);
+    g_.window_release();
+    result = mine.data();
+    rows = my.size();
+  }
   // Buffers every row-parallel layer of this object shares (the layers run one at a time):
   // the partial products [batch, tokens, out] and this rank's reduced rows.
   float* partial(size_t n) {
@@ -204,6 +260,9 @@ class DistributedTensorParallel final : public TensorParallel {
   std::vector<TokenRange> shards_;
   std::vector<size_t> counts_, out_counts_;  // per rank: residual features of a token row, a Row linear's outputs
   std::vector<float> full_, partial_, mine_;
+  size_t window_floats_ = 0;                // this rank's shared-memory window (0: none)
+  float* pending_ = nullptr;                // gather_buffer() handed out the window
+  std::vector<const float*> sum_inputs_;  // every rank's window, in rank order
 };
 
 RowLinear::RowLinear(DistributedTensorParallel& tp, const LinearSpec& spec, const LinearWeight& w)
@@ -218,16 +277,23 @@ RowLinear::RowLinear(DistributedTensorParallel& tp, const LinearSpec& spec, cons
   nobias.bias = Tensor();
   lin_ = Linear(local, nobias);
   if (w.bias.defined()) bias_.assign(w.bias.f32(), w.bias.f32() + w.bias.numel());
-  tp_.partial(size_t(spec.batch * spec.rows * spec.out) + 1);  // sized once, before the loop
+  const size_t n = size_t(spec.batch * spec.rows * spec.out);
+  if (!tp_.windowed(n)) tp_.partial(n + 1);  // sized once, before the loop
 }
 
 void RowLinear::run(const float* x, float* y, const float* gate) {
   DIT_CHECK(!spec_.gated_residual || gate, "tensor parallel: a gated row-parallel linear needs its gate");
-  float* partial = tp_.partial(size_t(spec_.batch * spec_.rows * spec_.out) + 1);
-  lin_.run(x, partial);
+  const size_t n = size_t(spec_.batch * spec_.rows * spec_.out);
   float* sum = nullptr;
   int64_t rows = 0;
-  tp_.reduce(partial, tp_.mine(), spec_.out, sum, rows);
+  if (float* w = tp_.window_partial(n)) {
+    lin_.run(x, w);
+    tp_.reduce_windows(tp_.mine(), spec_.out, sum, rows);
+  } else {
+    float* partial = tp_.partial(n + 1);
+    lin_.run(x, partial);
+    tp_.reduce(partial, tp_.mine(), spec_.out, sum, rows);
+  }
   // [batch, rows, out] whatever batch × rows the spec was written with
   row_epilogue(spec_, sum, bias_.empty() ? nullptr : bias_.data(), gate, tp_.batch(), rows, y);
 }

@@ -23,6 +23,7 @@ class SerialTensorParallel final : public TensorParallel {
   void prepare(int64_t, TokenRange tokens, int64_t) override { tokens_ = tokens; }
   TokenRange residual() const override { return tokens_; }
   const float* gather(const float* rows) override { return rows; }
+  float* gather_buffer(float* own) override { return own; }
   std::unique_ptr<ParallelLinear> linear(Split, const LinearSpec& spec, const LinearWeight& w) override {
     return make_local_linear(spec, w);
   }

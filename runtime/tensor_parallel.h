@@ -24,7 +24,8 @@
 //   LinearSpec s2;  s2.batch = B;  s2.rows = T;  s2.in = 4 * D;  s2.out = D;  s2.gated_residual = true;
 //   auto fc1 = tp->linear(Split::Column, s1, w1_shard);    // w1_shard = shard_rows(w1, b1, f32, tp->shard(4 * D, 1))
 //   auto fc2 = tp->linear(Split::Row, s2, w2_shard);       // w2_shard = shard_cols(w2, b2, f32, tp->shard(4 * D, 1))
-//   h = tp->gather(h_residual);  fc1->run(h, m);  fc2->run(m, x_residual, gate);
+//   float* h = tp->gather_buffer(own);                          // [batch, residual rows, D]
+//   norm(x_residual, h);  fc1->run(tp->gather(h), m);  fc2->run(m, x_residual, gate);
 #pragma once
 
 #include <cstdint>
@@ -63,6 +64,11 @@ class TensorParallel {
   // [batch, residual rows, dim] -> [batch, tokens, dim]: an all-gather over the TP ranks under
   // Megatron SP; otherwise `rows` itself (no copy).
   virtual const float* gather(const float* rows) = 0;
+  // Where to write the rows the next gather() takes ([batch, residual rows, dim]): `own` (the
+  // caller's buffer), or under Megatron SP on one machine the rank's shared-memory window,
+  // which the other ranks read in place (one copy of the rows fewer). Every call must be
+  // followed by gather() of the pointer it returned, on every TP rank alike.
+  virtual float* gather_buffer(float* own) = 0;
   // The layer's full shape in `spec` (in, out; rows = the prepared tokens, or the batch for a
   // per-sequence linear), `shard` the rank's part of the weight: rows shard(out) for Column
   // and ColumnGather, columns shard(in) for Row (its bias whole), all of it for Replicated.

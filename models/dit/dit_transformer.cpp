@@ -93,9 +93,9 @@ void DiTTransformer::begin(const Conditioning& cond) {
 void DiTTransformer::block(size_t l, float* x) {
   const int64_t R = res_.size(), T = tokens_.size();
   const BlockOps& o = ops_[l];
-  float* h = h_.f32();
   auto chunk = [&](int k) { return cond_.block_chunk(l, k); };  // [B, D] each (DiTConditioning)
   // 0 shift_msa, 1 scale_msa, 2 gate_msa, 3 shift_mlp, 4 scale_mlp, 5 gate_mlp
+  float* h = tp_->gather_buffer(h_.f32());           // [B, R, D]: ours, or our shared-memory window
   if (R > 0) ln_attn_.run(x, h, chunk(0), chunk(1));  // h = LN(x)(1 + scale_msa) + shift_msa   [B, R, D]
   const float* hf = tp_->gather(h);                   // [B, T, D] (Megatron SP: from every TP rank)
   if (T > 0) o.qkv.run(hf, qkv_.f32());               // [B, T, 3, H', d]
@@ -104,6 +104,7 @@ void DiTTransformer::block(size_t l, float* x) {
     attn_->forward(qkv_.f32(), attn_out_.f32());  // [B, T, H', d]  (may talk to other ranks)
   }
   if (T > 0) o.attn_out->run(attn_out_.f32(), x, chunk(2));  // x += gate_msa ⊙ (Σ attn·Wo + bo)
+  h = tp_->gather_buffer(h_.f32());
   if (R > 0) ln_mlp_.run(x, h, chunk(3), chunk(4));          // h = LN(x)(1 + scale_mlp) + shift_mlp
   const float* hm = tp_->gather(h);
   if (T > 0) {

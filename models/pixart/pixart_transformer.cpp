@@ -190,8 +190,9 @@ void PixArtTransformer::self_attention(size_t l, float* x) {
   const int64_t B = B_, R = res_.size(), T = tokens_.size(), D = w_.cfg.hidden();
   const BlockOps& o = ops_[l];
   auto chunk = [&](int k) { return chunks_.f32() + k * B * D; };
-  if (R > 0) ln_.run(x, h_.f32(), chunk(0), chunk(1));
-  const float* hf = tp_->gather(h_.f32());  // [B, T, D] (Megatron SP: from every TP rank)
+  float* h = tp_->gather_buffer(h_.f32());  // [B, R, D]: ours, or our shared-memory window
+  if (R > 0) ln_.run(x, h, chunk(0), chunk(1));
+  const float* hf = tp_->gather(h);  // [B, T, D] (Megatron SP: from every TP rank)
   if (T > 0) o.qkv.run(hf, qkv_.f32());    // [B, T, 3, H', d]
   {
     profile::Scope pa(profile::Cat::Attention);
@@ -234,8 +235,9 @@ void PixArtTransformer::forward(const float* latents, const double* t, float* ou
     self_attention(l, x);
     cross_attention(l, x);
     const BlockOps& o = ops_[l];
-    if (R > 0) ln_.run(x, h_.f32(), chunks_.f32() + 3 * B * D, chunks_.f32() + 4 * B * D);  // LN(x)(1 + scale_mlp) + shift_mlp
-    const float* hf = tp_->gather(h_.f32());
+    float* h = tp_->gather_buffer(h_.f32());
+    if (R > 0) ln_.run(x, h, chunks_.f32() + 3 * B * D, chunks_.f32() + 4 * B * D);  // LN(x)(1 + scale_mlp) + shift_mlp
+    const float* hf = tp_->gather(h);
     if (T > 0) {
       o.fc1.run(hf, mlp_.f32());                            // GELU-tanh(h·W1 + b1)   [B, T, M']
       o.fc2->run(mlp_.f32(), x, chunks_.f32() + 5 * B * D);  // x += gate_mlp ⊙ (Σ mlp·W2 + b2)

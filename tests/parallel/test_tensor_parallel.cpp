@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "parallel/tensor_parallel.h"
@@ -34,9 +35,16 @@ double rel_diff(const float* a, const float* b, int64_t n) {
   return m / ref;
 }
 
+// What each rank of a tensor-parallel MLP gave: its residual rows of y, and how much of the
+// shared-memory window path it took (1: its group has a window, 2: its rows went into it).
+struct MlpRun {
+  std::vector<std::vector<float>> y;
+  std::vector<int> windowed;
+};
+
 // The row-parallel layer of a DiT block, y += gate ⊙ (x·Wᵀ + b), its input from a column-
 // parallel layer with GELU: fc2(fc1(x)) over `world` ranks against one rank.
-void check_mlp(int world, int64_t B, int64_t T, int64_t D, int64_t F, int64_t sp_min_tokens) {
+MlpRun check_mlp(int world, int64_t B, int64_t T, int64_t D, int64_t F, int64_t sp_min_tokens) {
   set_num_threads(1);
   const Tensor x = randn({B, T, D}, 1), w1 = randn({F, D}, 2, 0.2f), b1 = randn({F}, 3), w2 = randn({D, F}, 4, 0.1f),
                b2 = randn({D}, 5), gate = randn({B, D}, 6), y0 = randn({B, T, D}, 7);
@@ -57,6 +65,9 @@ void check_mlp(int world, int64_t B, int64_t T, int64_t D, int64_t F, int64_t sp
   Linear(s2, LinearWeight::prepare(w2, b2, DType::F32)).run(h.f32(), want.f32(), gate.f32());
 
   std::vector<double> diffs(size_t(world), INFINITY);
+  MlpRun run;
+  run.y.resize(size_t(world));
+  run.windowed.assign(size_t(world), 0);
   const std::string err = dit_test::run_rank_threads(
       world, std::chrono::seconds(60), [&](std::shared_ptr<ProcessGroup> pg, int r) {
         auto tp = make_distributed_tensor_parallel(*pg, sp_min_tokens, true);
@@ -75,7 +86,11 @@ void check_mlp(int world, int64_t B, int64_t T, int64_t D, int64_t F, int64_t sp
               y.f32()[(b * R + t) * D + d] = y0.f32()[(b * T + res.begin + t) * D + d];
             }
         Tensor hl = Tensor::empty({B, T, cols.size()});
-        fc1->run(tp->gather(xr.f32()), hl.f32());
+        // The rows go where gather_buffer() says: this rank's window on one machine under SP.
+        float* rows = tp->gather_buffer(xr.f32());
+        if (rows != xr.f32()) std::memcpy(rows, xr.f32(), size_t(xr.numel()) * 4);
+        run.windowed[size_t(r)] = int(pg->window_bytes() > 0) + int(rows != xr.f32());
+        fc1->run(tp->gather(rows), hl.f32());
         fc2->run(hl.f32(), y.f32(), gate.f32());
         double m = 0, ref = 0;
         for (int64_t b = 0; b < B; ++b)
@@ -87,12 +102,14 @@ void check_mlp(int world, int64_t B, int64_t T, int64_t D, int64_t F, int64_t sp
               ref = std::max(ref, double(std::fabs(w)));
             }
         diffs[size_t(r)] = R == 0 ? 0.0 : m / ref;  // (an empty shard holds nothing to compare)
+        run.y[size_t(r)].assign(y.f32(), y.f32() + y.numel());
       });
   REQUIRE(err.empty());
   for (int r = 0; r < world; ++r) {
     INFO("world " << world << " rank " << r << " sp_min_tokens " << sp_min_tokens);
     CHECK(diffs[size_t(r)] < 1e-5);
   }
+  return run;
 }
 
 }  // namespace
@@ -102,6 +119,32 @@ TEST_CASE("tensor parallel: a column- then row-parallel MLP equals one rank", "[
     check_mlp(world, 2, 10, 24, 40, 1 << 30);  // plain TP: all-reduce
     check_mlp(world, 2, 10, 24, 40, 1);        // Megatron SP: reduce-scatter + all-gather (uneven shards)
     check_mlp(world, 1, 2, 8, 12, 1);          // fewer tokens than ranks: an empty shard
+  }
+}
+
+TEST_CASE("tensor parallel: rows and partial products through shared-memory windows give the bits of the collectives",
+          "[parallel][tp]") {
+  // Megatron SP on one machine: each rank's rows for the column-parallel layer and its
+  // row-parallel partial products go into its window, where the others read them in place
+  // (the partial products summed in rank order); DIT_NO_SHM_WINDOWS sends them through the
+  // all-gather and reduce-scatter instead. Even and uneven shards, an empty one, 2 to 4 ranks.
+  struct Case {
+    int world;
+    int64_t B, T, D, F;
+  };
+  for (const Case& c : {Case{2, 2, 10, 24, 40}, Case{3, 2, 10, 24, 40}, Case{4, 1, 3, 8, 12}, Case{3, 2, 700, 64, 96}}) {
+    INFO("world " << c.world << " tokens " << c.T);
+    const MlpRun windows = check_mlp(c.world, c.B, c.T, c.D, c.F, 1);
+    setenv("DIT_NO_SHM_WINDOWS", "1", 1);  // before the rank threads start
+    const MlpRun messages = check_mlp(c.world, c.B, c.T, c.D, c.F, 1);
+    unsetenv("DIT_NO_SHM_WINDOWS");
+    for (int r = 0; r < c.world; ++r) {
+      INFO("rank " << r);
+      CHECK(windows.windowed[size_t(r)] == 2);
+      CHECK(messages.windowed[size_t(r)] == 0);
+      REQUIRE(windows.y[size_t(r)].size() == messages.y[size_t(r)].size());
+      CHECK(std::memcmp(windows.y[size_t(r)].data(), messages.y[size_t(r)].data(), windows.y[size_t(r)].size() * 4) == 0);
+    }
   }
 }
 
