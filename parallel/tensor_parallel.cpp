@@ -1,5 +1,6 @@
 #include "parallel/tensor_parallel.h"
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "parallel/sum_in_order.h"
 #include "runtime/elementwise.h"
 #include "runtime/error.h"
+#include "runtime/parallel_for.h"
 #include "runtime/profile.h"
 
 namespace dit {
@@ -31,6 +33,37 @@ void row_epilogue(const LinearSpec& s, float* sum, const float* bias, const floa
     add(y, sum, y, n);
   else
     std::memcpy(y, sum, size_t(n) * 4);
+}
+
+// The window path's reduction and the Row epilogue in one pass over this rank's rows: for row
+// i of batch item b (y's row b·rows + i; the partial products' row b·T + first + i in every
+// rank's array), v = Σ_ranks partial (rank order), v += bias, then y = v, y += v or
+// y += gate ⊙ v. reduce()'s and row_epilogue()'s operations in their order: the same bits,
+// without writing the sums out and reading them back twice.
+void sum_rows_epilogue(const LinearSpec& s, const float* const* parts, size_t n, int64_t batch, int64_t rows,
+                       int64_t T, int64_t first, const float* bias, const float* gate, float* y) {
+  const int64_t N = s.out;
+  parallel_for(batch * rows, batch * rows * N > 16384, [&](int64_t br) {
+    const int64_t b = br / rows;
+    const size_t at = size_t((b * T + first + br % rows) * N);
+    const float* g = gate ? gate + b * N : nullptr;
+    float* py = y + br * N;
+    constexpr int64_t kCols = 256;
+    float v[kCols];
+    for (int64_t c0 = 0; c0 < N; c0 += kCols) {
+      const int64_t m = std::min(kCols, N - c0);
+      sum_in_order_serial(parts, n, at + size_t(c0), v, size_t(m));
+      if (bias)
+        for (int64_t j = 0; j < m; ++j) v[j] = v[j] + bias[c0 + j];
+      float* yc = py + c0;
+      if (s.gated_residual)
+        for (int64_t j = 0; j < m; ++j) yc[j] += g[c0 + j] * v[j];
+      else if (s.accumulate)
+        for (int64_t j = 0; j < m; ++j) yc[j] = yc[j] + v[j];
+      else
+        std::memcpy(yc, v, size_t(m) * 4);
+    }
+  });
 }
 
 class DistributedTensorParallel;
@@ -224,23 +257,18 @@ class DistributedTensorParallel final : public TensorParallel {
     profile::Scope pc(profile::Cat::Communication);
     return g_.window_begin();
   }
-  // ... then the sum over the ranks' windows of this rank's rows into `mine`, in rank order
-  // (the bits reduce() gives).
-  void reduce_windows(std::vector<float>& mine, int64_t out, float*& result, int64_t& rows) {
+  // ... then this rank's rows of the sum over the ranks' windows, in rank order (the bits
+  // reduce() gives), with the Row epilogue into y (sum_rows_epilogue).
+  void reduce_windows(const LinearSpec& spec, const float* bias, const float* gate, float* y) {
     profile::Scope pc(profile::Cat::Communication);
     const int64_t T = tokens_.size();
     const TokenRange my = shards_[size_t(g_.rank())];
-    profile::add_bytes(uint64_t(batch_ * (T - my.size()) * out) * 4);
-    grow(mine, size_t(batch_ * my.size() * out) + 1);
+    profile::add_bytes(uint64_t(batch_ * (T - my.size()) * spec.out) * 4);
     g_.window_publish();
     for (int j = 0; j < g_.size(); ++j) sum_inputs_[size_t(j)] = g_.window_peer(j);
-    const size_t len = size_t(my.size() * out);
-    for (int64_t b = 0; b < batch_; ++b)
-      sum_in_order(sum_inputs_.data(), sum_inputs_.size(), size_t((b * T + my.begin - tokens_.begin) * out),
-                   mine.data() + size_t(b) * len, len);
+    sum_rows_epilogue(spec, sum_inputs_.data(), sum_inputs_.size(), batch_, my.size(), T, my.begin - tokens_.begin,
+                      bias, gate, y);
     g_.window_release();
-    result = mine.data();
-    rows = my.size();
   }
   // Buffers every row-parallel layer of this object shares (the layers run one at a time):
   // the partial products [batch, tokens, out] and this rank's reduced rows.
@@ -284,18 +312,18 @@ RowLinear::RowLinear(DistributedTensorParallel& tp, const LinearSpec& spec, cons
 void RowLinear::run(const float* x, float* y, const float* gate) {
   DIT_CHECK(!spec_.gated_residual || gate, "tensor parallel: a gated row-parallel linear needs its gate");
   const size_t n = size_t(spec_.batch * spec_.rows * spec_.out);
-  float* sum = nullptr;
-  int64_t rows = 0;
+  const float* bias = bias_.empty() ? nullptr : bias_.data();
   if (float* w = tp_.window_partial(n)) {
     lin_.run(x, w);
-    tp_.reduce_windows(tp_.mine(), spec_.out, sum, rows);
-  } else {
-    float* partial = tp_.partial(n + 1);
-    lin_.run(x, partial);
-    tp_.reduce(partial, tp_.mine(), spec_.out, sum, rows);
+    return tp_.reduce_windows(spec_, bias, gate, y);
   }
+  float* partial = tp_.partial(n + 1);
+  lin_.run(x, partial);
+  float* sum = nullptr;
+  int64_t rows = 0;
+  tp_.reduce(partial, tp_.mine(), spec_.out, sum, rows);
   // [batch, rows, out] whatever batch × rows the spec was written with
-  row_epilogue(spec_, sum, bias_.empty() ? nullptr : bias_.data(), gate, tp_.batch(), rows, y);
+  row_epilogue(spec_, sum, bias, gate, tp_.batch(), rows, y);
 }
 
 }  // namespace
