@@ -44,7 +44,11 @@ struct MlpRun {
 
 // The row-parallel layer of a DiT block, y += gate ⊙ (x·Wᵀ + b), its input from a column-
 // parallel layer with GELU: fc2(fc1(x)) over `world` ranks against one rank.
-MlpRun check_mlp(int world, int64_t B, int64_t T, int64_t D, int64_t F, int64_t sp_min_tokens) {
+// The second layer's epilogue: y += gate ⊙ v, y += v, or y = v.
+enum class Epilogue { Gated, Accumulate, Plain };
+
+MlpRun check_mlp(int world, int64_t B, int64_t T, int64_t D, int64_t F, int64_t sp_min_tokens,
+                 Epilogue epilogue = Epilogue::Gated) {
   set_num_threads(1);
   const Tensor x = randn({B, T, D}, 1), w1 = randn({F, D}, 2, 0.2f), b1 = randn({F}, 3), w2 = randn({D, F}, 4, 0.1f),
                b2 = randn({D}, 5), gate = randn({B, D}, 6), y0 = randn({B, T, D}, 7);
@@ -59,7 +63,8 @@ MlpRun check_mlp(int world, int64_t B, int64_t T, int64_t D, int64_t F, int64_t 
   s2.rows = T;
   s2.in = F;
   s2.out = D;
-  s2.gated_residual = true;
+  s2.gated_residual = epilogue == Epilogue::Gated;
+  s2.accumulate = epilogue == Epilogue::Accumulate;
   Tensor h = Tensor::empty({B, T, F}), want = y0.clone();
   Linear(s1, LinearWeight::prepare(w1, b1, DType::F32)).run(x.f32(), h.f32());
   Linear(s2, LinearWeight::prepare(w2, b2, DType::F32)).run(h.f32(), want.f32(), gate.f32());
@@ -132,11 +137,12 @@ TEST_CASE("tensor parallel: rows and partial products through shared-memory wind
     int world;
     int64_t B, T, D, F;
   };
-  for (const Case& c : {Case{2, 2, 10, 24, 40}, Case{3, 2, 10, 24, 40}, Case{4, 1, 3, 8, 12}, Case{3, 2, 700, 64, 96}}) {
-    INFO("world " << c.world << " tokens " << c.T);
-    const MlpRun windows = check_mlp(c.world, c.B, c.T, c.D, c.F, 1);
+  for (const Case& c : {Case{2, 2, 10, 24, 40}, Case{3, 2, 10, 24, 40}, Case{4, 1, 3, 8, 12}, Case{3, 2, 700, 300, 96}})
+  for (Epilogue e : {Epilogue::Gated, Epilogue::Accumulate, Epilogue::Plain}) {
+    INFO("world " << c.world << " tokens " << c.T << " epilogue " << int(e));
+    const MlpRun windows = check_mlp(c.world, c.B, c.T, c.D, c.F, 1, e);
     setenv("DIT_NO_SHM_WINDOWS", "1", 1);  // before the rank threads start
-    const MlpRun messages = check_mlp(c.world, c.B, c.T, c.D, c.F, 1);
+    const MlpRun messages = check_mlp(c.world, c.B, c.T, c.D, c.F, 1, e);
     unsetenv("DIT_NO_SHM_WINDOWS");
     for (int r = 0; r < c.world; ++r) {
       INFO("rank " << r);
