@@ -149,7 +149,8 @@ TEST_CASE("tensor parallel: rows and partial products through shared-memory wind
       CHECK(windows.windowed[size_t(r)] == 2);
       CHECK(messages.windowed[size_t(r)] == 0);
       REQUIRE(windows.y[size_t(r)].size() == messages.y[size_t(r)].size());
-      CHECK(std::memcmp(windows.y[size_t(r)].data(), messages.y[size_t(r)].data(), windows.y[size_t(r)].size() * 4) == 0);
+      const std::vector<float>&a = windows.y[size_t(r)], &b = messages.y[size_t(r)];
+      CHECK((a.empty() || std::memcmp(a.data(), b.data(), a.size() * 4) == 0));  // bit for bit (an empty shard: nothing)
     }
   }
 }
