@@ -160,10 +160,11 @@ Attention::Attention(const AttentionSpec& spec_in) : impl_(std::make_unique<Impl
   require_compute(s.compute);
   const dt cdt = bf16 ? dt::bf16 : dt::f32;
 
-  // Defaults measured with dit-kernel-bench (16 heads x 72, 1024/4096 tokens, 2 threads; bf16
-  // `--sweep`: 256 x 512 blocks 613–631 GFLOP/s against 582–600 for 128 x 256, whose fixed cost
-  // a block is twice as large a share; docs/benchmarks.md, "bf16 attention's blocks").
-  m.QB = std::min(s.q_block > 0 ? s.q_block : int64_t(bf16 ? 256 : 64), s.q_len);
+  // Defaults measured with dit-kernel-bench (16 heads x 72, 256/1024/4096 tokens, 2 threads;
+  // `--sweep`): bf16 256 x 512 blocks, 5–8% faster than 128 x 256 (a block's fixed cost is half
+  // the share); f32 128 x 512, 2% faster than 64 x 512 (128 x 1024 is faster at 1024 tokens
+  // but slower at 4096). docs/benchmarks.md, "Attention's blocks".
+  m.QB = std::min(s.q_block > 0 ? s.q_block : int64_t(bf16 ? 256 : 128), s.q_len);
   m.KB = std::min(s.kv_block > 0 ? s.kv_block : int64_t(512), s.kv_len);
   m.nqb = (s.q_len + m.QB - 1) / m.QB;
   m.nkb = (s.kv_len + m.KB - 1) / m.KB;
