@@ -111,4 +111,30 @@ inline Result wait_proc(const Proc& p, std::chrono::milliseconds limit) {
   return r;
 }
 
+// Looping ranks (scenario kill or loop with DIT_PT_READY_DIR=dir) each create dir/ready.<rank>
+// after their first round: waits until all `world` of them are there (true), or `limit`
+// passed (false). Tests that stop or kill a rank mid-collective wait for this instead of
+// sleeping a fixed time, which a loaded machine (the sanitizer build under ctest -j) outlasts.
+struct ReadyDir {
+  std::string path;
+  ReadyDir() {
+    char tmpl[] = "/tmp/dit-test-ready-XXXXXX";
+    if (mkdtemp(tmpl)) path = tmpl;
+  }
+  ~ReadyDir() {
+    for (int r = 0; r < 64; ++r) unlink((path + "/ready." + std::to_string(r)).c_str());
+    rmdir(path.c_str());
+  }
+};
+inline bool wait_ready(const std::string& dir, int world, std::chrono::milliseconds limit = std::chrono::seconds(60)) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    int n = 0;
+    for (int r = 0; r < world; ++r) n += access((dir + "/ready." + std::to_string(r)).c_str(), F_OK) == 0;
+    if (n == world) return true;
+    if (std::chrono::steady_clock::now() - t0 > limit) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 }  // namespace dit_test

@@ -41,6 +41,7 @@ TEST_CASE("external launch: a rank SIGKILLed mid-collective makes the others fai
   // mpirun or a script would; only Gloo's errors can stop the survivors.
   const int world = 3, timeout_ms = 3000;
   std::string dir = dit::make_private_rendezvous_dir();
+  ReadyDir ready;
   std::vector<Proc> procs;
   for (int r = 0; r < world; r++) {
     auto vars = launch_vars(world, "loop");
@@ -48,9 +49,10 @@ TEST_CASE("external launch: a rank SIGKILLed mid-collective makes the others fai
     vars["DIT_WORLD_SIZE"] = std::to_string(world);
     vars["DIT_RENDEZVOUS"] = "file:" + dir;
     vars["DIT_PT_TIMEOUT_MS"] = std::to_string(timeout_ms);
+    vars["DIT_PT_READY_DIR"] = ready.path;
     procs.push_back(spawn_self(vars));
   }
-  std::this_thread::sleep_for(1500ms);  // connected and looping over all_reduce_sum by now
+  REQUIRE(wait_ready(ready.path, world));  // connected and looping over all_reduce_sum
   REQUIRE(kill(procs[1].pid, SIGKILL) == 0);
   auto t0 = std::chrono::steady_clock::now();
   for (int r : {0, 2}) {

@@ -17,11 +17,12 @@ namespace {
 
 constexpr double kTarget = 15.0;  // seconds from SIGSTOP to the end of every other rank
 
-std::map<std::string, std::string> loop_rank(int rank, int world, const std::string& rdzv) {
+std::map<std::string, std::string> loop_rank(int rank, int world, const std::string& rdzv, const std::string& ready) {
   return {{"DIT_PT_MODE", "launch"},         {"DIT_PT_WORLD", std::to_string(world)},
           {"DIT_PT_SCENARIO", "loop"},       {"DIT_RANK", std::to_string(rank)},
           {"DIT_WORLD_SIZE", std::to_string(world)}, {"DIT_RENDEZVOUS", rdzv},
-          {"DIT_PT_TIMEOUT_MS", "300000"}};  // --timeout's default
+          {"DIT_PT_TIMEOUT_MS", "300000"},  // --timeout's default
+          {"DIT_PT_READY_DIR", ready}};
 }
 
 // The worker processes of a launcher (its children), in pid order.
@@ -58,8 +59,9 @@ std::string environ_of(pid_t pid) {
 TEST_CASE("external launch: a SIGSTOPped rank is named and the others exit within 15 s", "[parallel][stuck]") {
   const std::string dir = dit::make_private_rendezvous_dir();
   std::vector<Proc> procs;
-  for (int r = 0; r < 3; r++) procs.push_back(spawn_self(loop_rank(r, 3, "file:" + dir)));
-  std::this_thread::sleep_for(2500ms);  // connected and looping over all_reduce_sum by now
+  ReadyDir ready;
+  for (int r = 0; r < 3; r++) procs.push_back(spawn_self(loop_rank(r, 3, "file:" + dir, ready.path)));
+  REQUIRE(wait_ready(ready.path, 3));  // connected and looping over all_reduce_sum
   REQUIRE(kill(procs[1].pid, SIGSTOP) == 0);
   const auto t0 = std::chrono::steady_clock::now();
   for (int r : {0, 2}) {
@@ -79,10 +81,12 @@ TEST_CASE("external launch: a SIGSTOPped rank is named and the others exit withi
 }
 
 TEST_CASE("launcher: a SIGSTOPped worker is named and the launcher ends within 15 s", "[parallel][stuck]") {
+  ReadyDir ready;
   Proc p = spawn_self({{"DIT_PT_MODE", "launch"},
                        {"DIT_PT_WORLD", "3"},
                        {"DIT_PT_SCENARIO", "loop"},
-                       {"DIT_PT_TIMEOUT_MS", "300000"}});
+                       {"DIT_PT_TIMEOUT_MS", "300000"},
+                       {"DIT_PT_READY_DIR", ready.path}});
   // A forked worker shows the launcher's environment until it execs its own (with DIT_RANK):
   // look until all three are there and rank 2 is among them.
   std::vector<pid_t> kids;
@@ -107,7 +111,7 @@ TEST_CASE("launcher: a SIGSTOPped worker is named and the launcher ends within 1
   }
   REQUIRE(kids.size() == 3);
   REQUIRE(victim > 0);
-  std::this_thread::sleep_for(2500ms);
+  REQUIRE(wait_ready(ready.path, 3));  // every worker connected and looping
   REQUIRE(kill(victim, SIGSTOP) == 0);
   const auto t0 = std::chrono::steady_clock::now();
   Result r = wait_proc(p, 40s);

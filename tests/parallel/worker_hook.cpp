@@ -17,6 +17,8 @@
 //   DIT_PT_TRANSPORT=tcp    CommOptions::shared_memory = false
 //   DIT_PT_EXPECT_SHM / DIT_PT_EXPECT_TCP   collectives: the world must (not) be on shared memory
 //   DIT_PT_MESH=dp,cfg,ring,ulysses   also build and check a device mesh (collectives)
+//   DIT_PT_READY_DIR=dir    kill/loop: create dir/ready.<rank> after the first round
+//                           (process_util.h's wait_ready)
 #include <signal.h>
 #include <unistd.h>
 
@@ -89,6 +91,9 @@ int run_rank(const dit::LaunchEnv& env) {
           world->all_reduce_sum(x.data(), x.size());
           std::fill(x.begin(), x.end(), 1.f);
         }
+        if (step == 0)
+          if (const char* dir = std::getenv("DIT_PT_READY_DIR"))
+            if (FILE* f = std::fopen((std::string(dir) + "/ready." + std::to_string(env.rank)).c_str(), "w")) std::fclose(f);
       }
     } else if (scenario == "hang") {
       world->barrier();
