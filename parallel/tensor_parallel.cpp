@@ -1,6 +1,9 @@
 #include "parallel/tensor_parallel.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <vector>
@@ -156,6 +159,13 @@ class DistributedTensorParallel final : public TensorParallel {
       window_floats_ = g_.ensure_window(size_t(batch * tokens.size() * dim) * sizeof(float))
                            ? g_.window_bytes() / sizeof(float)
                            : 0;
+      static std::atomic<bool> warned{false};
+      if (!window_floats_ && g_.uses_shared_memory() && g_.rank() == 0 && !std::getenv("DIT_NO_SHM_WINDOWS") &&
+          !warned.exchange(true))
+        std::fprintf(stderr,
+                     "warning: tensor parallel: rows and partial products go through the collectives instead of "
+                     "shared-memory windows: %s\n",
+                     g_.window_note().c_str());
       sum_inputs_.assign(size_t(g_.size()), nullptr);
     }
   }
