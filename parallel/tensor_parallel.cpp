@@ -192,7 +192,8 @@ class DistributedTensorParallel final : public TensorParallel {
     pending_ = nullptr;
     g_.window_publish();
     const size_t T = size_t(tokens_.size() * dim_);
-    for (int j = 0; j < g_.size(); ++j) {
+    for (int k = 0; k < g_.size(); ++k) {  // its own rows first: they need no wait
+      const int j = (g_.rank() + k) % g_.size();
       const size_t n = counts_[size_t(j)], at = size_t(shards_[size_t(j)].begin - tokens_.begin) * size_t(dim_);
       copy_block_parallel(g_.window_peer(j), StridedBlock{0, size_t(batch_), n, n}, 0, full_.data(),
                           StridedBlock{at, size_t(batch_), n, T}, 0, size_t(batch_) * n);
