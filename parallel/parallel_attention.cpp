@@ -2,9 +2,6 @@
 // kernels and buffers for a shape, forward() dispatches to Ulysses (ulysses_exchange.cpp),
 // the ring (ring_attention.cpp) or local attention. The class: sequence_parallel_attention.h.
 #include <algorithm>
-#include <atomic>
-#include <cstdio>
-#include <cstdlib>
 
 #include "parallel/sequence_parallel_attention.h"
 
@@ -79,10 +76,6 @@ void SequenceParallelAttention::prepare(const SelfAttentionShape& s) {
     const size_t block_bytes = size_t(2 * B_ * Tmax_ * Hu_ * d_) * esz_;  // the largest block
     const size_t kv_elems = block_bytes / sizeof(float) + 1;
     window_ = ring_->ensure_window(kv_elems * sizeof(float));  // collective: every ring rank prepares
-    static std::atomic<bool> warned{false};
-    if (!window_ && ring_->uses_shared_memory() && r_ == 0 && !std::getenv("DIT_NO_SHM_WINDOWS") && !warned.exchange(true))
-      std::fprintf(stderr, "warning: ring attention: K/V blocks go as messages instead of shared-memory windows: %s\n",
-                   ring_->window_note().c_str());
     for (Buf& b : kv_) {
       if (window_) {
         Buf().swap(b);

@@ -163,8 +163,8 @@ class ProcessGroup {
   // --- windows (shared memory only: ring attention's K/V blocks read in place) ---
   // Collective: every member gets a block of at least `bytes` that the others read where it
   // lies (ShmExchange windows, parallel/shm_exchange.h). False on every member when the group
-  // is not on shared memory or a block could not be set up (window_note() says why): use
-  // messages then. Each use, every member in the same order; waits fail as collectives do:
+  // is not on shared memory or a block could not be set up (window_note() says why; the
+  // latter is also printed once by the group's rank 0): use messages then. Each use, every member in the same order; waits fail as collectives do:
   //   float* mine = g.window_begin();  ... write ...;  g.window_publish();
   //   const float* theirs = g.window_peer(j);  ... read ...;  g.window_release();
   bool ensure_window(size_t bytes);
@@ -233,6 +233,7 @@ class ProcessGroup {
   std::string store_prefix_;  // this group's keys in the rendezvous store
   uint32_t windows_made_ = 0;
   std::string window_note_;
+  bool window_warned_ = false;  // ensure_window's warning, once per group
 };
 
 }  // namespace dit

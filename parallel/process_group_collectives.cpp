@@ -2,6 +2,7 @@
 // barriers, over shared memory when the group has a segment (parallel/shm_exchange.h), else
 // over Gloo (TCP). Connection, failure handling and point-to-point messages: process_group.cpp.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -296,6 +297,14 @@ bool ProcessGroup::ensure_window(size_t bytes) {
     gloo::rendezvous::PrefixStore store(store_prefix_ + "/window" + std::to_string(windows_made_++), *shared_->store);
     made = shm_->ensure_window(store, bytes, [this](bool ok) { return all_ranks_agree(ok); }, &window_note_);
   });
+  // On shared memory, not turned off, and still none (a small /dev/shm): say so once per group.
+  if (!made && rank_ == 0 && !window_warned_) {
+    window_warned_ = true;
+    std::fprintf(stderr,
+                 "warning: group '%s' has no shared-memory windows (%s): what its ranks would read in place goes "
+                 "through messages instead\n",
+                 name_.c_str(), window_note_.c_str());
+  }
   return made;
 }
 

@@ -150,7 +150,7 @@ void ShmExchange::reduce_scatter_sum(const float* send, float* recv, const size_
     for_each_run(share_[me], off, part(share_[me].count(), off, piece), [&](size_t at, size_t pos, size_t len) {
       for (size_t r = 0; r < n; ++r)
         sum_inputs_[r] = r == me ? send + at : reinterpret_cast<const float*>(slot(int(r))) + me * piece + pos;
-      sum_in_order(sum_inputs_.data(), n, 0, recv + off + pos, len);
+      sum_in_order(sum_inputs_.data(), n, recv + off + pos, len);
     });
     done(rank_).store(seq, std::memory_order_release);
   }

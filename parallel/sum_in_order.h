@@ -31,11 +31,10 @@ inline void sum_in_order_serial(const float* const* x, size_t n, size_t at, floa
   }
 }
 
-// sum[i] = the sum in rank order of x[r][at + i], shared among the calling thread's team in
+// sum[i] = the sum in rank order of x[r][i], shared among the calling thread's team in
 // contiguous parts (each element summed in the same order, so the same bits).
-inline void sum_in_order(const float* const* x, size_t n, size_t at, float* sum, size_t len) {
-  parallel_split(len, sizeof(float),
-                 [&](size_t first, size_t m) { sum_in_order_serial(x, n, at + first, sum + first, m); });
+inline void sum_in_order(const float* const* x, size_t n, float* sum, size_t len) {
+  parallel_split(len, sizeof(float), [&](size_t first, size_t m) { sum_in_order_serial(x, n, first, sum + first, m); });
 }
 
 }  // namespace dit

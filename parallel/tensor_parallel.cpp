@@ -1,16 +1,12 @@
 #include "parallel/tensor_parallel.h"
 
 #include <algorithm>
-#include <atomic>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <vector>
 
 #include "parallel/strided_block.h"
 #include "parallel/sum_in_order.h"
-#include "runtime/elementwise.h"
 #include "runtime/error.h"
 #include "runtime/parallel_for.h"
 #include "runtime/profile.h"
@@ -23,26 +19,11 @@ void grow(std::vector<float>& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
 
-// The Row epilogue after the reduction: v = sum + bias (in place), then y = v, y += v or
-// y += gate ⊙ v.
-void row_epilogue(const LinearSpec& s, float* sum, const float* bias, const float* gate, int64_t batch, int64_t rows,
-                  float* y) {
-  const int64_t N = s.out, n = batch * rows * N;
-  if (bias)
-    for (int64_t r = 0; r < batch * rows; ++r) add(sum + r * N, bias, sum + r * N, N);
-  if (s.gated_residual)
-    gated_residual_add(sum, gate, y, batch, rows, N);
-  else if (s.accumulate)
-    add(y, sum, y, n);
-  else
-    std::memcpy(y, sum, size_t(n) * 4);
-}
-
-// The window path's reduction and the Row epilogue in one pass over this rank's rows: for row
-// i of batch item b (y's row b·rows + i; the partial products' row b·T + first + i in every
-// rank's array), v = Σ_ranks partial (rank order), v += bias, then y = v, y += v or
-// y += gate ⊙ v. reduce()'s and row_epilogue()'s operations in their order: the same bits,
-// without writing the sums out and reading them back twice.
+// The Row epilogue over this rank's rows, after or with the reduction: for row i of batch item
+// b (y's row b·rows + i; row b·T + first + i of each of the n arrays), v = Σ_arrays (in
+// order; n = 1: the sum the collectives made), v += bias, then y = v, y += v or y += gate ⊙ v.
+// The window path passes every rank's partial products, so it sums in the reduce-scatter's
+// order in the same pass: the same bits, without writing the sums out and reading them back.
 void sum_rows_epilogue(const LinearSpec& s, const float* const* parts, size_t n, int64_t batch, int64_t rows,
                        int64_t T, int64_t first, const float* bias, const float* gate, float* y) {
   const int64_t N = s.out;
@@ -55,7 +36,10 @@ void sum_rows_epilogue(const LinearSpec& s, const float* const* parts, size_t n,
     float v[kCols];
     for (int64_t c0 = 0; c0 < N; c0 += kCols) {
       const int64_t m = std::min(kCols, N - c0);
-      sum_in_order_serial(parts, n, at + size_t(c0), v, size_t(m));
+      if (n == 1)
+        std::memcpy(v, parts[0] + at + size_t(c0), size_t(m) * 4);
+      else
+        sum_in_order_serial(parts, n, at + size_t(c0), v, size_t(m));
       if (bias)
         for (int64_t j = 0; j < m; ++j) v[j] = v[j] + bias[c0 + j];
       float* yc = py + c0;
@@ -159,13 +143,6 @@ class DistributedTensorParallel final : public TensorParallel {
       window_floats_ = g_.ensure_window(size_t(batch * tokens.size() * dim) * sizeof(float))
                            ? g_.window_bytes() / sizeof(float)
                            : 0;
-      static std::atomic<bool> warned{false};
-      if (!window_floats_ && g_.uses_shared_memory() && g_.rank() == 0 && !std::getenv("DIT_NO_SHM_WINDOWS") &&
-          !warned.exchange(true))
-        std::fprintf(stderr,
-                     "warning: tensor parallel: rows and partial products go through the collectives instead of "
-                     "shared-memory windows: %s\n",
-                     g_.window_note().c_str());
       sum_inputs_.assign(size_t(g_.size()), nullptr);
     }
   }
@@ -334,7 +311,8 @@ void RowLinear::run(const float* x, float* y, const float* gate) {
   int64_t rows = 0;
   tp_.reduce(partial, tp_.mine(), spec_.out, sum, rows);
   // [batch, rows, out] whatever batch × rows the spec was written with
-  row_epilogue(spec_, sum, bias, gate, tp_.batch(), rows, y);
+  const float* sums[1] = {sum};
+  sum_rows_epilogue(spec_, sums, 1, tp_.batch(), rows, rows, 0, bias, gate, y);
 }
 
 }  // namespace
