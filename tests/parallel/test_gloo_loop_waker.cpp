@@ -25,8 +25,15 @@ TEST_CASE("gloo loop waker: rings the loop only while held", "[parallel][waker]"
     while (waker->turns() < 10 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
     CHECK(waker->turns() >= 10);
   }
-  std::this_thread::sleep_for(5ms);  // a ring already on its way
-  const uint64_t after = waker->turns();
+  // At most one ring is on its way after the release; on a loaded machine the loop may take
+  // a while to serve it, so wait until the count stays put for 50 ms, then for 30 ms more.
+  uint64_t after = waker->turns();
+  for (const auto until = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(50ms);
+    const uint64_t now = waker->turns();
+    if (now == after) break;
+    after = now;
+  }
   std::this_thread::sleep_for(30ms);
   CHECK(waker->turns() == after);
 

@@ -42,14 +42,19 @@ TEST_CASE("a SIGKILLed launcher's rendezvous directory is removed by the next la
   TmpBase base;
   // A real launcher with 2 ranks that hang after connecting; SIGKILL the launcher itself
   // (its workers die with it: PR_SET_DEATHSIG).
-  Proc p = spawn_self({{"DIT_PT_MODE", "launch"}, {"DIT_PT_WORLD", "2"}, {"DIT_PT_SCENARIO", "hang"}, {"TMPDIR", base.path}});
+  ReadyDir ready;
+  Proc p = spawn_self({{"DIT_PT_MODE", "launch"},
+                       {"DIT_PT_WORLD", "2"},
+                       {"DIT_PT_SCENARIO", "hang"},
+                       {"TMPDIR", base.path},
+                       {"DIT_PT_READY_DIR", ready.path}});
   std::vector<std::string> dirs;
   for (int i = 0; i < 200 && dirs.empty(); i++) {
     std::this_thread::sleep_for(20ms);
     dirs = base.rdzv_dirs();
   }
   REQUIRE(dirs.size() == 1);
-  std::this_thread::sleep_for(1000ms);
+  REQUIRE(wait_ready(ready.path, 2));
   REQUIRE(kill(p.pid, SIGKILL) == 0);
   Result r = wait_proc(p, 10s);
   CHECK(r.code == 128 + SIGKILL);

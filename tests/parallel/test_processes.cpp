@@ -17,7 +17,13 @@ std::map<std::string, std::string> launch_vars(int world, const std::string& sce
   return {{"DIT_PT_MODE", "launch"}, {"DIT_PT_WORLD", std::to_string(world)}, {"DIT_PT_SCENARIO", scenario}};
 }
 
-bool process_group_gone(pid_t pgid) { return kill(-pgid, 0) != 0 && errno == ESRCH; }
+// True once no process of the group is left; a worker still being reaped gets up to 5 s.
+bool process_group_gone(pid_t pgid) {
+  for (const auto until = std::chrono::steady_clock::now() + 5s;; std::this_thread::sleep_for(20ms)) {
+    if (kill(-pgid, 0) != 0 && errno == ESRCH) return true;
+    if (std::chrono::steady_clock::now() > until) return false;
+  }
+}
 
 }  // namespace
 
@@ -166,15 +172,17 @@ TEST_CASE("launcher: a rank that cannot load its input stops the run with its me
 }
 
 TEST_CASE("launcher: Ctrl-C stops every worker and exits 130", "[parallel]") {
-  Proc p = spawn_self(launch_vars(3, "hang"));
-  std::this_thread::sleep_for(1500ms);
+  ReadyDir ready;
+  auto vars = launch_vars(3, "hang");
+  vars["DIT_PT_READY_DIR"] = ready.path;
+  Proc p = spawn_self(vars);
+  REQUIRE(wait_ready(ready.path, 3));  // every rank connected: the launcher is waiting on them
   REQUIRE(kill(p.pid, SIGINT) == 0);  // what the terminal does (to the launcher at least)
   Result r = wait_proc(p, 15s);
   INFO(r.output);
   CHECK(r.code == 130);
   CHECK(r.seconds < 5);
   CHECK_THAT(r.output, Catch::Contains("test-launcher: interrupted, stopping all ranks"));
-  std::this_thread::sleep_for(100ms);
   CHECK(process_group_gone(p.pid));
 }
 

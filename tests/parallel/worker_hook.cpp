@@ -17,8 +17,8 @@
 //   DIT_PT_TRANSPORT=tcp    CommOptions::shared_memory = false
 //   DIT_PT_EXPECT_SHM / DIT_PT_EXPECT_TCP   collectives: the world must (not) be on shared memory
 //   DIT_PT_MESH=dp,cfg,ring,ulysses   also build and check a device mesh (collectives)
-//   DIT_PT_READY_DIR=dir    kill/loop: create dir/ready.<rank> after the first round
-//                           (process_util.h's wait_ready)
+//   DIT_PT_READY_DIR=dir    kill/loop: create dir/ready.<rank> after the first round,
+//                           hang: after the barrier (process_util.h's wait_ready)
 #include <signal.h>
 #include <unistd.h>
 
@@ -38,6 +38,12 @@ namespace {
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   return (v && *v) ? std::atoi(v) : fallback;
+}
+
+// DIT_PT_READY_DIR/ready.<rank>: this rank is connected and where the test wants it.
+void mark_ready(int rank) {
+  if (const char* dir = std::getenv("DIT_PT_READY_DIR"))
+    if (FILE* f = std::fopen((std::string(dir) + "/ready." + std::to_string(rank)).c_str(), "w")) std::fclose(f);
 }
 
 int run_rank(const dit::LaunchEnv& env) {
@@ -91,12 +97,11 @@ int run_rank(const dit::LaunchEnv& env) {
           world->all_reduce_sum(x.data(), x.size());
           std::fill(x.begin(), x.end(), 1.f);
         }
-        if (step == 0)
-          if (const char* dir = std::getenv("DIT_PT_READY_DIR"))
-            if (FILE* f = std::fopen((std::string(dir) + "/ready." + std::to_string(env.rank)).c_str(), "w")) std::fclose(f);
+        if (step == 0) mark_ready(env.rank);
       }
     } else if (scenario == "hang") {
       world->barrier();
+      mark_ready(env.rank);
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
     }
     world->shutdown();
