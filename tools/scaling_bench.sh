@@ -8,6 +8,9 @@
 #   tools/scaling_bench.sh OUT_DIR                 # after building (build/bin), or with a bundle:
 #   source build/bundle/env.sh && tools/scaling_bench.sh OUT_DIR
 #   tools/scaling_bench.sh OUT_DIR --quick         # a 1-minute smoke run at small sizes
+#   tools/scaling_bench.sh OUT_DIR --budget 540    # end within 540 s, summary included (a lent
+#                                                  # machine's time limit): parts that would not
+#                                                  # fit are cut short or skipped, and logged
 #
 # OUT_DIR gets layouts.jsonl (one dit-bench document per line), kernels.jsonl, torch.jsonl,
 # whole.jsonl (whole dit-gen runs), nodes.jsonl (simulated machines, where allowed), log.txt
@@ -20,14 +23,27 @@
 set -uo pipefail
 
 usage() {
-  echo "usage: tools/scaling_bench.sh OUT_DIR [--quick]" >&2
+  echo "usage: tools/scaling_bench.sh OUT_DIR [--quick] [--budget SECONDS]" >&2
   exit 2
 }
 [ $# -ge 1 ] || usage
 out=$1
-quick=0
-[ "${2:-}" = --quick ] && quick=1
-[ $# -le 2 ] && { [ $# -lt 2 ] || [ $quick = 1 ]; } || usage
+shift
+quick=0 budget=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --quick) quick=1 ;;
+    --budget)
+      [ $# -ge 2 ] && [[ $2 =~ ^[0-9]+$ ]] && [ "$2" -ge 60 ] ||
+        { echo "tools/scaling_bench.sh: --budget expects whole seconds, at least 60" >&2; exit 2; }
+      budget=$2
+      shift ;;
+    *) usage ;;
+  esac
+  shift
+done
+started=$SECONDS
+reserve=20  # the budget's last seconds: the summary, and a part's kill-after
 here=$(cd "$(dirname "$0")" && pwd)
 if command -v dit-bench >/dev/null; then bin=$(dirname "$(command -v dit-bench)"); else bin=$here/../build/bin; fi
 for t in dit-bench dit-kernel-bench; do
@@ -56,11 +72,27 @@ model=$DIT_BENCH_CACHE/xl-L$layers
 echo "cores $cores, xl preset with $layers layers, tools from $bin, $(date -u +%FT%TZ)" >>"$log"
 lscpu 2>/dev/null | grep -E '^(Model name|Flags)' | cut -c1-400 >>"$log"
 
+# fit_budget NAME LIMIT_S: with --budget, sets $fitted to LIMIT_S or what is left of the budget
+# (less the reserve), whichever is smaller; false (and logged) when under 15 s are left.
+fit_budget() {
+  fitted=$2
+  [ "$budget" -gt 0 ] || return 0
+  local left=$((budget - reserve - (SECONDS - started)))
+  if [ $left -lt 15 ]; then
+    echo "== $(date -u +%T) $1: skipped, ${left} s of the ${budget} s budget left" >>"$log"
+    return 1
+  fi
+  [ $left -lt "$fitted" ] && fitted=$left
+  return 0
+}
+
 # part NAME LIMIT_S FILE CMD...: runs CMD under a time limit, appends its JSON output (compacted to
 # one line per document) to OUT_DIR/FILE, its stderr and exit status to the log.
 part() {
   local name=$1 limit=$2 file=$3
   shift 3
+  fit_budget "$name" "$limit" || return 0
+  limit=$fitted
   echo "== $(date -u +%T) $name: $*" >>"$log"
   local tmp=$scratch/part.out
   timeout --kill-after=10 "$limit" "$@" >"$tmp" 2>>"$log"
@@ -124,10 +156,11 @@ gen_model=$DIT_BENCH_CACHE/xl-L$layers-gen
 whole() {  # whole ROUND NAME CPUS ARGS...: CPUS a taskset list, or "all"
   local round=$1 name=$2 cpus=$3
   shift 3
+  fit_budget "whole $name round $round" 120 || return 0
   local pre=()
   [ "$cpus" = all ] || pre=(taskset -c "$cpus")
   local start=$EPOCHREALTIME
-  timeout 120 "${pre[@]}" "$bin/dit-gen" -m "$gen_model" --progress none -p 207 --steps 8 -o "$scratch/whole.png" "$@" \
+  timeout "$fitted" "${pre[@]}" "$bin/dit-gen" -m "$gen_model" --progress none -p 207 --steps 8 -o "$scratch/whole.png" "$@" \
     >>"$log" 2>&1
   local rc=$? end=$EPOCHREALTIME
   jq -nc --arg run "$name" --argjson round "$round" --argjson rc $rc --argjson wall "$(jq -n "$end - $start")" \
