@@ -147,7 +147,28 @@ fi
     part "torch-eager-4096" 150 torch.jsonl env -u LD_LIBRARY_PATH "$python" "$here/torch_anchor.py" "$model" $large f32,bf16 2 eager "$cores"
 }
 
-# 6. Whole dit-gen runs (launch, load, 8 steps, VAE decode, PNG) of the xl preset with LAYERS
+# 6. Simulated machines (tools/netbench.sh: network namespaces, veth links shaped by tc, redis),
+# where this machine allows them (root, ip, tc, redis-server): 2 and 4 nodes at 25 Gbit/s,
+# 4096 tokens, each node on its own cores, against one node; 4 nodes on 2 or 3 cores get half
+# a core's time each (netbench.sh --node-cpus 0.5, where cgroups can be written).
+if [ "$(id -u)" = 0 ] && command -v ip >/dev/null && command -v tc >/dev/null && command -v redis-server >/dev/null &&
+  ip netns add dit-sb-probe 2>>"$log" && ip netns del dit-sb-probe; then
+  nb=("$here/netbench.sh" --bin "$bin" --preset xl --layers "$layers" --rate 25gbit $steps)
+  if [ $quick = 1 ]; then
+    part netbench-2 120 nodes.jsonl "${nb[@]}" --size $large --nodes 2 --layouts cfg2,u2
+  else
+    part netbench-2 240 nodes.jsonl "${nb[@]}" --size $large --nodes 2 --layouts cfg2,u2,r2
+    if [ "$cores" -ge 4 ]; then
+      part netbench-4 240 nodes.jsonl "${nb[@]}" --size $large --nodes 4 --layouts cfg2u2,u4
+    else
+      part netbench-4 300 nodes.jsonl "${nb[@]}" --size $large --nodes 4 --node-cpus 0.5 --layouts cfg2u2,u4
+    fi
+  fi
+else
+  echo "== netbench: needs root, ip, tc, redis-server and network namespaces here; skipped" >>"$log"
+fi
+
+# 7. Whole dit-gen runs (launch, load, 8 steps, VAE decode, PNG) of the xl preset with LAYERS
 # layers at 256x256: bf16 against f32 on all cores, and --cfg-parallel against one thread on
 # two cores (the two-core comparison). One JSON line per run in whole.jsonl.
 gen_model=$DIT_BENCH_CACHE/xl-L$layers-gen
@@ -176,27 +197,6 @@ if [ -f "$gen_model/model_index.json" ] && [ "$cores" -ge 2 ] && command -v task
   done
 else
   echo "== whole runs: no model, fewer than 2 cores or no taskset; skipped" >>"$log"
-fi
-
-# 7. Simulated machines (tools/netbench.sh: network namespaces, veth links shaped by tc, redis),
-# where this machine allows them (root, ip, tc, redis-server): 2 and 4 nodes at 25 Gbit/s,
-# 4096 tokens, each node on its own cores, against one node; 4 nodes on 2 or 3 cores get half
-# a core's time each (netbench.sh --node-cpus 0.5, where cgroups can be written).
-if [ "$(id -u)" = 0 ] && command -v ip >/dev/null && command -v tc >/dev/null && command -v redis-server >/dev/null &&
-  ip netns add dit-sb-probe 2>>"$log" && ip netns del dit-sb-probe; then
-  nb=("$here/netbench.sh" --bin "$bin" --preset xl --layers "$layers" --rate 25gbit $steps)
-  if [ $quick = 1 ]; then
-    part netbench-2 120 nodes.jsonl "${nb[@]}" --size $large --nodes 2 --layouts cfg2,u2
-  else
-    part netbench-2 240 nodes.jsonl "${nb[@]}" --size $large --nodes 2 --layouts cfg2,u2,r2
-    if [ "$cores" -ge 4 ]; then
-      part netbench-4 240 nodes.jsonl "${nb[@]}" --size $large --nodes 4 --layouts cfg2u2,u4
-    else
-      part netbench-4 300 nodes.jsonl "${nb[@]}" --size $large --nodes 4 --node-cpus 0.5 --layouts cfg2u2,u4
-    fi
-  fi
-else
-  echo "== netbench: needs root, ip, tc, redis-server and network namespaces here; skipped" >>"$log"
 fi
 
 if [ $py = 1 ]; then
