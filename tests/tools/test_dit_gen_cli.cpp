@@ -2,6 +2,7 @@
 #include <stb/stb_image.h>
 
 #include <catch2/catch.hpp>
+#include <sched.h>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -424,4 +425,26 @@ TEST_CASE("dit-gen pins local ranks to their own cores, -v says which, --no-pin 
   REQUIRE(n.code == 0);
   CHECK(n.err.find("(not pinned: --no-pin)") != std::string::npos);
   CHECK(n.err.find("(pinned") == std::string::npos);
+}
+
+TEST_CASE("dit-gen warns once when this machine's ranks x threads exceed its allowed cores", "[cli]") {
+  cpu_set_t set;
+  REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);
+  const int cores = CPU_COUNT(&set);
+  const std::string args = kTiny + " -p 1 --steps 1 --no-decode --cfg-parallel";
+  const std::string t = std::to_string(cores + 1);
+  RunResult over = run(gen(args + " -t " + t));
+  INFO(over.err);
+  REQUIRE(over.code == 0);
+  const std::string line = "dit-gen: warning: 2 ranks x " + t + " threads on this machine's " + std::to_string(cores) +
+                           " allowed core" + (cores == 1 ? "" : "s") + ": ranks share cores and run slower (";
+  const size_t at = over.err.find(line);
+  REQUIRE(at != std::string::npos);
+  CHECK(over.err.find(line, at + 1) == std::string::npos);  // once, from the launcher
+  if (cores >= 2) CHECK(over.err.find("(leave out -t: ranks x threads <= cores)") != std::string::npos);
+  // The default threads per rank fit, unless the machine has fewer cores than ranks.
+  RunResult fit = run(gen(args));
+  INFO(fit.err);
+  REQUIRE(fit.code == 0);
+  CHECK((fit.err.find("allowed core") != std::string::npos) == (cores < 2));
 }
