@@ -32,17 +32,8 @@ void announce(const LaunchOptions& opts, int first_rank, int nproc, int world, i
                            " each (rendezvous " + rendezvous + ")\n";
   (void)!write(2, line.data(), line.size());
   // More threads than cores: the ranks time-share cores (pinned sets wrap and overlap).
-  const size_t cores = allowed_cpus().size(), need = size_t(nproc) * size_t(threads);
-  if (cores > 0 && need > cores) {
-    const std::string warn =
-        opts.program + ": warning: " + std::to_string(nproc) + " rank" + (nproc == 1 ? "" : "s") + " x " +
-        std::to_string(threads) + " thread" + (threads == 1 ? "" : "s") + " on this machine's " +
-        std::to_string(cores) + " allowed core" + (cores == 1 ? "" : "s") + ": ranks share cores and run slower (" +
-        (opts.threads > 0 && size_t(nproc) <= cores ? "leave out -t: ranks x threads <= cores"
-                                                    : "use fewer ranks per machine, or more machines") +
-        ")\n";
-    (void)!write(2, warn.data(), warn.size());
-  }
+  const std::string warn = oversubscription_warning(opts.program, nproc, threads, opts.threads > 0);
+  (void)!write(2, warn.data(), warn.size());
 }
 
 }  // namespace

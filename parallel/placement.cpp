@@ -86,4 +86,18 @@ std::string cpu_list_string(const std::vector<int>& cpus) {
   return s;
 }
 
+std::string oversubscription_warning(const std::string& program, int local_ranks, int threads,
+                                     bool threads_from_flag) {
+  const size_t cores = allowed_cpus().size(), need = size_t(local_ranks) * size_t(threads);
+  if (cores == 0 || need <= cores) return "";
+  const auto count = [](size_t n, const char* what) {
+    return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
+  };
+  return program + ": warning: " + count(size_t(local_ranks), "rank") + " x " + count(size_t(threads), "thread") +
+         " on this machine's " + count(cores, "allowed core") + ": ranks share cores and run slower (" +
+         (threads_from_flag && size_t(local_ranks) <= cores ? "leave out -t: ranks x threads <= cores"
+                                                            : "use fewer ranks per machine, or more machines") +
+         ")\n";
+}
+
 }  // namespace dit

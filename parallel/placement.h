@@ -47,4 +47,9 @@ Placement place_rank(const LaunchEnv& env, int threads, bool pin);
 // "0-3,8,10-11"
 std::string cpu_list_string(const std::vector<int>& cpus);
 
+// The one-line warning (with its newline) when `local_ranks` × `threads` exceed this
+// process's allowed cores, or "" when they fit. threads_from_flag: -t chose the threads.
+std::string oversubscription_warning(const std::string& program, int local_ranks, int threads,
+                                     bool threads_from_flag);
+
 }  // namespace dit

@@ -448,3 +448,22 @@ TEST_CASE("dit-gen warns once when this machine's ranks x threads exceed its all
   REQUIRE(fit.code == 0);
   CHECK((fit.err.find("allowed core") != std::string::npos) == (cores < 2));
 }
+
+TEST_CASE("dit-gen ranks started by another launcher: the machine's first rank warns of shared cores", "[cli]") {
+  cpu_set_t set;
+  REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);
+  const int cores = CPU_COUNT(&set);
+  Scratch s;
+  std::filesystem::create_directory(s.file("rdzv"));
+  const std::string env = "DIT_WORLD_SIZE=2 DIT_LOCAL_WORLD_SIZE=2 DIT_RENDEZVOUS=file:" + s.file("rdzv") + " ";
+  const std::string args = kTiny + " -p 1 --steps 1 --no-decode --cfg-parallel --timeout 60 -t " + std::to_string(cores + 1);
+  const std::string cmd = "( (DIT_RANK=1 DIT_LOCAL_RANK=1 " + env + bin("dit-gen") + args + " 2> " + s.file("r1.err") +
+                          ") & DIT_RANK=0 DIT_LOCAL_RANK=0 " + env + bin("dit-gen") + args + "; rc=$?; wait; exit $rc )";
+  RunResult r = run(cmd);
+  const std::string r1 = slurp(s.file("r1.err"));
+  INFO(r.err << "\nrank 1: " << r1);
+  REQUIRE(r.code == 0);
+  const std::string line = "dit-gen: warning: 2 ranks x " + std::to_string(cores + 1) + " threads on this machine's ";
+  CHECK(r.err.find(line) != std::string::npos);
+  CHECK(r1.find("warning") == std::string::npos);
+}
