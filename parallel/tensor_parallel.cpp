@@ -60,6 +60,7 @@ class ColumnLinear final : public ParallelLinear {
  public:
   ColumnLinear(const LinearSpec& spec, const LinearWeight& w) : lin_(local(spec, w), w), out_(w.out()) {}
   void run(const float* x, float* y, const float*) override { lin_.run(x, y); }
+  void run(const uint16_t* x, float* y, const float*) override { lin_.run(x, y); }
   int64_t out_local() const override { return out_; }
   static LinearSpec local(LinearSpec s, const LinearWeight& w) {
     DIT_CHECK(!s.gated_residual && !s.accumulate, "tensor parallel: a column-parallel linear has no residual");
@@ -81,15 +82,19 @@ class ColumnGatherLinear final : public ParallelLinear {
     for (const TokenRange& c : cols) counts_.push_back(size_t(c.size()));
     mine_.assign(size_t(rows_ * w.out()) + 1, 0.f);
   }
-  void run(const float* x, float* y, const float*) override {
+  void run(const float* x, float* y, const float*) override { run_any(x, y); }
+  void run(const uint16_t* x, float* y, const float*) override { run_any(x, y); }
+  int64_t out_local() const override { return out_; }
+
+ private:
+  template <class X>
+  void run_any(const X* x, float* y) {
     lin_.run(x, mine_.data());
     profile::Scope pc(profile::Cat::Communication);
     profile::add_bytes(uint64_t(rows_) * counts_[size_t(g_.rank())] * 4 * uint64_t(g_.size() - 1));
     g_.all_gather_v(mine_.data(), y, counts_, size_t(rows_));  // [rows][cols of rank] -> [rows][out]
   }
-  int64_t out_local() const override { return out_; }
 
- private:
   ProcessGroup& g_;
   Linear lin_;
   int64_t rows_, out_;
@@ -100,10 +105,13 @@ class ColumnGatherLinear final : public ParallelLinear {
 class RowLinear final : public ParallelLinear {
  public:
   RowLinear(DistributedTensorParallel& tp, const LinearSpec& spec, const LinearWeight& w);
-  void run(const float* x, float* y, const float* gate) override;
+  void run(const float* x, float* y, const float* gate) override { run_any(x, y, gate); }
+  void run(const uint16_t* x, float* y, const float* gate) override { run_any(x, y, gate); }
   int64_t out_local() const override { return spec_.out; }
 
  private:
+  template <class X>
+  void run_any(const X* x, float* y, const float* gate);
   DistributedTensorParallel& tp_;
   LinearSpec spec_;
   Linear lin_;              // partial products over this rank's input features, no bias
@@ -297,7 +305,8 @@ RowLinear::RowLinear(DistributedTensorParallel& tp, const LinearSpec& spec, cons
   if (!tp_.windowed(n)) tp_.partial(n + 1);  // sized once, before the loop
 }
 
-void RowLinear::run(const float* x, float* y, const float* gate) {
+template <class X>
+void RowLinear::run_any(const X* x, float* y, const float* gate) {
   DIT_CHECK(!spec_.gated_residual || gate, "tensor parallel: a gated row-parallel linear needs its gate");
   const size_t n = size_t(spec_.batch * spec_.rows * spec_.out);
   const float* bias = bias_.empty() ? nullptr : bias_.data();

@@ -81,8 +81,17 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
   DIT_CHECK(ldy >= N && (ldy == N || !spec.gated_residual), m.what << ": bad out_stride " << spec.out_stride);
   DIT_CHECK(int(spec.gated_residual) + int(spec.accumulate) + int(spec.multiply) <= 1,
             m.what << ": gated_residual, accumulate and multiply exclude each other");
+  DIT_CHECK((spec.input == DType::F32 || spec.input == DType::BF16) &&
+                (spec.output == DType::F32 || spec.output == DType::BF16),
+            m.what << ": input and output are f32 or bf16");
+  DIT_CHECK((spec.input == DType::F32 && spec.output == DType::F32) || w.compute == DType::BF16,
+            m.what << ": bf16 input or output needs bf16 compute");
+  DIT_CHECK(spec.output == DType::F32 ||
+                (!spec.gated_residual && !spec.accumulate && !spec.multiply && (ldy == N)),
+            m.what << ": a bf16 output is the plain form only");
   require_compute(w.compute);
   const dt cdt = w.compute == DType::BF16 ? dt::bf16 : dt::f32;
+  const dt ydt = spec.output == DType::BF16 ? dt::bf16 : dt::f32;
   dnnl_call(m.what.c_str(), [&] {
     auto& eng = Engine::get().engine;
     memory::desc src_md, wei_md, bias_md, dst_md, gate_md, mul_md;
@@ -105,7 +114,7 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
         src_md = memory::desc({R, K}, cdt, memory::dims{K, 1});
         wei_md = memory::desc({K, N}, cdt, memory::dims{1, K});
         bias_md = memory::desc({1, N}, dt::f32, memory::dims{N, 1});
-        dst_md = memory::desc({R, N}, dt::f32, memory::dims{ldy, 1});
+        dst_md = memory::desc({R, N}, ydt, memory::dims{ldy, 1});
         gate_md = memory::desc();
         if (spec.multiply) mul_md = memory::desc({B * M, N}, dt::f32, memory::dims{N, 1});
       }
@@ -167,7 +176,7 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
       m.scratch = memory(pd.scratchpad_desc(), eng, m.scratch_buf.data());
       m.args[DNNL_ARG_SCRATCHPAD] = m.scratch;
     }
-    if (cdt == dt::bf16) {
+    if (cdt == dt::bf16 && spec.input == DType::F32) {
       memory::desc xf_md({B * M, K}, dt::f32, memory::dims{K, 1});
       memory::desc xb_md({B * M, K}, dt::bf16, memory::dims{K, 1});
       m.xb = Tensor::empty({B * M, K}, DType::BF16);
@@ -181,31 +190,42 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
 }
 
 void Linear::run(const float* x, float* y, const float* gate, const float* mul) const {
+  run_any(x, DType::F32, y, DType::F32, gate, mul);
+}
+void Linear::run(const uint16_t* x, float* y, const float* gate, const float* mul) const {
+  run_any(x, DType::BF16, y, DType::F32, gate, mul);
+}
+void Linear::run(const float* x, uint16_t* y) const { run_any(x, DType::F32, y, DType::BF16, nullptr, nullptr); }
+void Linear::run(const uint16_t* x, uint16_t* y) const { run_any(x, DType::BF16, y, DType::BF16, nullptr, nullptr); }
+
+void Linear::run_any(const void* x, DType xt, void* y, DType yt, const float* gate, const float* mul) const {
   DIT_CHECK(impl_, "Linear::run on an empty Linear");
   profile::Scope prof(profile::Cat::Linear);
   Impl& m = *impl_;
+  DIT_CHECK(xt == m.spec.input && yt == m.spec.output,
+            m.what << ": run with " << dtype_name(xt) << " x and " << dtype_name(yt) << " y, made for "
+                   << dtype_name(m.spec.input) << " and " << dtype_name(m.spec.output));
   DIT_CHECK(!m.spec.gated_residual || gate, m.what << ": gated_residual needs a gate");
   DIT_CHECK(!m.spec.multiply || mul, m.what << ": multiply needs its operand m");
+  const bool convert = m.w.compute == DType::BF16 && xt == DType::F32;
+  const void* xm = convert ? m.xb.data() : x;  // what the matmul reads
   dnnl_call(m.what.c_str(), [&] {
     auto& s = Engine::get().stream;
-    if (m.w.compute == DType::BF16) {
-      m.cvt_src.set_data_handle(const_cast<float*>(x));
+    if (convert) {
+      m.cvt_src.set_data_handle(const_cast<void*>(x));
       execute(m.cvt, s, m.cvt_args);
-    } else {
-      m.src.set_data_handle(const_cast<float*>(x));
     }
+    m.src.set_data_handle(const_cast<void*>(xm));
     if (m.manual_gate) {  // per batch element b: tmp = act(x[b] W^T + bias); y[b] += gate[b] * tmp
       const int64_t M = m.spec.rows, K = m.spec.in, N = m.spec.out;
       float* t = m.tmp.f32();
       m.dst.set_data_handle(t);
+      const size_t xbytes = dtype_size(m.w.compute);  // the matmul's x: f32, or bf16 (given or converted)
       for (int64_t b = 0; b < m.spec.batch; ++b) {
-        if (m.w.compute == DType::BF16)
-          m.src.set_data_handle(static_cast<uint16_t*>(m.xb.data()) + b * M * K);
-        else
-          m.src.set_data_handle(const_cast<float*>(x) + b * M * K);
+        m.src.set_data_handle(const_cast<char*>(static_cast<const char*>(xm)) + size_t(b * M * K) * xbytes);
         execute(m.prim, s, m.args);
         s.wait();
-        gated_residual_add(t, gate + b * N, y + b * M * N, 1, M, N);
+        gated_residual_add(t, gate + b * N, static_cast<float*>(y) + b * M * N, 1, M, N);
       }
       return;
     }

@@ -58,6 +58,12 @@ struct LinearSpec {
   // y = act(x·Wᵀ + b) ⊙ m, m [batch·rows, out] f32 contiguous, given to run(). Not with
   // gated_residual or accumulate.
   bool multiply = false;
+  // bf16 compute only: x given in bf16 (no conversion pass; e.g. the output of a Linear with
+  // output BF16), and y written in bf16, rounded to nearest even after the bias and
+  // activation (plain form only: not with gated_residual, accumulate, multiply or
+  // out_stride). What a bf16 matmul reads is its input rounded this way anyway, so a bf16 y
+  // feeding a bf16 Linear gives that Linear's f32-input result bit for bit.
+  DType input = DType::F32, output = DType::F32;
 };
 
 class Linear {
@@ -71,6 +77,11 @@ class Linear {
   // gate: [batch, out] f32 when spec.gated_residual (else ignored);
   // m: [batch·rows, out] f32 when spec.multiply (else ignored).
   void run(const float* x, float* y, const float* gate = nullptr, const float* m = nullptr) const;
+  // spec.input BF16: x [batch, rows, in] bf16.
+  void run(const uint16_t* x, float* y, const float* gate = nullptr, const float* m = nullptr) const;
+  // spec.output BF16: y [batch, rows, out] bf16.
+  void run(const float* x, uint16_t* y) const;
+  void run(const uint16_t* x, uint16_t* y) const;
   // Points the layer at other weights of the same shape, compute type and bias presence
   // (e.g. the next block's, so that one Linear serves every block of a deep model: one
   // primitive, one scratchpad, one bf16 input buffer). Allocates nothing; the weights must
@@ -82,6 +93,7 @@ class Linear {
   const std::string& impl_info() const;
 
  private:
+  void run_any(const void* x, DType xt, void* y, DType yt, const float* gate, const float* m) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

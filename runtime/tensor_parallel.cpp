@@ -10,6 +10,7 @@ class LocalLinear final : public ParallelLinear {
  public:
   LocalLinear(const LinearSpec& spec, const LinearWeight& w) : lin_(spec, w), out_(spec.out) {}
   void run(const float* x, float* y, const float* gate) override { lin_.run(x, y, gate); }
+  void run(const uint16_t* x, float* y, const float* gate) override { lin_.run(x, y, gate); }
   int64_t out_local() const override { return out_; }
 
  private:

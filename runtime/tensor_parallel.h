@@ -46,6 +46,8 @@ class ParallelLinear {
   // Row: x [batch, rows, in_local]; y [batch, residual rows, out] receives the spec's epilogue
   // (gated_residual: gate [batch, out]; accumulate; or plain) after the reduction.
   virtual void run(const float* x, float* y, const float* gate = nullptr) = 0;
+  // The same with x in bf16 (spec.input BF16: e.g. the bf16 output of the MLP's first linear).
+  virtual void run(const uint16_t* x, float* y, const float* gate = nullptr) = 0;
   virtual int64_t out_local() const = 0;
 };
 

@@ -34,14 +34,16 @@ inline void check_latent_grid(const char* family, const ModelShape& s, int64_t p
                    << " are not a positive multiple of the patch size " << patch);
 }
 
-// A plain (not split) linear over `rows` token rows: y = act(x·Wᵀ + b).
-inline Linear make_linear(const LinearWeight& lw, int64_t rows, Act act = Act::None) {
+// A plain (not split) linear over `rows` token rows: y = act(x·Wᵀ + b), y in `output` (f32, or
+// bf16 with bf16 compute).
+inline Linear make_linear(const LinearWeight& lw, int64_t rows, Act act = Act::None, DType output = DType::F32) {
   LinearSpec spec;
   spec.batch = 1;
   spec.rows = rows;
   spec.in = lw.in();
   spec.out = lw.out();
   spec.act = act;
+  spec.output = output;
   return Linear(spec, lw);
 }
 

@@ -1,6 +1,7 @@
 #include "models/dit/dit_transformer.h"
 
 #include "models/common/embeddings.h"
+#include "models/common/feed_forward.h"
 #include "models/common/patch_grid.h"
 #include "runtime/elementwise.h"
 #include "runtime/error.h"
@@ -30,15 +31,18 @@ void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   const int64_t Dl = b0.qkv.out(), Ml = b0.fc1.w.out(), Hl = Dl / c.head_dim;
 
   // A tensor-parallel layer: full shape in the spec, this rank's shard in the weight.
-  auto par = [&](const ShardedLinear& sl, int64_t batch, int64_t rows, int64_t in, int64_t out, bool gated) {
+  auto par = [&](const ShardedLinear& sl, int64_t batch, int64_t rows, int64_t in, int64_t out, bool gated,
+                 DType input = DType::F32) {
     LinearSpec spec;
     spec.batch = batch;
     spec.rows = rows;
     spec.in = in;
     spec.out = out;
     spec.gated_residual = gated;
+    spec.input = input;
     return tp_->linear(sl.split, spec, sl.w);
   };
+  const DType hidden = ffn_hidden_dtype(w_.compute);  // models/common/feed_forward.h
 
   ops_.clear();
   if (R > 0) patch_ = make_linear(w_.patch, B * R);
@@ -47,8 +51,8 @@ void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
     if (T > 0) {
       o.qkv = QkvLinear(bw.qkv, B * T);
       o.attn_out = par(bw.attn_out, B, T, D, D, true);
-      o.fc1 = make_linear(bw.fc1.w, B * T, Act::GeluTanh);
-      o.fc2 = par(bw.fc2, B, T, 4 * D, D, true);
+      o.fc1 = make_linear(bw.fc1.w, B * T, Act::GeluTanh, hidden);
+      o.fc2 = par(bw.fc2, B, T, 4 * D, D, true, hidden);
     }
     ops_.push_back(std::move(o));
   }
@@ -66,7 +70,7 @@ void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   hout_ = O < R ? Tensor::empty({B, O, D}) : Tensor();
   qkv_ = Tensor::empty({B, T, 3 * Dl});
   attn_out_ = Tensor::empty({B, T, Dl});
-  mlp_ = Tensor::empty({B, T, Ml});
+  mlp_ = Tensor::empty({B, T, Ml}, hidden);
 
   pos_embed_2d(int(D), grid_h_, grid_w_, double(c.sample_size / c.patch), c.interpolation_scale, res_.begin, res_.end,
                pos_.f32());
@@ -107,10 +111,7 @@ void DiTTransformer::block(size_t l, float* x) {
   h = tp_->gather_buffer(h_.f32());
   if (R > 0) ln_mlp_.run(x, h, chunk(3), chunk(4));          // h = LN(x)(1 + scale_mlp) + shift_mlp
   const float* hm = tp_->gather(h);
-  if (T > 0) {
-    o.fc1.run(hm, mlp_.f32());                   // GELU-tanh(h·W1 + b1)   [B, T, M']
-    o.fc2->run(mlp_.f32(), x, chunk(5));         // x += gate_mlp ⊙ (Σ mlp·W2 + b2)
-  }
+  if (T > 0) run_feed_forward(o.fc1, *o.fc2, hm, mlp_, x, chunk(5));  // x += gate_mlp ⊙ FF(h)   (hidden [B, T, M'])
 }
 
 // shift, scale = proj_out_1(SiLU(c_0)) (DiTConditioning), out = proj_out_2(LN(x)·(1+scale)+shift)

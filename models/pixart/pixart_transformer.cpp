@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "models/common/feed_forward.h"
 #include "models/common/embeddings.h"
 #include "models/common/patch_grid.h"
 #include "runtime/elementwise.h"
@@ -45,7 +46,8 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   const PixArtBlockWeights& b0 = w_.blocks[0];
   const int64_t Dl = b0.qkv.out(), Ml = b0.fc1.out(), Hl = Dl / c.head_dim;
   // A tensor-parallel layer: full shape in the spec, this rank's shard in the weight.
-  auto par = [&](const ShardedLinear& sl, int64_t batch, int64_t rows, int64_t in, bool gated, bool accumulate) {
+  auto par = [&](const ShardedLinear& sl, int64_t batch, int64_t rows, int64_t in, bool gated, bool accumulate,
+                 DType input = DType::F32) {
     LinearSpec spec;
     spec.batch = batch;
     spec.rows = rows;
@@ -53,8 +55,10 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
     spec.out = D;
     spec.gated_residual = gated;
     spec.accumulate = accumulate;
+    spec.input = input;
     return tp_->linear(sl.split, spec, sl.w);
   };
+  const DType hidden = ffn_hidden_dtype(w_.compute);  // models/common/feed_forward.h
 
   if (R > 0) patch_ = make_linear(w_.patch, B * R);
   t_fc1_ = make_linear(w_.t_embed.fc1, B, Act::Silu);
@@ -80,8 +84,8 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
       o.attn1_out = par(bw.attn1_out, B, T, D, /*gated=*/true, false);
       o.q2 = make_linear(bw.q2, B * T);
       o.attn2_out = par(bw.attn2_out, B, T, D, false, /*accumulate=*/true);
-      o.fc1 = make_linear(bw.fc1, B * T, Act::GeluTanh);
-      o.fc2 = par(bw.fc2, B, T, 4 * D, /*gated=*/true, false);
+      o.fc1 = make_linear(bw.fc1, B * T, Act::GeluTanh, hidden);
+      o.fc2 = par(bw.fc2, B, T, 4 * D, /*gated=*/true, false, hidden);
     }
     ops_.push_back(std::move(o));
     k2_.push_back(Tensor::empty({B, L, Dl}));
@@ -101,7 +105,7 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   qkv_ = Tensor::empty({B, T, 3 * Dl});
   attn_out_ = Tensor::empty({B, T, Dl});
   q2_ = Tensor::empty({B, T, Dl});
-  mlp_ = Tensor::empty({B, T, Ml});
+  mlp_ = Tensor::empty({B, T, Ml}, hidden);
   tfreq_ = Tensor::empty({B, 256});
   temb_ = Tensor::empty({B, D});
   emb_ = Tensor::empty({B, D});
@@ -238,10 +242,7 @@ void PixArtTransformer::forward(const float* latents, const double* t, float* ou
     float* h = tp_->gather_buffer(h_.f32());
     if (R > 0) ln_.run(x, h, chunks_.f32() + 3 * B * D, chunks_.f32() + 4 * B * D);  // LN(x)(1 + scale_mlp) + shift_mlp
     const float* hf = tp_->gather(h);
-    if (T > 0) {
-      o.fc1.run(hf, mlp_.f32());                            // GELU-tanh(h·W1 + b1)   [B, T, M']
-      o.fc2->run(mlp_.f32(), x, chunks_.f32() + 5 * B * D);  // x += gate_mlp ⊙ (Σ mlp·W2 + b2)
-    }
+    if (T > 0) run_feed_forward(o.fc1, *o.fc2, hf, mlp_, x, chunks_.f32() + 5 * B * D);  // x += gate_mlp ⊙ FF(h)
   }
 
   // Final layer: shift, scale = final table + embedded timestep; out = proj_out(LN(x)(1 + scale) + shift)

@@ -186,3 +186,64 @@ TEST_CASE("Linear implementation names (debug)", "[kernels][linear][.debug]") {
       std::printf("linear %s gated=%d: %s\n", dtype_name(c), int(gated), lin.impl_info().c_str());
     }
 }
+
+TEST_CASE("Linear with a bf16 input or output gives the f32-activation path's bits", "[kernels][linear][bf16]") {
+  // What a bf16 matmul reads is its input rounded to bf16 (to nearest even), and a bf16 output
+  // is the f32 result (bias and activation included) rounded the same way: so fc1 writing bf16
+  // for fc2 to read changes no bit of fc2's result (models/common/feed_forward.h).
+  if (!dit_test::bf16_available()) return;
+  const int64_t B = 2, M = 33, K = 72, N = 130;
+  auto x = kt::randv(B * M * K, 11);
+  auto y0 = kt::randv(B * M * N, 12);
+  auto gate = kt::randv(B * N, 13, -2.f, 2.f);
+  Tensor w = make_tensor(kt::randv(N * K, 14, -0.5f, 0.5f), {N, K}), bias = make_tensor(kt::randv(N, 15), {N});
+  const LinearWeight lw = LinearWeight::prepare(w, bias, DType::BF16);
+  std::vector<uint16_t> x16(x.size());
+  for (size_t i = 0; i < x.size(); ++i) x16[i] = f32_to_bf16(x[i]);
+  LinearSpec s;
+  s.batch = B;
+  s.rows = M;
+  s.in = K;
+  s.out = N;
+  for (Act act : {Act::None, Act::GeluTanh}) {
+    s.act = act;
+    s.gated_residual = false;
+    std::vector<float> y(y0.size());
+    Linear(s, lw).run(x.data(), y.data());  // f32 in, f32 out
+    LinearSpec so = s;
+    so.output = DType::BF16;
+    std::vector<uint16_t> y16(y.size());
+    Linear(so, lw).run(x.data(), y16.data());
+    size_t differ = 0;
+    for (size_t i = 0; i < y.size(); ++i) differ += y16[i] != f32_to_bf16(y[i]);
+    CHECK(differ == 0);
+    LinearSpec si = s;
+    si.input = DType::BF16;
+    std::vector<float> yi(y.size());
+    Linear(si, lw).run(x16.data(), yi.data());
+    kt::check_close(yi, y, 0, 0, "bf16 input");
+    si.output = DType::BF16;
+    std::vector<uint16_t> yio(y.size());
+    Linear(si, lw).run(x16.data(), yio.data());
+    CHECK(yio == y16);
+  }
+  // The gated residual (fc2's form) with a bf16 input.
+  s.act = Act::None;
+  s.gated_residual = true;
+  std::vector<float> yg = y0, yg16 = y0;
+  Linear(s, lw).run(x.data(), yg.data(), gate.data());
+  LinearSpec sg = s;
+  sg.input = DType::BF16;
+  Linear(sg, lw).run(x16.data(), yg16.data(), gate.data());
+  kt::check_close(yg16, yg, 0, 0, "gated, bf16 input");
+  // Misuse: the types run() gets are the spec's; bf16 output only in the plain form, and only
+  // with bf16 compute.
+  CHECK_THROWS_WITH(Linear(sg, lw).run(x.data(), yg.data(), gate.data()), Catch::Contains("made for bf16 and f32"));
+  LinearSpec bad = s;
+  bad.output = DType::BF16;
+  CHECK_THROWS_WITH(Linear(bad, lw), Catch::Contains("a bf16 output is the plain form only"));
+  LinearSpec f = s;
+  f.gated_residual = false;
+  f.input = DType::BF16;
+  CHECK_THROWS_WITH(Linear(f, LinearWeight::prepare(w, bias, DType::F32)), Catch::Contains("needs bf16 compute"));
+}
