@@ -2,7 +2,10 @@
 
 #include <cstring>
 
+#include "runtime/elementwise.h"
 #include "runtime/error.h"
+#include "runtime/parallel_for.h"
+#include "runtime/profile.h"
 #include "runtime/safetensors.h"
 
 namespace dit {
@@ -56,9 +59,16 @@ QkvLinear::QkvLinear(const QkvWeights& w, int64_t rows) : fused_(w.fused()) {
   if (fused_) {
     qkv_ = Linear(spec(w.qkv, 0), w.qkv);
   } else {  // three matmuls writing the Q, K, V column blocks of one [rows, 3·D_] buffer
-    q_ = Linear(spec(w.q, 3 * D_), w.q);
-    k_ = Linear(spec(w.k, 3 * D_), w.k);
-    v_ = Linear(spec(w.v, 3 * D_), w.v);
+    const bool bf16 = w.q.compute == DType::BF16;
+    auto split = [&](const LinearWeight& lw) {
+      LinearSpec s = spec(lw, 3 * D_);
+      if (bf16) s.input = DType::BF16;  // x converted once, in run()
+      return s;
+    };
+    q_ = Linear(split(w.q), w.q);
+    k_ = Linear(split(w.k), w.k);
+    v_ = Linear(split(w.v), w.v);
+    if (bf16) xb_ = Tensor::empty({rows, w.q.in()}, DType::BF16);
   }
 }
 
@@ -67,9 +77,21 @@ void QkvLinear::run(const float* x, float* y) const {
     qkv_.run(x, y);
     return;
   }
-  q_.run(x, y);
-  k_.run(x, y + D_);
-  v_.run(x, y + 2 * D_);
+  if (!xb_.defined()) {
+    q_.run(x, y);
+    k_.run(x, y + D_);
+    v_.run(x, y + 2 * D_);
+    return;
+  }
+  const int64_t rows = xb_.dim(0), in = xb_.dim(1);
+  uint16_t* xb = xb_.bf16();
+  {
+    profile::Scope p(profile::Cat::Linear);  // the conversion each matmul would have made
+    parallel_for(rows, rows * in > 16384, [&](int64_t r) { to_bf16(x + r * in, xb + r * in, in); });
+  }
+  q_.run(xb, y);
+  k_.run(xb, y + D_);
+  v_.run(xb, y + 2 * D_);
 }
 
 }  // namespace dit

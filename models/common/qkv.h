@@ -52,6 +52,9 @@ class QkvLinear {
   Linear qkv_, q_, k_, v_;
   int64_t D_ = 0;
   bool fused_ = false;
+  // Split with bf16 compute: x rounded to bf16 once for the three matmuls (each would
+  // otherwise convert it itself; the same bits either way).
+  mutable Tensor xb_;
 };
 
 // Rows of several [n_i, k] tensors of one dtype stacked into one [sum n_i, k] tensor.
