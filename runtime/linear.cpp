@@ -70,7 +70,8 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
   std::ostringstream os;
   os << "Linear [" << spec.batch << "x" << spec.rows << ", " << spec.in << "] x [" << spec.in << ", " << spec.out
      << "] act=" << act_name(spec.act) << (spec.gated_residual ? " gated_residual" : "")
-     << (spec.accumulate ? " accumulate" : "") << (spec.multiply ? " multiply" : "") << " " << dtype_name(w.compute);
+     << (spec.accumulate ? " accumulate" : "") << (spec.multiply ? " multiply" : "") << " " << dtype_name(w.compute)
+     << (spec.input == DType::BF16 ? " (bf16 x)" : "") << (spec.output == DType::BF16 ? " (bf16 y)" : "");
   m.what = os.str();
   DIT_CHECK(spec.batch > 0 && spec.rows > 0 && spec.in > 0 && spec.out > 0, m.what << ": bad sizes");
   DIT_CHECK(w.weight.defined() && w.in() == spec.in && w.out() == spec.out,

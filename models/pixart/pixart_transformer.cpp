@@ -2,8 +2,8 @@
 
 #include <cstring>
 
-#include "models/common/feed_forward.h"
 #include "models/common/embeddings.h"
+#include "models/common/feed_forward.h"
 #include "models/common/patch_grid.h"
 #include "runtime/elementwise.h"
 #include "runtime/error.h"
