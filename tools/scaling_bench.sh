@@ -19,7 +19,9 @@
 # under its own time limit and a part that fails or runs out of time is logged and skipped, so
 # a run cut short still leaves what it measured. Model: the xl preset (DiT-XL/2 dimensions) with LAYERS layers (default 4; ratios
 # per step, the full 28 layers take 7x as long), created in DIT_BENCH_CACHE on first use.
-# PYTHON: the interpreter for the summary and PyTorch (default python3).
+# PYTHON: the interpreter for the summary and PyTorch (default python3; for PyTorch, without
+# PYTHON, the first of python3, /usr/bin/python3, /usr/local/bin/python3 and python that
+# imports torch).
 set -uo pipefail
 
 usage() {
@@ -55,6 +57,14 @@ py=0
 command -v "$python" >/dev/null && py=1
 # Python runs with the machine's own libraries, not a bundle's (its torch may need a newer libstdc++).
 pyrun() { env -u LD_LIBRARY_PATH "$python" "$@"; }
+# The interpreter that imports torch (PyTorch may live in another Python than the first on PATH).
+torch_python=
+for c in ${PYTHON:-python3 /usr/bin/python3 /usr/local/bin/python3 python}; do
+  if command -v "$c" >/dev/null && env -u LD_LIBRARY_PATH "$c" -c 'import torch' 2>/dev/null; then
+    torch_python=$c
+    break
+  fi
+done
 mkdir -p "$out" || exit 1
 scratch=$(mktemp -d) || exit 1  # temporary files stay out of OUT_DIR
 trap 'rm -rf "$scratch"' EXIT
@@ -128,13 +138,14 @@ if [ "$cores" -ge 8 ]; then l=cfg2u4,u8,r8; else l=cfg2,u2,r2; fi
 part one-thread-ranks 240 layouts.jsonl "${bench[@]}" --rounds $rounds --size $small --dtype f32,bf16 -t 1 --layouts serial,$l
 
 # 4. PyTorch on the same weights and threads, alternating with dit-gen's one process.
-if [ $py = 1 ] && pyrun -c 'import torch' 2>/dev/null; then
+if [ -n "$torch_python" ]; then
+  echo "== torch: $torch_python ($(env -u LD_LIBRARY_PATH "$torch_python" -c 'import torch; print(torch.__version__)'))" >>"$log"
   for mode in eager compile; do
-    part "torch-$mode" 240 torch.jsonl env -u LD_LIBRARY_PATH "$python" "$here/torch_anchor.py" "$model" $small f32,bf16 3 $mode "$cores"
+    part "torch-$mode" 240 torch.jsonl env -u LD_LIBRARY_PATH "$torch_python" "$here/torch_anchor.py" "$model" $small f32,bf16 3 $mode "$cores"
     part "dit-gen-vs-torch" 90 layouts.jsonl "${bench[@]}" --size $small --dtype f32,bf16 --layouts serial-all
   done
 else
-  echo "== torch: $python cannot import torch; skipped" >>"$log"
+  echo "== torch: no python here imports torch (${PYTHON:-python3, /usr/bin/python3, /usr/local/bin/python3, python}); skipped" >>"$log"
 fi
 
 # 5. 4096 tokens: two- and eight-rank layouts, then PyTorch eager.
@@ -143,8 +154,8 @@ fi
     --layouts serial-all,cfg2,u2,r2
   [ "$cores" -ge 8 ] && part "layouts-4096-8" 150 layouts.jsonl "${bench[@]}" --size $large --dtype f32,bf16 \
     -t $((cores / 8)) --rounds 1 --layouts serial-all,cfg2u4
-  [ $py = 1 ] && pyrun -c 'import torch' 2>/dev/null &&
-    part "torch-eager-4096" 150 torch.jsonl env -u LD_LIBRARY_PATH "$python" "$here/torch_anchor.py" "$model" $large f32,bf16 2 eager "$cores"
+  [ -n "$torch_python" ] &&
+    part "torch-eager-4096" 150 torch.jsonl env -u LD_LIBRARY_PATH "$torch_python" "$here/torch_anchor.py" "$model" $large f32,bf16 2 eager "$cores"
 }
 
 # 6. Simulated machines (tools/netbench.sh: network namespaces, veth links shaped by tc, redis),
