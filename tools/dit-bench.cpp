@@ -318,7 +318,7 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str();
   app.add_option("-t,--threads", o.threads,
                  "threads per rank; local rank r runs on allowed cores r*threads .. r*threads+threads-1 (wrapping, "
-                 "and \"oversubscribed\" in the JSON, when ranks x threads > cores; serial-all: all cores unless > 1)")
+                 "and \"oversubscribed\" in the JSON, when ranks x threads > cores; serial-all always runs all cores)")
       ->capture_default_str();
   app.add_flag("--no-pin", o.no_pin, "leave the ranks' CPU affinity alone (compare with the default placement)");
   const char* mn = "Several machines (tools/netbench.sh): run the same command on each";

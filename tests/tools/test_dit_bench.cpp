@@ -1,5 +1,6 @@
 // dit-bench: runs every kind of layout on the tiny preset and reports what the README says.
 #include <catch2/catch.hpp>
+#include <sched.h>
 
 #include <algorithm>
 #include <vector>
@@ -136,6 +137,17 @@ TEST_CASE("dit-bench --rounds alternates the layouts and reports medians of per-
     CHECK(adoc["runs"][i]["speedup_vs_serial_all"].get<double>() ==
           Approx(adoc["runs"][i - 1]["step_s"].get<double>() / adoc["runs"][i]["step_s"].get<double>()).epsilon(1e-12));
   CHECK(adoc["summary"][1]["speedup_vs_serial_all_rounds"].size() == 2);
+  // serial-all runs every allowed core whatever -t the layouts get (with -t 8 on 16 cores it
+  // once ran 8 threads against 2 ranks x 8 and halved the baseline).
+  cpu_set_t set;
+  REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);
+  const int cores = CPU_COUNT(&set);
+  RunResult t = run(bin("dit-bench") + " --preset tiny --cache " + s.path() + " -t " + std::to_string(cores + 1) +
+                    " --steps 1 --warmup 0 --gemm 64,64,64 --gemm-runs 1 --layouts serial-all,cfg2");
+  REQUIRE(t.code == 0);
+  const auto tdoc = nlohmann::json::parse(t.out);
+  CHECK(tdoc["runs"][0]["threads_per_rank"] == cores);
+  CHECK(tdoc["runs"][1]["threads_per_rank"] == cores + 1);
 
   RunResult bad = run(bin("dit-bench") + " --preset tiny --cache " + s.path() + " --rounds 0");
   CHECK(bad.code != 0);

@@ -85,7 +85,10 @@ int run_worker(const Opts& o) {
     Placement place;
     place.cpus = cpus;
     if (lay.all_cores) {
-      threads = o.threads > 1 ? o.threads : int(cpus.size());
+      // One process with every allowed core: the same total threads as the layouts of the
+      // invocation (ranks x -t). -t does not apply: serial-all with -t 8 on 16 cores ran 8
+      // threads against layouts of 2 x 8 and halved the baseline.
+      threads = int(cpus.size());
     } else if (!o.no_pin) {
       place = rank_cores(cpus, env.local_rank, env.local_world, threads);
       pin_to_cpus(place.cpus);
