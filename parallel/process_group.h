@@ -164,7 +164,8 @@ class ProcessGroup {
   // Collective: every member gets a block of at least `bytes` that the others read where it
   // lies (ShmExchange windows, parallel/shm_exchange.h). False on every member when the group
   // is not on shared memory or a block could not be set up (window_note() says why; the
-  // latter is also printed once by the group's rank 0): use messages then. Each use, every member in the same order; waits fail as collectives do:
+  // latter is also printed once by the group's rank 0): use messages then. Each use, every
+  // member in the same order; waits fail as collectives do:
   //   float* mine = g.window_begin();  ... write ...;  g.window_publish();
   //   const float* theirs = g.window_peer(j);  ... read ...;  g.window_release();
   bool ensure_window(size_t bytes);
