@@ -2,7 +2,13 @@
 
 #include <omp.h>
 
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define DIT_HAVE_AVX512_ROWS 1
+#endif
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <cstdlib>
@@ -48,7 +54,15 @@ struct ThreadState {
   float* m = nullptr;   // [QB] running max
   float* l = nullptr;   // [QB] running sum
   float* a = nullptr;   // [QB] rescale factor of this block
+  AttentionPhases phases;
 };
+
+double seconds_since(std::chrono::steady_clock::time_point& t) {
+  const auto now = std::chrono::steady_clock::now();
+  const double s = std::chrono::duration<double>(now - t).count();
+  t = now;
+  return s;
+}
 
 void softmax_block(const float* S, float* P, int64_t rows, int64_t cols, int64_t ld, float* m, float* l, float* a) {
   for (int64_t i = 0; i < rows; ++i) softmax_row(S + i * ld, P + i * ld, cols, m + i, l + i, a + i);
@@ -107,6 +121,7 @@ struct Attention::Impl {
   Tensor thread_buf, scratch_buf;
   size_t scratch_per_thread = 0, thread_floats = 0;
   Tensor qb, kb, vb;  // bf16 copies (bf16 compute only)
+  AttentionPhases prepare_phase;  // the copies before the blocks, on the calling thread
   bool pack_kv = false;  // f32: K/V copied to dense [batch, heads, kv_len, head_dim] per run
   Tensor kd, vd;
   bool dense = false;  // the spec's q, k, v are dense bhtd: run_dense may be used
@@ -115,17 +130,67 @@ struct Attention::Impl {
                   const AttnBias* bias);
 };
 
+namespace {
+
+// `rows` rows of D floats, src_stride apart, rounded to bf16 (to nearest even: the bits of
+// to_bf16) into dense rows. A call per row through to_bf16 cost about as much as the conversion
+// at D = 72 (the vector loop's scalar remainder). The AVX-512 kernel does a row in whole vectors
+// of 16, the last one redone from D - 16 (the overlap gets the same bits): masked stores to lines
+// not in cache were twice as slow here (Zen 4).
+void rows_to_bf16_generic(const float* src, int64_t src_stride, uint16_t* dst, int64_t rows, int64_t D) {
+  for (int64_t r = 0; r < rows; ++r) to_bf16(src + r * src_stride, dst + r * D, D);
+}
+
+#ifdef DIT_HAVE_AVX512_ROWS
+// GCC 12's AVX-512 headers warn of their own _mm512_undefined_* placeholders once inlined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline void round16(const float* src, uint16_t* dst) {
+  __m512i u = _mm512_castps_si512(_mm512_loadu_ps(src));
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  u = _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16)));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void rows_to_bf16_avx512(const float* src, int64_t src_stride,
+                                                                           uint16_t* dst, int64_t rows, int64_t D) {
+  for (int64_t r = 0; r < rows; ++r, src += src_stride, dst += D) {
+    for (int64_t i = 0; i + 16 <= D; i += 16) round16(src + i, dst + i);
+    if (D % 16) round16(src + D - 16, dst + D - 16);
+  }
+}
+
+#pragma GCC diagnostic pop
+#endif
+
+void rows_to_bf16(const float* src, int64_t src_stride, uint16_t* dst, int64_t rows, int64_t D) {
+#ifdef DIT_HAVE_AVX512_ROWS
+  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                             __builtin_cpu_supports("avx512vl");
+  if (avx512 && D >= 16) return rows_to_bf16_avx512(src, src_stride, dst, rows, D);
+#endif
+  rows_to_bf16_generic(src, src_stride, dst, rows, D);
+}
+
+}  // namespace
+
 void attention_to_dense(const float* x, const AttnLayout& L, int64_t batch, int64_t heads, int64_t tokens,
                         int64_t head_dim, DType compute, void* dst, int64_t dst_tokens, int64_t dst_first) {
-  const int64_t D = head_dim, rows = batch * heads * tokens, Td = dst_tokens > 0 ? dst_tokens : tokens;
-  parallel_for(rows, rows * D > 16384, [&](int64_t r) {
-    const int64_t bh = r / tokens, t = r % tokens, b = bh / heads, h = bh % heads;
-    const float* src = x + b * L.batch_stride + h * L.head_stride + t * L.token_stride;
-    const int64_t at = (bh * Td + dst_first + t) * D;
-    if (compute == DType::BF16)
-      to_bf16(src, static_cast<uint16_t*>(dst) + at, D);
-    else
-      std::memcpy(static_cast<float*>(dst) + at, src, sizeof(float) * D);
+  // Tasks of up to 64 tokens of one (batch, head): no division per row.
+  constexpr int64_t kChunk = 64;
+  const int64_t D = head_dim, Td = dst_tokens > 0 ? dst_tokens : tokens, chunks = (tokens + kChunk - 1) / kChunk;
+  parallel_for(batch * heads * chunks, batch * heads * tokens * D > 16384, [&](int64_t task) {
+    const int64_t bh = task / chunks, t0 = task % chunks * kChunk, n = std::min(kChunk, tokens - t0);
+    const int64_t b = bh / heads, h = bh % heads;
+    const float* src = x + b * L.batch_stride + h * L.head_stride + t0 * L.token_stride;
+    const int64_t at = (bh * Td + dst_first + t0) * D;
+    if (compute == DType::BF16) {
+      rows_to_bf16(src, L.token_stride, static_cast<uint16_t*>(dst) + at, n, D);
+    } else {
+      float* d = static_cast<float*>(dst) + at;
+      for (int64_t t = 0; t < n; ++t) std::memcpy(d + t * D, src + t * L.token_stride, sizeof(float) * D);
+    }
   });
 }
 
@@ -285,6 +350,7 @@ void Attention::run(const float* q, const float* k, const float* v, float* out, 
   const int64_t H = s.heads;
   const bool bf16 = s.compute == DType::BF16;
   const void *qbase = q, *kbase = k, *vbase = v;
+  auto t0 = std::chrono::steady_clock::now();
   if (bf16) {
     // Dense bf16 copies of Q, K and V ([batch, heads, tokens, head_dim]), converted once per call.
     attention_to_dense(q, s.q, s.batch, H, s.q_len, s.head_dim, DType::BF16, m.qb.data());
@@ -299,6 +365,7 @@ void Attention::run(const float* q, const float* k, const float* v, float* out, 
     kbase = m.kd.data();
     vbase = m.vd.data();
   }
+  if (bf16 || m.pack_kv) m.prepare_phase.prepare += seconds_since(t0);
   m.run_blocks(qbase, kbase, vbase, out, lse, bias);
 }
 
@@ -347,7 +414,9 @@ void Attention::Impl::run_blocks(const void* qbase, const void* kbase, const voi
           const BlockPrims& p = m.prims[qt][kt];
           A.qk_src.set_data_handle(const_cast<char*>(qp));
           A.qk_wei.set_data_handle(const_cast<char*>(kp + k0 * m.ek.token_stride * esz));
+          auto t = std::chrono::steady_clock::now();
           execute(p.qk, T.stream, A.qk);
+          T.phases.qk += seconds_since(t);
           if (has_bias) {
             const float* kb = key_bias ? key_bias + b * s.kv_len + k0 : nullptr;
             for (int64_t i = 0; i < qr; ++i) {
@@ -361,10 +430,14 @@ void Attention::Impl::run_blocks(const void* qbase, const void* kbase, const voi
             softmax_block_bf16(T.S, static_cast<uint16_t*>(T.P), qr, kc, m.KB, T.m, T.l, T.a);
           else
             softmax_block(T.S, static_cast<float*>(T.P), qr, kc, m.KB, T.m, T.l, T.a);
+          T.phases.softmax += seconds_since(t);
           A.pv_wei.set_data_handle(const_cast<char*>(vp + k0 * m.ev.token_stride * esz));
           execute(p.pv, T.stream, A.pv);
+          T.phases.pv += seconds_since(t);
           rescale_add(T.O, T.PV, T.a, qr, D, kj == 0);
+          T.phases.rescale += seconds_since(t);
         }
+        auto t = std::chrono::steady_clock::now();
         float* op = out + b * s.out.batch_stride + h * s.out.head_stride + q0 * s.out.token_stride;
         for (int64_t i = 0; i < qr; ++i) {
           const float inv = 1.f / T.l[i];
@@ -377,6 +450,7 @@ void Attention::Impl::run_blocks(const void* qbase, const void* kbase, const voi
           float* lp = lse + (b * H + h) * s.q_len + q0;
           for (int64_t i = 0; i < qr; ++i) lp[i] = T.m[i] + std::log(T.l[i]);
         }
+        T.phases.store += seconds_since(t);
       } catch (const dnnl::error& e) {
 #pragma omp critical(dit_attention_error)
         if (error.empty()) error = std::string(e.what()) + " (status " + std::to_string(int(e.status)) + ")";
@@ -399,6 +473,24 @@ void Attention::Impl::run_blocks(const void* qbase, const void* kbase, const voi
 }
 
 const AttentionSpec& Attention::spec() const { return impl_->spec; }
+
+AttentionPhases Attention::phases() const {
+  AttentionPhases p = impl_->prepare_phase;
+  p.prepare *= impl_->nthr;  // wall time of copies that occupy every thread
+  for (const ThreadState& T : impl_->th) {
+    p.qk += T.phases.qk;
+    p.softmax += T.phases.softmax;
+    p.pv += T.phases.pv;
+    p.rescale += T.phases.rescale;
+    p.store += T.phases.store;
+  }
+  return p;
+}
+
+void Attention::reset_phases() {
+  impl_->prepare_phase = {};
+  for (ThreadState& T : impl_->th) T.phases = {};
+}
 const std::string& Attention::impl_info() const { return impl_->impl_name; }
 double Attention::flops() const {
   const auto& s = impl_->spec;

@@ -58,6 +58,15 @@ struct AttentionSpec {
   int64_t q_block = 0, kv_block = 0;  // rows of Q / K,V per block; 0 -> defaults (tuned here)
 };
 
+// Where a run's time went, summed over the threads (seconds), since construction or the last
+// reset_phases(): the block matmuls Q·Kᵀ and P·V, the online softmax (with any bias), the
+// running output's rescale, the final normalisation and store, and the copies before the blocks
+// (their wall time times the threads, as they run on all).
+struct AttentionPhases {
+  double qk = 0, softmax = 0, pv = 0, rescale = 0, store = 0, prepare = 0;
+  double total() const { return qk + softmax + pv + rescale + store + prepare; }
+};
+
 class Attention {
  public:
   Attention();
@@ -77,6 +86,8 @@ class Attention {
   // to this very form); f32: run()'s result up to rounding (other strides, another kernel).
   void run_dense(const void* q, const void* k, const void* v, float* out, float* lse) const;
   const AttentionSpec& spec() const;
+  AttentionPhases phases() const;
+  void reset_phases();
   double flops() const;  // 4·batch·heads·q_len·kv_len·head_dim
   const std::string& impl_info() const;  // oneDNN implementation of the block matmuls
 

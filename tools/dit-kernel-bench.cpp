@@ -109,6 +109,11 @@ json bench_attention(int64_t tokens, int64_t B, DType c, int64_t qb = 0, int64_t
     j["q_block"] = qb;
     j["kv_block"] = kb;
   }
+  // Shares of the threads' summed time (runtime/attention.h, AttentionPhases), warm-up included.
+  const AttentionPhases ph = attn.phases();
+  j["phases"] = {{"qk", ph.qk / ph.total()},           {"softmax", ph.softmax / ph.total()},
+                 {"pv", ph.pv / ph.total()},           {"rescale", ph.rescale / ph.total()},
+                 {"store", ph.store / ph.total()},     {"prepare", ph.prepare / ph.total()}};
   j["impl"] = attn.impl_info();
   return j;
 }
@@ -206,7 +211,7 @@ int main(int argc, char** argv) {
         }
       if (sweep)
         for (DType c : types)
-          for (int64_t qb : {32, 64, 128, 256})
+          for (int64_t qb : {32, 64, 128, 256, 512})
             for (int64_t kb : {128, 256, 512, 1024}) rows.push_back(bench_attention(1024, 2, c, qb, kb));
     }
     if (only.empty() || only == "conv")

@@ -344,3 +344,65 @@ TEST_CASE("Attention::run_dense on attention_to_dense inputs gives run()'s resul
       }
     }
 }
+
+TEST_CASE("attention_to_dense: every element as f32_to_bf16 (or the float), any head_dim", "[kernels][attention][dense]") {
+  // The bf16 rows are converted in vectors of 16 with the last one redone from D - 16; the
+  // tokens in tasks of 64. Head dims below, at and between multiples of 16, token counts
+  // across task boundaries, values that round up, down and to even.
+  for (int64_t D : {int64_t(5), int64_t(16), int64_t(24), int64_t(72), int64_t(80)})
+    for (int64_t T : {int64_t(1), int64_t(130)}) {
+      const int64_t B = 2, H = 3, row = 3 * H * D;
+      std::vector<float> x = kt::randv(B * T * row, 21, -3.f, 3.f);
+      for (size_t i = 0; i < x.size(); i += 7) {  // ties: bit 15 set, bits 0-14 clear, both parities
+        uint32_t u;
+        std::memcpy(&u, &x[i], 4);
+        u = (u & 0xffff0000u) | 0x8000u | (i % 2 ? 0x10000u : 0u);
+        std::memcpy(&x[i], &u, 4);
+      }
+      const AttnLayout L = AttnLayout::bthd(T, D, H, row);
+      for (DType c : {DType::F32, DType::BF16}) {
+        const size_t esz = c == DType::BF16 ? 2 : 4, n = size_t(B * H * T * D);
+        std::vector<char> got(n * esz, char(0x55));
+        attention_to_dense(x.data() + H * D, L, B, H, T, D, c, got.data());  // K of the fused buffer
+        size_t bad = 0;
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t h = 0; h < H; ++h)
+            for (int64_t t = 0; t < T; ++t)
+              for (int64_t i = 0; i < D; ++i) {
+                const float v = x[size_t(b * T * row + t * row + H * D + h * D + i)];
+                const size_t at = size_t(((b * H + h) * T + t) * D + i);
+                if (c == DType::BF16)
+                  bad += reinterpret_cast<const uint16_t*>(got.data())[at] != f32_to_bf16(v);
+                else
+                  bad += std::memcmp(got.data() + at * 4, &v, 4) != 0;
+              }
+        INFO(dtype_name(c) << " D " << D << " T " << T);
+        CHECK(bad == 0);
+      }
+    }
+}
+
+TEST_CASE("Attention::phases accounts each part of a run, and reset_phases clears them", "[kernels][attention]") {
+  std::vector<DType> types = {DType::F32};
+  if (dit_test::bf16_available()) types.push_back(DType::BF16);
+  for (DType c : types) {
+    const int64_t B = 1, H = 2, T = 600, D = 16;  // two K/V blocks: a rescale happens
+    AttentionSpec s = spec_of(B, H, T, T, D, c);
+    Attention a(s);
+    const std::vector<float> q = kt::randv(B * H * T * D, 31, -1.f, 1.f);
+    std::vector<float> out(q.size());
+    INFO(dtype_name(c));
+    CHECK(a.phases().total() == 0);
+    a.run(q.data(), q.data(), q.data(), out.data(), nullptr);
+    const AttentionPhases p = a.phases();
+    CHECK(p.qk > 0);
+    CHECK(p.softmax > 0);
+    CHECK(p.pv > 0);
+    CHECK(p.rescale > 0);
+    CHECK(p.store > 0);
+    CHECK((c == DType::BF16) == (p.prepare > 0));  // bf16 converts Q, K, V first; f32 reads them in place
+    CHECK(p.total() == Approx(p.qk + p.softmax + p.pv + p.rescale + p.store + p.prepare));
+    a.reset_phases();
+    CHECK(a.phases().total() == 0);
+  }
+}
