@@ -3,6 +3,7 @@
 // round the ring as messages (double buffered, posted before the block's attention), or on
 // one machine lie in their owners' shared-memory windows, read in the same order.
 #include "parallel/sequence_parallel_attention.h"
+#include "runtime/parallel_for.h"
 #include "runtime/profile.h"
 
 namespace dit::detail {
@@ -80,7 +81,9 @@ void SequenceParallelAttention::ring_attention_window(const float* qkv_g, float*
 // Step `step` of the ring: this rank's queries over a K/V block of tj tokens. The first (its
 // own block, step 0) writes out_g and the lse directly: merging into nothing yet would copy
 // them unchanged (attention_merge takes b when a's lse is -inf), so the bits are the same.
-// Later blocks are merged into out_g, one (batch, head) at a time: its rows lie Hu·d apart.
+// Later blocks are merged into out_g, one (batch, head) per task, the tasks shared among the
+// threads: a (batch, head) has too few rows for attention_merge to split them, so merging them
+// one after another ran on one thread. A (batch, head)'s rows lie Hu·d apart.
 void SequenceParallelAttention::attend_block(int step, const void* q, const char* kv, int64_t tj, float* out_g) {
   if (Tg_ == 0 || tj == 0) return;
   const Attention& a = by_kv_len_.at(tj);
@@ -88,11 +91,11 @@ void SequenceParallelAttention::attend_block(int step, const void* q, const char
   if (step == 0) return a.run_dense(q, kv, v, out_g, lse_acc_.data());
   a.run_dense(q, kv, v, part_.data(), lse_part_.data());
   const int64_t row = Hu_ * d_;
-  for (int64_t b = 0; b < B_; ++b)
-    for (int64_t h = 0; h < Hu_; ++h) {
-      const int64_t o = b * Tg_ * row + h * d_, l = (b * Hu_ + h) * Tg_;
-      attention_merge(out_g + o, lse_acc_.data() + l, part_.data() + o, lse_part_.data() + l, Tg_, d_, row, row);
-    }
+  parallel_for(B_ * Hu_, B_ * Hu_ * Tg_ * d_ > 16384, [&](int64_t bh) {
+    const int64_t b = bh / Hu_, h = bh % Hu_;
+    const int64_t o = b * Tg_ * row + h * d_, l = (b * Hu_ + h) * Tg_;
+    attention_merge(out_g + o, lse_acc_.data() + l, part_.data() + o, lse_part_.data() + l, Tg_, d_, row, row);
+  });
 }
 
 }  // namespace dit::detail
