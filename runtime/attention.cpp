@@ -21,6 +21,7 @@
 #include "runtime/engine.h"
 #include "runtime/error.h"
 #include "runtime/parallel_for.h"
+#include "runtime/profile.h"
 #include "runtime/simd_math.h"
 #include "runtime/softmax_row.h"
 
@@ -171,6 +172,14 @@ void rows_to_bf16(const float* src, int64_t src_stride, uint16_t* dst, int64_t r
   if (avx512 && D >= 16) return rows_to_bf16_avx512(src, src_stride, dst, rows, D);
 #endif
   rows_to_bf16_generic(src, src_stride, dst, rows, D);
+}
+
+// Hands the phases of one run (now - before) to the profiler (dit-bench's breakdown).
+void profile_phases(const AttentionPhases& before, const AttentionPhases& now) {
+  const double d[profile::kAttentionPhases] = {now.qk - before.qk,       now.softmax - before.softmax,
+                                               now.pv - before.pv,       now.rescale - before.rescale,
+                                               now.store - before.store, now.prepare - before.prepare};
+  profile::add_attention_phases(d);
 }
 
 }  // namespace
@@ -350,6 +359,8 @@ void Attention::run(const float* q, const float* k, const float* v, float* out, 
   const int64_t H = s.heads;
   const bool bf16 = s.compute == DType::BF16;
   const void *qbase = q, *kbase = k, *vbase = v;
+  const bool prof = profile::enabled();
+  const AttentionPhases before = prof ? phases() : AttentionPhases{};
   auto t0 = std::chrono::steady_clock::now();
   if (bf16) {
     // Dense bf16 copies of Q, K and V ([batch, heads, tokens, head_dim]), converted once per call.
@@ -367,12 +378,16 @@ void Attention::run(const float* q, const float* k, const float* v, float* out, 
   }
   if (bf16 || m.pack_kv) m.prepare_phase.prepare += seconds_since(t0);
   m.run_blocks(qbase, kbase, vbase, out, lse, bias);
+  if (prof) profile_phases(before, phases());
 }
 
 void Attention::run_dense(const void* q, const void* k, const void* v, float* out, float* lse) const {
   DIT_CHECK(impl_, "Attention::run_dense on an empty Attention");
   DIT_CHECK(impl_->dense, impl_->what << ": run_dense needs dense [batch, heads, tokens, head_dim] k and v (and q for bf16)");
+  const bool prof = profile::enabled();
+  const AttentionPhases before = prof ? phases() : AttentionPhases{};
   impl_->run_blocks(q, k, v, out, lse, nullptr);
+  if (prof) profile_phases(before, phases());
 }
 
 void Attention::Impl::run_blocks(const void* qbase, const void* kbase, const void* vbase, float* out, float* lse,
@@ -473,6 +488,7 @@ void Attention::Impl::run_blocks(const void* qbase, const void* kbase, const voi
 }
 
 const AttentionSpec& Attention::spec() const { return impl_->spec; }
+
 
 AttentionPhases Attention::phases() const {
   AttentionPhases p = impl_->prepare_phase;

@@ -38,6 +38,13 @@ Totals totals() {
 
 void add_seconds(Cat c, double s) { g_totals.seconds[int(c)] += s; }
 
+const char* const kAttentionPhaseNames[kAttentionPhases] = {"qk", "softmax", "pv", "rescale", "store", "prepare"};
+
+void add_attention_phases(const double (&s)[kAttentionPhases]) {
+  if (!g_enabled) return;
+  for (int i = 0; i < kAttentionPhases; ++i) g_totals.attention_phases[i] += s[i];
+}
+
 void Scope::start(Cat c) {
   active_ = true;
   parent_ = t_current;

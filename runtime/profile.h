@@ -23,10 +23,16 @@ constexpr int kCats = int(Cat::Count);
 // "linear", "attention", "cross_attention", "norm_elementwise", "communication", "waiting", "conditioning"
 const char* cat_name(Cat c);
 
+// Where the attention kernels' time went (runtime/attention.h, AttentionPhases), in thread-
+// seconds summed over every Attention run while enabled: qk, softmax, pv, rescale, store, prepare.
+constexpr int kAttentionPhases = 6;
+extern const char* const kAttentionPhaseNames[kAttentionPhases];
+
 struct Totals {
   double seconds[kCats] = {};
   uint64_t calls[kCats] = {};
   uint64_t bytes_sent = 0;
+  double attention_phases[kAttentionPhases] = {};
 };
 
 extern bool g_enabled;
@@ -35,6 +41,7 @@ void enable(bool on);
 void reset();
 Totals totals();
 void add_seconds(Cat c, double s);
+void add_attention_phases(const double (&s)[kAttentionPhases]);
 inline void add_bytes(uint64_t n) {
   extern uint64_t g_bytes;
   if (g_enabled) g_bytes += n;

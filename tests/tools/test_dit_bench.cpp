@@ -40,6 +40,14 @@ TEST_CASE("dit-bench runs serial and parallel layouts and reports JSON", "[tools
     for (const char* k : {"linear", "attention", "norm_elementwise", "communication", "waiting", "conditioning", "other"})
       CHECK(run["breakdown_s_rank0"].contains(k));
     CHECK(run["pss_mb_per_rank"].size() == run["ranks"].get<size_t>());
+    // The attention kernels' phases: each one's share of their thread time, adding up to 1.
+    double shares = 0;
+    for (const char* k : {"qk", "softmax", "pv", "rescale", "store", "prepare"}) {
+      CHECK(run["attention_phase_shares_rank0"][k].get<double>() >= 0);
+      shares += run["attention_phase_shares_rank0"][k].get<double>();
+    }
+    CHECK(shares == Approx(1.0));
+    CHECK(run["attention_phase_shares_rank0"]["qk"].get<double>() > 0);
     if (run["layout"] != "serial") {
       // Parallel layouts give the serial latents within rounding (their matmuls see other row
       // counts: batch 1 per cfg2 rank, half the tokens per u2 rank; the ring merges by LSE).

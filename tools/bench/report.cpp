@@ -79,6 +79,14 @@ void add_step_figures(json& run, const Layout& lay, const json& r0, const std::v
     run["linear_gflops_rank0"] = flin / world / tl / 1e9;
     run["linear_utilisation"] = flin / world / tl / 1e9 / gemm;
   }
+  // Rank 0's attention kernels (self and cross), each phase's share of their thread time.
+  double phase_total = 0;
+  for (const auto& [name, s] : r0["attention_phases_thread_s"].items()) phase_total += s.get<double>();
+  if (phase_total > 0) {
+    json shares;
+    for (const auto& [name, s] : r0["attention_phases_thread_s"].items()) shares[name] = s.get<double>() / phase_total;
+    run["attention_phase_shares_rank0"] = shares;
+  }
   double bytes = 0;
   for (const json& r : ranks) bytes += r["bytes_sent_per_step"].get<double>();
   run["bytes_sent_per_step_all_ranks"] = bytes;

@@ -191,6 +191,10 @@ int run_worker(const Opts& o) {
     }
     br["other"] = std::max(0.0, median(step_s) - claimed);  // sampler, unpatchify, guidance, loop
     r["breakdown_s"] = br;
+    json ph;  // the attention kernels' phases, thread-seconds per step (runtime/profile.h)
+    for (int i = 0; i < profile::kAttentionPhases; ++i)
+      ph[profile::kAttentionPhaseNames[i]] = tot.attention_phases[i] / n;
+    r["attention_phases_thread_s"] = ph;
     r["bytes_sent_per_step"] = double(tot.bytes_sent) / n;
     add_memory(r);
     const ModelInfo& info = pipe->info();
