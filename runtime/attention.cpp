@@ -184,22 +184,43 @@ void profile_phases(const AttentionPhases& before, const AttentionPhases& now) {
 
 }  // namespace
 
-void attention_to_dense(const float* x, const AttnLayout& L, int64_t batch, int64_t heads, int64_t tokens,
-                        int64_t head_dim, DType compute, void* dst, int64_t dst_tokens, int64_t dst_first) {
-  // Tasks of up to 64 tokens of one (batch, head): no division per row.
+namespace {
+
+// Calls f(src, at, n) for runs of up to 64 tokens of one (batch, head): src the run's first row
+// in x (layout L), at its first element in the dense [batch, heads, Td, D] destination. The runs
+// are shared among the threads; no division per row.
+template <class T, class F>
+void for_dense_runs(const T* x, const AttnLayout& L, int64_t batch, int64_t heads, int64_t tokens, int64_t D,
+                    int64_t dst_tokens, int64_t dst_first, F&& f) {
   constexpr int64_t kChunk = 64;
-  const int64_t D = head_dim, Td = dst_tokens > 0 ? dst_tokens : tokens, chunks = (tokens + kChunk - 1) / kChunk;
+  const int64_t Td = dst_tokens > 0 ? dst_tokens : tokens, chunks = (tokens + kChunk - 1) / kChunk;
   parallel_for(batch * heads * chunks, batch * heads * tokens * D > 16384, [&](int64_t task) {
     const int64_t bh = task / chunks, t0 = task % chunks * kChunk, n = std::min(kChunk, tokens - t0);
     const int64_t b = bh / heads, h = bh % heads;
-    const float* src = x + b * L.batch_stride + h * L.head_stride + t0 * L.token_stride;
-    const int64_t at = (bh * Td + dst_first + t0) * D;
+    f(x + b * L.batch_stride + h * L.head_stride + t0 * L.token_stride, (bh * Td + dst_first + t0) * D, n);
+  });
+}
+
+}  // namespace
+
+void attention_to_dense(const float* x, const AttnLayout& L, int64_t batch, int64_t heads, int64_t tokens,
+                        int64_t head_dim, DType compute, void* dst, int64_t dst_tokens, int64_t dst_first) {
+  const int64_t D = head_dim;
+  for_dense_runs(x, L, batch, heads, tokens, D, dst_tokens, dst_first, [&](const float* src, int64_t at, int64_t n) {
     if (compute == DType::BF16) {
       rows_to_bf16(src, L.token_stride, static_cast<uint16_t*>(dst) + at, n, D);
     } else {
       float* d = static_cast<float*>(dst) + at;
       for (int64_t t = 0; t < n; ++t) std::memcpy(d + t * D, src + t * L.token_stride, sizeof(float) * D);
     }
+  });
+}
+
+void attention_to_dense(const uint16_t* x, const AttnLayout& L, int64_t batch, int64_t heads, int64_t tokens,
+                        int64_t head_dim, uint16_t* dst, int64_t dst_tokens, int64_t dst_first) {
+  const int64_t D = head_dim;
+  for_dense_runs(x, L, batch, heads, tokens, D, dst_tokens, dst_first, [&](const uint16_t* src, int64_t at, int64_t n) {
+    for (int64_t t = 0; t < n; ++t) std::memcpy(dst + at + t * D, src + t * L.token_stride, sizeof(uint16_t) * D);
   });
 }
 
@@ -378,6 +399,24 @@ void Attention::run(const float* q, const float* k, const float* v, float* out, 
   }
   if (bf16 || m.pack_kv) m.prepare_phase.prepare += seconds_since(t0);
   m.run_blocks(qbase, kbase, vbase, out, lse, bias);
+  if (prof) profile_phases(before, phases());
+}
+
+void Attention::run(const uint16_t* q, const uint16_t* k, const uint16_t* v, float* out, float* lse,
+                    const AttnBias* bias) const {
+  DIT_CHECK(impl_, "Attention::run on an empty Attention");
+  Impl& m = *impl_;
+  const AttentionSpec& s = m.spec;
+  DIT_CHECK(s.compute == DType::BF16, m.what << ": bf16 q, k, v need bf16 compute");
+  const bool prof = profile::enabled();
+  const AttentionPhases before = prof ? phases() : AttentionPhases{};
+  auto t0 = std::chrono::steady_clock::now();
+  // Dense copies [batch, heads, tokens, head_dim], the form run() converts its f32 inputs to.
+  attention_to_dense(q, s.q, s.batch, s.heads, s.q_len, s.head_dim, m.qb.bf16());
+  attention_to_dense(k, s.k, s.batch, s.heads, s.kv_len, s.head_dim, m.kb.bf16());
+  attention_to_dense(v, s.v, s.batch, s.heads, s.kv_len, s.head_dim, m.vb.bf16());
+  m.prepare_phase.prepare += seconds_since(t0);
+  m.run_blocks(m.qb.data(), m.kb.data(), m.vb.data(), out, lse, bias);
   if (prof) profile_phases(before, phases());
 }
 

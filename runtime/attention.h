@@ -77,6 +77,11 @@ class Attention {
   // lse may be null when not needed; bias null (or both its pointers null) adds nothing.
   void run(const float* q, const float* k, const float* v, float* out, float* lse,
            const AttnBias* bias = nullptr) const;
+  // The same with q, k and v already in bf16 (bf16 compute only; the spec's layouts): e.g. a
+  // QKV projection that wrote bf16. The bits of run() on their values as floats: run() rounds
+  // its inputs to bf16 first, so a projection rounding its output gives the same result.
+  void run(const uint16_t* q, const uint16_t* k, const uint16_t* v, float* out, float* lse,
+           const AttnBias* bias = nullptr) const;
   // Inputs already in the form the block matmuls read, as attention_to_dense writes them: k
   // and v dense [batch, heads, kv_len, head_dim] in the compute type (bf16 as uint16_t); q the
   // same for bf16, and floats in the spec's q layout for f32 (read in place, as run() does).
@@ -103,6 +108,9 @@ class Attention {
 // dst_first of it (one rank's share of a longer sequence).
 void attention_to_dense(const float* x, const AttnLayout& L, int64_t batch, int64_t heads, int64_t tokens,
                         int64_t head_dim, DType compute, void* dst, int64_t dst_tokens = 0, int64_t dst_first = 0);
+// The same from bf16 x into the bf16 form (a copy of the rows).
+void attention_to_dense(const uint16_t* x, const AttnLayout& L, int64_t batch, int64_t heads, int64_t tokens,
+                        int64_t head_dim, uint16_t* dst, int64_t dst_tokens = 0, int64_t dst_first = 0);
 
 // Merges attention over a second K/V set into (out_a, lse_a), in float32:
 // lse = log(exp(lse_a) + exp(lse_b)); out_a = out_a·exp(lse_a - lse) + out_b·exp(lse_b - lse).

@@ -87,8 +87,7 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
             m.what << ": input and output are f32 or bf16");
   DIT_CHECK((spec.input == DType::F32 && spec.output == DType::F32) || w.compute == DType::BF16,
             m.what << ": bf16 input or output needs bf16 compute");
-  DIT_CHECK(spec.output == DType::F32 ||
-                (!spec.gated_residual && !spec.accumulate && !spec.multiply && (ldy == N)),
+  DIT_CHECK(spec.output == DType::F32 || (!spec.gated_residual && !spec.accumulate && !spec.multiply),
             m.what << ": a bf16 output is the plain form only");
   require_compute(w.compute);
   const dt cdt = w.compute == DType::BF16 ? dt::bf16 : dt::f32;

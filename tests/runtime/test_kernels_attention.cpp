@@ -406,3 +406,46 @@ TEST_CASE("Attention::phases accounts each part of a run, and reset_phases clear
     CHECK(a.phases().total() == 0);
   }
 }
+
+TEST_CASE("Attention::run on bf16 q, k, v gives run()'s bits on their values", "[kernels][attention][bf16]") {
+  // run() rounds f32 inputs to bf16 before the kernels; inputs already rounded (a QKV
+  // projection writing bf16) must give the same bits, bias and lse included.
+  if (!dit_test::bf16_available()) return;
+  for (int64_t T : {int64_t(5), int64_t(300)}) {
+    const int64_t B = 2, H = 3, D = 72;
+    std::vector<float> qkv = kt::randv(B * T * 3 * H * D, 41, -2.f, 2.f);
+    std::vector<uint16_t> qkv16(qkv.size());
+    for (size_t i = 0; i < qkv.size(); ++i) qkv16[i] = f32_to_bf16(qkv[i]);
+    const std::vector<float> key_bias = kt::randv(B * T, 42, -3.f, 0.f);
+    AttentionSpec s = spec_of(B, H, T, T, D, DType::BF16);
+    s.q = s.k = s.v = AttnLayout::bthd(T, D, H, 3 * H * D);
+    s.out = AttnLayout::bthd(T, D, H, H * D);
+    Attention a(s);
+    AttnBias bias;
+    bias.key = key_bias.data();
+    std::vector<float> want(B * T * H * D), want_lse(B * H * T), got(want.size(), NAN), got_lse(want_lse.size(), NAN);
+    a.run(qkv.data(), qkv.data() + H * D, qkv.data() + 2 * H * D, want.data(), want_lse.data(), &bias);
+    a.run(qkv16.data(), qkv16.data() + H * D, qkv16.data() + 2 * H * D, got.data(), got_lse.data(), &bias);
+    INFO("T " << T);
+    CHECK(std::memcmp(got.data(), want.data(), want.size() * 4) == 0);
+    CHECK(std::memcmp(got_lse.data(), want_lse.data(), want_lse.size() * 4) == 0);
+    // The bf16 dense form from bf16 rows: a copy, into a longer sequence at token 2.
+    std::vector<uint16_t> dense(size_t(B * H * (T + 3) * D), 0x7f7f);
+    attention_to_dense(qkv16.data() + H * D, s.k, B, H, T, D, dense.data(), T + 3, 2);
+    size_t wrong = 0;
+    for (int64_t bh = 0; bh < B * H; ++bh)
+      for (int64_t t = 0; t < T + 3; ++t)
+        for (int64_t i = 0; i < D; ++i) {
+          const uint16_t got16 = dense[size_t((bh * (T + 3) + t) * D + i)];
+          const int64_t b = bh / H, h = bh % H;
+          const bool inside = t >= 2 && t < T + 2;
+          wrong += inside ? got16 != qkv16[size_t(((b * T + t - 2) * 3 + 1) * H * D + h * D + i)] : got16 != 0x7f7f;
+        }
+    CHECK(wrong == 0);
+  }
+  // f32 compute takes f32 inputs only.
+  Attention f(spec_of(1, 1, 4, 4, 8, DType::F32));
+  std::vector<uint16_t> x(32);
+  std::vector<float> o(32);
+  CHECK_THROWS_WITH(f.run(x.data(), x.data(), x.data(), o.data(), nullptr), Catch::Contains("need bf16 compute"));
+}

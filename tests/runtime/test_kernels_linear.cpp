@@ -226,6 +226,22 @@ TEST_CASE("Linear with a bf16 input or output gives the f32-activation path's bi
     std::vector<uint16_t> yio(y.size());
     Linear(si, lw).run(x16.data(), yio.data());
     CHECK(yio == y16);
+    // A column block of a wider bf16 buffer (out_stride: a split QKV projection's Q, K or V):
+    // the same bits in its columns, nothing written beside them.
+    LinearSpec sb = so;
+    sb.out_stride = N + 7;
+    std::vector<uint16_t> wide(size_t(B * M * (N + 7)) + 3, 0x5555);
+    Linear(sb, lw).run(x.data(), wide.data() + 3);
+    size_t wrong = 0, touched = 0;
+    for (int64_t r = 0; r < B * M; ++r)
+      for (int64_t j = 0; j < N + 7; ++j) {
+        const uint16_t got = wide[size_t(3 + r * (N + 7) + j)];
+        if (j < N) wrong += got != y16[size_t(r * N + j)];
+        else touched += got != 0x5555;
+      }
+    CHECK(wrong == 0);
+    CHECK(touched == 0);
+    CHECK(wide[0] == 0x5555);
   }
   // The gated residual (fc2's form) with a bf16 input.
   s.act = Act::None;
