@@ -5,6 +5,10 @@
 
 namespace dit {
 
+void SelfAttention::forward(const uint16_t*, float*) {
+  DIT_CHECK(false, name() << " attention: forward with bf16 q, k, v, but it takes " << dtype_name(qkv_dtype()));
+}
+
 namespace {
 
 class LocalSelfAttention : public SelfAttention {
@@ -28,6 +32,12 @@ class LocalSelfAttention : public SelfAttention {
   }
   void forward(const float* qkv, float* out) override {
     DIT_CHECK(prepared_, "LocalSelfAttention::forward before prepare()");
+    attn_.run(qkv, qkv + hd_, qkv + 2 * hd_, out, nullptr);
+  }
+  DType qkv_dtype() const override { return prepared_ ? attn_.spec().compute : DType::F32; }
+  void forward(const uint16_t* qkv, float* out) override {
+    DIT_CHECK(prepared_, "LocalSelfAttention::forward before prepare()");
+    DIT_CHECK(qkv_dtype() == DType::BF16, "local attention: bf16 q, k, v need bf16 compute");
     attn_.run(qkv, qkv + hd_, qkv + 2 * hd_, out, nullptr);
   }
   const char* name() const override { return "local"; }

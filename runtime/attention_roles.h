@@ -36,6 +36,13 @@ class SelfAttention {
   // With compute bf16, out's values may already be rounded to bf16 (to nearest even): what it
   // feeds is a bf16 matmul (the output projection), whose input rounding then changes nothing.
   virtual void forward(const float* qkv, float* out) = 0;
+  // The type forward() may take qkv in, once prepared: BF16 where the implementation reads
+  // bf16 q, k, v (bf16 compute: local attention, the ring, Ulysses exchanging bf16), so the
+  // QKV projection can write them rounded (half the bytes, and no conversion pass: the same
+  // bits, as the kernels round their inputs to bf16 anyway); else F32.
+  virtual DType qkv_dtype() const { return DType::F32; }
+  // qkv in bf16, as above; only where qkv_dtype() is BF16.
+  virtual void forward(const uint16_t* qkv, float* out);
   virtual const char* name() const = 0;
 };
 

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "parallel/distributed_context.h"
 #include "parallel/launcher.h"
@@ -26,6 +27,7 @@
 #include "runtime/token_split.h"
 #include "runtime/error.h"
 #include "runtime/attention_roles.h"
+#include "runtime/dtype.h"
 
 using namespace dit;
 
@@ -85,7 +87,10 @@ std::string run_ranks(int world, std::chrono::milliseconds timeout,
 // for dp = cfg = 1. Every attention object is prepared first (as the model does before
 // the denoising loop), then all run forward in turn, twice: objects sharing the groups
 // interleave, and the second pass reuses every buffer and must repeat the first bit for bit.
-void run_layout(int ulysses, int ring, std::vector<Problem>& problems, int chunks = kDefaultUlyssesChunks) {
+// bf16_input: every rank's q, k, v rounded to bf16 and given as such (forward(const uint16_t*)),
+// which the layout must take (qkv_dtype() BF16).
+void run_layout(int ulysses, int ring, std::vector<Problem>& problems, int chunks = kDefaultUlyssesChunks,
+                bool bf16_input = false) {
   const int world = ulysses * ring;
   const MeshDegrees deg{1, 1, ring, ulysses};
   const char* want_name = ulysses > 1 && ring > 1 ? "usp" : ulysses > 1 ? "ulysses" : "ring";
@@ -128,10 +133,19 @@ void run_layout(int ulysses, int ring, std::vector<Problem>& problems, int chunk
         std::copy_n(problems[i].qkv.data() + (b * N + m.range.begin) * 3 * H * d, T * 3 * H * d,
                     m.in.data() + b * T * 3 * H * d);
     }
+    std::vector<std::vector<uint16_t>> in16(problems.size());
+    if (bf16_input)
+      for (size_t i = 0; i < problems.size(); ++i) {
+        DIT_CHECK(mine[i].attn->qkv_dtype() == DType::BF16, "qkv_dtype() is " << dtype_name(mine[i].attn->qkv_dtype()));
+        for (float x : mine[i].in) in16[i].push_back(f32_to_bf16(x));
+      }
     for (int pass = 0; pass < 2; ++pass)
       for (size_t i = 0; i < problems.size(); ++i) {
         Mine& m = mine[i];
-        m.attn->forward(m.in.data(), m.out.data());
+        if (bf16_input)
+          m.attn->forward(in16[i].data(), m.out.data());
+        else
+          m.attn->forward(m.in.data(), m.out.data());
         if (pass == 0) {
           m.first = m.out;
           continue;
@@ -297,6 +311,73 @@ TEST_CASE("Ulysses in bf16: q, k, v sent in the kernels' form, outputs returned 
         CHECK(std::memcmp(p.got.data(), want.data(), want.size() * 4) == 0);
       }
     }
+}
+
+TEST_CASE("bf16 q, k, v given as bf16 (a QKV projection writing bf16) give the bits of f32 ones", "[parallel][attention]") {
+  // The kernels round q, k, v to bf16 before they use them, so q, k, v rounded by the projection
+  // must change no bit: local attention, the ring (windows and messages), Ulysses exchanging
+  // bf16 with and without chunks. USP, and Ulysses with an odd head_dim, exchange f32: they take
+  // f32 q, k, v (qkv_dtype() F32) and refuse bf16 ones.
+  if (!dit_test::bf16_available()) return;
+  struct Case {
+    int ulysses, ring, chunks;
+    int64_t head_dim;
+  };
+  for (const Case& c : {Case{1, 1, 1, 16}, Case{1, 3, 1, 16}, Case{2, 1, 1, 16}, Case{2, 1, 2, 16}, Case{3, 1, 2, 8}})
+    for (bool messages : {false, true}) {
+      if (messages && c.ring == 1) continue;
+      std::vector<Problem> f32_in, bf16_in;
+      for (int64_t n : {64, 37})
+        for (std::vector<Problem>* ps : {&f32_in, &bf16_in})
+          ps->push_back(make_problem({2, 4, c.head_dim, n, DType::BF16}, unsigned(70 + n)));
+      if (messages) setenv("DIT_NO_SHM_WINDOWS", "1", 1);
+      if (c.ulysses * c.ring == 1) {  // local attention
+        for (size_t i = 0; i < f32_in.size(); ++i) {
+          auto local = make_local_self_attention();
+          SelfAttentionShape s;
+          s.batch = 2;
+          s.local_tokens = s.total_tokens = f32_in[i].s.tokens;
+          s.heads = 4;
+          s.head_dim = c.head_dim;
+          s.compute = DType::BF16;
+          local->prepare(s);
+          REQUIRE(local->qkv_dtype() == DType::BF16);
+          std::vector<uint16_t> q16;
+          for (float x : f32_in[i].qkv) q16.push_back(f32_to_bf16(x));
+          local->forward(f32_in[i].qkv.data(), f32_in[i].got.data());
+          local->forward(q16.data(), bf16_in[i].got.data());
+        }
+      } else {
+        run_layout(c.ulysses, c.ring, f32_in, c.chunks);
+        run_layout(c.ulysses, c.ring, bf16_in, c.chunks, true);
+      }
+      unsetenv("DIT_NO_SHM_WINDOWS");
+      for (size_t i = 0; i < f32_in.size(); ++i) {
+        INFO("u" << c.ulysses << " r" << c.ring << " chunks " << c.chunks << (messages ? " messages" : "") << " problem " << i);
+        CHECK(std::memcmp(bf16_in[i].got.data(), f32_in[i].got.data(), f32_in[i].got.size() * 4) == 0);
+      }
+    }
+  // f32 exchanges: f32 q, k, v only.
+  for (auto [u, r, d] : {std::tuple<int, int, int64_t>{2, 2, 16}, {2, 1, 7}}) {
+    const std::string e = run_ranks(u * r, std::chrono::milliseconds(30000), [&](std::shared_ptr<ProcessGroup> pg, int) {
+      DeviceMesh mesh(pg, MeshDegrees{1, 1, r, u});
+      auto attn = make_sequence_parallel_attention(ref_of(mesh.ulysses()), ref_of(mesh.ring()), 1);
+      SelfAttentionShape s;
+      s.batch = 1;
+      s.local_tokens = split_tokens(16, u * r, mesh.rank_in(Group::Sp)).size();
+      s.total_tokens = 16;
+      s.heads = 4;
+      s.head_dim = d;
+      s.compute = DType::BF16;
+      attn->prepare(s);
+      DIT_CHECK(attn->qkv_dtype() == DType::F32, "u" << u << " r" << r << " d " << d << ": qkv_dtype() is bf16");
+      std::vector<uint16_t> in(size_t(s.local_tokens * 3 * 4 * d) + 1);
+      std::vector<float> out(size_t(s.local_tokens * 4 * d) + 1);
+      attn->forward(in.data(), out.data());  // throws: caught by run_rank_threads
+    });
+    INFO("u" << u << " r" << r << " d " << d);
+    CHECK(e.find("but it takes f32") != std::string::npos);
+  }
 }
 
 TEST_CASE("Ulysses: a degree above the head count is a clear error", "[parallel][attention]") {
