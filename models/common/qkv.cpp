@@ -1,6 +1,7 @@
 #include "models/common/qkv.h"
 
 #include <cstring>
+#include <type_traits>
 
 #include "runtime/elementwise.h"
 #include "runtime/error.h"
@@ -46,13 +47,14 @@ QkvWeights QkvWeights::load(const WeightStore& s, const std::string& a, int64_t 
   return w;
 }
 
-QkvLinear::QkvLinear(const QkvWeights& w, int64_t rows) : fused_(w.fused()) {
+QkvLinear::QkvLinear(const QkvWeights& w, int64_t rows, DType output) : fused_(w.fused()), output_(output) {
   auto spec = [&](const LinearWeight& lw, int64_t out_stride) {
     LinearSpec s;
     s.rows = rows;
     s.in = lw.in();
     s.out = lw.out();
     s.out_stride = out_stride;
+    s.output = output;
     return s;
   };
   D_ = w.out();  // output features per projection (this rank's heads × head_dim)
@@ -72,12 +74,16 @@ QkvLinear::QkvLinear(const QkvWeights& w, int64_t rows) : fused_(w.fused()) {
   }
 }
 
-void QkvLinear::run(const float* x, float* y) const {
+template <class Y>
+void QkvLinear::run_any(const float* x, Y* y) const {
+  DIT_CHECK((std::is_same_v<Y, uint16_t>) == (output_ == DType::BF16),
+            "QkvLinear: run with " << (std::is_same_v<Y, uint16_t> ? "bf16" : "f32") << " q, k, v, made for "
+                                   << dtype_name(output_));
   if (fused_) {
     qkv_.run(x, y);
     return;
   }
-  if (!xb_.defined()) {
+  if (!xb_.defined()) {  // f32 compute (f32 output)
     q_.run(x, y);
     k_.run(x, y + D_);
     v_.run(x, y + 2 * D_);
@@ -92,6 +98,22 @@ void QkvLinear::run(const float* x, float* y) const {
   q_.run(xb, y);
   k_.run(xb, y + D_);
   v_.run(xb, y + 2 * D_);
+}
+
+void QkvLinear::run(const float* x, float* y) const { run_any(x, y); }
+void QkvLinear::run(const float* x, uint16_t* y) const { run_any(x, y); }
+
+void project_and_attend(const QkvLinear& op, SelfAttention& attn, const float* h, Tensor& qkv, float* out,
+                        bool has_tokens) {
+  if (qkv.dtype() == DType::BF16) {
+    if (has_tokens) op.run(h, qkv.bf16());  // [B, T, 3, H', d]
+    profile::Scope pa(profile::Cat::Attention);
+    attn.forward(qkv.bf16(), out);  // [B, T, H', d]
+  } else {
+    if (has_tokens) op.run(h, qkv.f32());
+    profile::Scope pa(profile::Cat::Attention);
+    attn.forward(qkv.f32(), out);
+  }
 }
 
 }  // namespace dit

@@ -3,7 +3,7 @@
 //
 //   QkvWeights w = QkvWeights::load(store, "transformer_blocks.0.attn1.", D, DType::F32, QkvProjection::Auto,
 //                                   plan, *tp, head_dim);   // this rank's heads under tensor parallelism
-//   QkvLinear op(w, rows);            // primitives (once per shape)
+//   QkvLinear op(w, rows);            // primitives (once per shape); QkvLinear(w, rows, DType::BF16): bf16 q, k, v
 //   op.run(h, qkv);                   // h [rows, D] -> qkv [rows, 3D]: q | k | v per row
 #pragma once
 
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "models/common/tp_plan.h"
+#include "runtime/attention_roles.h"
 #include "runtime/linear.h"
 #include "runtime/tensor.h"
 
@@ -44,18 +45,32 @@ struct QkvWeights {
 class QkvLinear {
  public:
   QkvLinear() = default;
-  QkvLinear(const QkvWeights& w, int64_t rows);
-  // x [rows, D] -> y [rows, 3·out()]: q | k | v of this rank's heads.
+  // output: the type of q, k, v (BF16 with bf16 compute only: rounded to nearest even after
+  // the bias, as the attention kernels round them; SelfAttention::qkv_dtype says which).
+  QkvLinear(const QkvWeights& w, int64_t rows, DType output = DType::F32);
+  // x [rows, D] -> y [rows, 3·out()]: q | k | v of this rank's heads, in the output type.
   void run(const float* x, float* y) const;
+  void run(const float* x, uint16_t* y) const;
 
  private:
+  template <class Y>
+  void run_any(const float* x, Y* y) const;
   Linear qkv_, q_, k_, v_;
   int64_t D_ = 0;
   bool fused_ = false;
+  DType output_ = DType::F32;
   // Split with bf16 compute: x rounded to bf16 once for the three matmuls (each would
   // otherwise convert it itself; the same bits either way).
   mutable Tensor xb_;
 };
+
+// A block's self-attention after its norm, shared by the families: q, k, v = h·W + b into qkv
+// ([B, T, 3, H', d] in attn.qkv_dtype(): bf16 where the attention reads bf16, so the projection
+// writes half the bytes and the attention converts nothing; the same bits), then out [B, T, H',
+// d] = attention (which may talk to other ranks). With no tokens here (T = 0) only the
+// attention runs: a rank without tokens still takes part in its exchanges.
+void project_and_attend(const QkvLinear& op, SelfAttention& attn, const float* h, Tensor& qkv, float* out,
+                        bool has_tokens);
 
 // Rows of several [n_i, k] tensors of one dtype stacked into one [sum n_i, k] tensor.
 Tensor concat_rows(const std::vector<Tensor>& parts);

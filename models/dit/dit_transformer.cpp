@@ -44,12 +44,22 @@ void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   };
   const DType hidden = ffn_hidden_dtype(w_.compute);  // models/common/feed_forward.h
 
+  SelfAttentionShape as;
+  as.batch = B;
+  as.local_tokens = T;
+  as.total_tokens = N;
+  as.heads = Hl;
+  as.head_dim = c.head_dim;
+  as.compute = w_.compute;
+  attn_->prepare(as);
+  const DType qkv_type = attn_->qkv_dtype();  // bf16 where the attention reads bf16 q, k, v
+
   ops_.clear();
   if (R > 0) patch_ = make_linear(w_.patch, B * R);
   for (const DiTBlockWeights& bw : w_.blocks) {
     BlockOps o;
     if (T > 0) {
-      o.qkv = QkvLinear(bw.qkv, B * T);
+      o.qkv = QkvLinear(bw.qkv, B * T, qkv_type);
       o.attn_out = par(bw.attn_out, B, T, D, D, true);
       o.fc1 = make_linear(bw.fc1.w, B * T, Act::GeluTanh, hidden);
       o.fc2 = par(bw.fc2, B, T, 4 * D, D, true, hidden);
@@ -68,21 +78,12 @@ void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   x_ = Tensor::empty({B, R, D});
   h_ = Tensor::empty({B, R, D});
   hout_ = O < R ? Tensor::empty({B, O, D}) : Tensor();
-  qkv_ = Tensor::empty({B, T, 3 * Dl});
+  qkv_ = Tensor::empty({B, T, 3 * Dl}, qkv_type);
   attn_out_ = Tensor::empty({B, T, Dl});
   mlp_ = Tensor::empty({B, T, Ml}, hidden);
 
   pos_embed_2d(int(D), grid_h_, grid_w_, double(c.sample_size / c.patch), c.interpolation_scale, res_.begin, res_.end,
                pos_.f32());
-
-  SelfAttentionShape as;
-  as.batch = B;
-  as.local_tokens = T;
-  as.total_tokens = N;
-  as.heads = Hl;
-  as.head_dim = c.head_dim;
-  as.compute = w_.compute;
-  attn_->prepare(as);
 }
 
 void DiTTransformer::begin(const Conditioning& cond) {
@@ -102,11 +103,7 @@ void DiTTransformer::block(size_t l, float* x) {
   float* h = tp_->gather_buffer(h_.f32());           // [B, R, D]: ours, or our shared-memory window
   if (R > 0) ln_attn_.run(x, h, chunk(0), chunk(1));  // h = LN(x)(1 + scale_msa) + shift_msa   [B, R, D]
   const float* hf = tp_->gather(h);                   // [B, T, D] (Megatron SP: from every TP rank)
-  if (T > 0) o.qkv.run(hf, qkv_.f32());               // [B, T, 3, H', d]
-  {
-    profile::Scope pa(profile::Cat::Attention);
-    attn_->forward(qkv_.f32(), attn_out_.f32());  // [B, T, H', d]  (may talk to other ranks)
-  }
+  project_and_attend(o.qkv, *attn_, hf, qkv_, attn_out_.f32(), T > 0);  // [B, T, 3, H', d] -> [B, T, H', d]
   if (T > 0) o.attn_out->run(attn_out_.f32(), x, chunk(2));  // x += gate_msa ⊙ (Σ attn·Wo + bo)
   h = tp_->gather_buffer(h_.f32());
   if (R > 0) ln_mlp_.run(x, h, chunk(3), chunk(4));          // h = LN(x)(1 + scale_mlp) + shift_mlp

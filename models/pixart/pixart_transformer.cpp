@@ -60,6 +60,16 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   };
   const DType hidden = ffn_hidden_dtype(w_.compute);  // models/common/feed_forward.h
 
+  SelfAttentionShape as;
+  as.batch = B;
+  as.local_tokens = T;
+  as.total_tokens = N;
+  as.heads = Hl;
+  as.head_dim = c.head_dim;
+  as.compute = w_.compute;
+  attn_->prepare(as);
+  const DType qkv_type = attn_->qkv_dtype();  // bf16 where the attention reads bf16 q, k, v
+
   if (R > 0) patch_ = make_linear(w_.patch, B * R);
   t_fc1_ = make_linear(w_.t_embed.fc1, B, Act::Silu);
   t_fc2_ = make_linear(w_.t_embed.fc2, B);
@@ -80,7 +90,7 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
     o.k2 = make_linear(bw.k2, B * L);
     o.v2 = make_linear(bw.v2, B * L);
     if (T > 0) {
-      o.qkv = QkvLinear(bw.qkv, B * T);
+      o.qkv = QkvLinear(bw.qkv, B * T, qkv_type);
       o.attn1_out = par(bw.attn1_out, B, T, D, /*gated=*/true, false);
       o.q2 = make_linear(bw.q2, B * T);
       o.attn2_out = par(bw.attn2_out, B, T, D, false, /*accumulate=*/true);
@@ -102,7 +112,7 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   x_ = Tensor::empty({B, R, D});
   h_ = Tensor::empty({B, R, D});
   hout_ = O < R ? Tensor::empty({B, O, D}) : Tensor();
-  qkv_ = Tensor::empty({B, T, 3 * Dl});
+  qkv_ = Tensor::empty({B, T, 3 * Dl}, qkv_type);
   attn_out_ = Tensor::empty({B, T, Dl});
   q2_ = Tensor::empty({B, T, Dl});
   mlp_ = Tensor::empty({B, T, Ml}, hidden);
@@ -120,14 +130,6 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   pos_embed_2d(int(D), grid_h_, grid_w_, double(c.sample_size / c.patch), c.interpolation_scale, res_.begin,
                res_.end, pos_.f32());
 
-  SelfAttentionShape as;
-  as.batch = B;
-  as.local_tokens = T;
-  as.total_tokens = N;
-  as.heads = Hl;
-  as.head_dim = c.head_dim;
-  as.compute = w_.compute;
-  attn_->prepare(as);
   CrossAttentionShape cs;
   cs.batch = B;
   cs.q_tokens = T;
@@ -197,11 +199,7 @@ void PixArtTransformer::self_attention(size_t l, float* x) {
   float* h = tp_->gather_buffer(h_.f32());  // [B, R, D]: ours, or our shared-memory window
   if (R > 0) ln_.run(x, h, chunk(0), chunk(1));
   const float* hf = tp_->gather(h);  // [B, T, D] (Megatron SP: from every TP rank)
-  if (T > 0) o.qkv.run(hf, qkv_.f32());    // [B, T, 3, H', d]
-  {
-    profile::Scope pa(profile::Cat::Attention);
-    attn_->forward(qkv_.f32(), attn_out_.f32());  // [B, T, H', d]  (may talk to other ranks)
-  }
+  project_and_attend(o.qkv, *attn_, hf, qkv_, attn_out_.f32(), T > 0);  // [B, T, 3, H', d] -> [B, T, H', d]
   if (T > 0) o.attn1_out->run(attn_out_.f32(), x, chunk(2));
 }
 
