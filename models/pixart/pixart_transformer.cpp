@@ -60,14 +60,7 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   };
   const DType hidden = ffn_hidden_dtype(w_.compute);  // models/common/feed_forward.h
 
-  SelfAttentionShape as;
-  as.batch = B;
-  as.local_tokens = T;
-  as.total_tokens = N;
-  as.heads = Hl;
-  as.head_dim = c.head_dim;
-  as.compute = w_.compute;
-  attn_->prepare(as);
+  attn_->prepare(SelfAttentionShape{B, T, N, Hl, c.head_dim, w_.compute});  // batch, tokens here, all, heads, d
   const DType qkv_type = attn_->qkv_dtype();  // bf16 where the attention reads bf16 q, k, v
 
   if (R > 0) patch_ = make_linear(w_.patch, B * R);
