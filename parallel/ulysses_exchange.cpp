@@ -226,8 +226,8 @@ void SequenceParallelAttention::unpack_chunk(const void* qkv, int c) {
     const int64_t t0 = tj.begin - tokens_of(0).begin;
     if (j == u_) {
       for (int64_t b = 0; b < B_; ++b)  // rows (t, q|k|v) of batch b
-        copy_cols(chunk_qkv_.data() + (b * Tg_ + t0) * row, hc * d_, static_cast<const float*>(qkv) + b * T_ * 3 * H_ * d_ + h0,
-                  H_ * d_, T_ * 3, hc * d_);
+        copy_cols(chunk_qkv_.data() + (b * Tg_ + t0) * row, hc * d_,
+                  static_cast<const float*>(qkv) + b * T_ * 3 * H_ * d_ + h0, H_ * d_, T_ * 3, hc * d_);
       continue;
     }
     if (sr_off_[i + 1] == sr_off_[i]) continue;

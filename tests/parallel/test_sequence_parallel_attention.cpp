@@ -313,7 +313,8 @@ TEST_CASE("Ulysses in bf16: q, k, v sent in the kernels' form, outputs returned 
     }
 }
 
-TEST_CASE("bf16 q, k, v given as bf16 (a QKV projection writing bf16) give the bits of f32 ones", "[parallel][attention]") {
+TEST_CASE("bf16 q, k, v given as bf16 (a QKV projection writing bf16) give the bits of f32 ones",
+          "[parallel][attention]") {
   // The kernels round q, k, v to bf16 before they use them, so q, k, v rounded by the projection
   // must change no bit: local attention, the ring (windows and messages), Ulysses exchanging
   // bf16 with and without chunks. USP, and Ulysses with an odd head_dim, exchange f32: they take
@@ -353,13 +354,15 @@ TEST_CASE("bf16 q, k, v given as bf16 (a QKV projection writing bf16) give the b
       }
       unsetenv("DIT_NO_SHM_WINDOWS");
       for (size_t i = 0; i < f32_in.size(); ++i) {
-        INFO("u" << c.ulysses << " r" << c.ring << " chunks " << c.chunks << (messages ? " messages" : "") << " problem " << i);
+        INFO("u" << c.ulysses << " r" << c.ring << " chunks " << c.chunks << (messages ? " messages" : "") << " problem "
+                 << i);
         CHECK(std::memcmp(bf16_in[i].got.data(), f32_in[i].got.data(), f32_in[i].got.size() * 4) == 0);
       }
     }
   // f32 exchanges: f32 q, k, v only.
   for (auto [u, r, d] : {std::tuple<int, int, int64_t>{2, 2, 16}, {2, 1, 7}}) {
-    const std::string e = run_ranks(u * r, std::chrono::milliseconds(30000), [&](std::shared_ptr<ProcessGroup> pg, int) {
+    const auto timeout = std::chrono::milliseconds(30000);
+    const std::string e = run_ranks(u * r, timeout, [&](std::shared_ptr<ProcessGroup> pg, int) {
       DeviceMesh mesh(pg, MeshDegrees{1, 1, r, u});
       auto attn = make_sequence_parallel_attention(ref_of(mesh.ulysses()), ref_of(mesh.ring()), 1);
       SelfAttentionShape s;
