@@ -146,7 +146,9 @@ void rows_to_bf16_generic(const float* src, int64_t src_stride, uint16_t* dst, i
 // GCC 12's AVX-512 headers warn of their own _mm512_undefined_* placeholders once inlined.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#ifndef __clang__  // (a GCC-only group: clang warns of it as unknown)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 __attribute__((target("avx512f,avx512bw,avx512vl"))) inline void round16(const float* src, uint16_t* dst) {
   __m512i u = _mm512_castps_si512(_mm512_loadu_ps(src));
   const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));

@@ -54,7 +54,9 @@ static void softmax_row_generic(const float* s, Out* p, int64_t cols, float* m, 
 // GCC 12's _mm512_reduce_* use _mm512_undefined_ps(), which trips -Wuninitialized.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#ifndef __clang__  // (a GCC-only group: clang warns of it as unknown)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 __attribute__((target("avx512f"))) static inline __m512 exp512(__m512 x) {
   const __m512 lo = _mm512_set1_ps(-87.3365447504f);
   const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);

@@ -360,7 +360,10 @@ TEST_CASE("bf16 q, k, v given as bf16 (a QKV projection writing bf16) give the b
       }
     }
   // f32 exchanges: f32 q, k, v only.
-  for (auto [u, r, d] : {std::tuple<int, int, int64_t>{2, 2, 16}, {2, 1, 7}}) {
+  for (const auto& layout : {std::tuple<int, int, int64_t>{2, 2, 16}, {2, 1, 7}}) {
+    // Plain copies: clang (C++17) does not let the lambda below capture structured bindings.
+    const int u = std::get<0>(layout), r = std::get<1>(layout);
+    const int64_t d = std::get<2>(layout);
     const auto timeout = std::chrono::milliseconds(30000);
     const std::string e = run_ranks(u * r, timeout, [&](std::shared_ptr<ProcessGroup> pg, int) {
       DeviceMesh mesh(pg, MeshDegrees{1, 1, r, u});
