@@ -122,7 +122,7 @@ struct Attention::Impl {
   Tensor thread_buf, scratch_buf;
   size_t scratch_per_thread = 0, thread_floats = 0;
   Tensor qb, kb, vb;  // bf16 copies (bf16 compute only)
-  AttentionPhases prepare_phase;  // the copies before the blocks, on the calling thread
+  double prepare_s = 0;  // wall time of the copies before the blocks (AttentionPhases::prepare)
   bool pack_kv = false;  // f32: K/V copied to dense [batch, heads, kv_len, head_dim] per run
   Tensor kd, vd;
   bool dense = false;  // the spec's q, k, v are dense bhtd: run_dense may be used
@@ -176,18 +176,27 @@ void rows_to_bf16(const float* src, int64_t src_stride, uint16_t* dst, int64_t r
   rows_to_bf16_generic(src, src_stride, dst, rows, D);
 }
 
-// Hands the phases of one run (now - before) to the profiler (dit-bench's breakdown).
-void profile_phases(const AttentionPhases& before, const AttentionPhases& now) {
-  const double d[profile::kAttentionPhases] = {now.qk - before.qk,       now.softmax - before.softmax,
-                                               now.pv - before.pv,       now.rescale - before.rescale,
-                                               now.store - before.store, now.prepare - before.prepare};
-  profile::add_attention_phases(d);
-}
+static_assert(std::tuple_size<decltype(AttentionPhases{}.values())>::value == profile::kAttentionPhases);
 
-}  // namespace
+// While the profiler is on (dit-bench's breakdown), hands it the phases of one run: a
+// snapshot at construction, the difference at destruction.
+class ProfilePhases {
+ public:
+  explicit ProfilePhases(const Attention& a) : a_(profile::enabled() ? &a : nullptr) {
+    if (a_) before_ = a_->phases().values();
+  }
+  ~ProfilePhases() {
+    if (!a_) return;
+    const std::array<double, 6> now = a_->phases().values();
+    double d[profile::kAttentionPhases];
+    for (int i = 0; i < profile::kAttentionPhases; ++i) d[i] = now[size_t(i)] - before_[size_t(i)];
+    profile::add_attention_phases(d);
+  }
 
-namespace {
-
+ private:
+  const Attention* a_;
+  std::array<double, 6> before_{};
+};
 // Calls f(src, at, n) for runs of up to 64 tokens of one (batch, head): src the run's first row
 // in x (layout L), at its first element in the dense [batch, heads, Td, D] destination. The runs
 // are shared among the threads; no division per row.
@@ -382,8 +391,7 @@ void Attention::run(const float* q, const float* k, const float* v, float* out, 
   const int64_t H = s.heads;
   const bool bf16 = s.compute == DType::BF16;
   const void *qbase = q, *kbase = k, *vbase = v;
-  const bool prof = profile::enabled();
-  const AttentionPhases before = prof ? phases() : AttentionPhases{};
+  const ProfilePhases prof(*this);
   auto t0 = std::chrono::steady_clock::now();
   if (bf16) {
     // Dense bf16 copies of Q, K and V ([batch, heads, tokens, head_dim]), converted once per call.
@@ -399,9 +407,8 @@ void Attention::run(const float* q, const float* k, const float* v, float* out, 
     kbase = m.kd.data();
     vbase = m.vd.data();
   }
-  if (bf16 || m.pack_kv) m.prepare_phase.prepare += seconds_since(t0);
+  if (bf16 || m.pack_kv) m.prepare_s += seconds_since(t0);
   m.run_blocks(qbase, kbase, vbase, out, lse, bias);
-  if (prof) profile_phases(before, phases());
 }
 
 void Attention::run(const uint16_t* q, const uint16_t* k, const uint16_t* v, float* out, float* lse,
@@ -410,25 +417,21 @@ void Attention::run(const uint16_t* q, const uint16_t* k, const uint16_t* v, flo
   Impl& m = *impl_;
   const AttentionSpec& s = m.spec;
   DIT_CHECK(s.compute == DType::BF16, m.what << ": bf16 q, k, v need bf16 compute");
-  const bool prof = profile::enabled();
-  const AttentionPhases before = prof ? phases() : AttentionPhases{};
+  const ProfilePhases prof(*this);
   auto t0 = std::chrono::steady_clock::now();
   // Dense copies [batch, heads, tokens, head_dim], the form run() converts its f32 inputs to.
   attention_to_dense(q, s.q, s.batch, s.heads, s.q_len, s.head_dim, m.qb.bf16());
   attention_to_dense(k, s.k, s.batch, s.heads, s.kv_len, s.head_dim, m.kb.bf16());
   attention_to_dense(v, s.v, s.batch, s.heads, s.kv_len, s.head_dim, m.vb.bf16());
-  m.prepare_phase.prepare += seconds_since(t0);
+  m.prepare_s += seconds_since(t0);
   m.run_blocks(m.qb.data(), m.kb.data(), m.vb.data(), out, lse, bias);
-  if (prof) profile_phases(before, phases());
 }
 
 void Attention::run_dense(const void* q, const void* k, const void* v, float* out, float* lse) const {
   DIT_CHECK(impl_, "Attention::run_dense on an empty Attention");
   DIT_CHECK(impl_->dense, impl_->what << ": run_dense needs dense [batch, heads, tokens, head_dim] k and v (and q for bf16)");
-  const bool prof = profile::enabled();
-  const AttentionPhases before = prof ? phases() : AttentionPhases{};
+  const ProfilePhases prof(*this);
   impl_->run_blocks(q, k, v, out, lse, nullptr);
-  if (prof) profile_phases(before, phases());
 }
 
 void Attention::Impl::run_blocks(const void* qbase, const void* kbase, const void* vbase, float* out, float* lse,
@@ -532,8 +535,8 @@ const AttentionSpec& Attention::spec() const { return impl_->spec; }
 
 
 AttentionPhases Attention::phases() const {
-  AttentionPhases p = impl_->prepare_phase;
-  p.prepare *= impl_->nthr;  // wall time of copies that occupy every thread
+  AttentionPhases p;
+  p.prepare = impl_->prepare_s * impl_->nthr;  // wall time of copies that occupy every thread
   for (const ThreadState& T : impl_->th) {
     p.qk += T.phases.qk;
     p.softmax += T.phases.softmax;
@@ -545,7 +548,7 @@ AttentionPhases Attention::phases() const {
 }
 
 void Attention::reset_phases() {
-  impl_->prepare_phase = {};
+  impl_->prepare_s = 0;
   for (ThreadState& T : impl_->th) T.phases = {};
 }
 const std::string& Attention::impl_info() const { return impl_->impl_name; }

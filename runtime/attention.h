@@ -24,6 +24,7 @@
 // unmasked key (exp underflows to 0). A row whose keys are all masked averages V (as torch does).
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
 
@@ -65,6 +66,8 @@ struct AttentionSpec {
 struct AttentionPhases {
   double qk = 0, softmax = 0, pv = 0, rescale = 0, store = 0, prepare = 0;
   double total() const { return qk + softmax + pv + rescale + store + prepare; }
+  // In the order of profile::kAttentionPhaseNames (runtime/profile.h).
+  std::array<double, 6> values() const { return {qk, softmax, pv, rescale, store, prepare}; }
 };
 
 class Attention {

@@ -61,8 +61,8 @@ struct LinearSpec {
   // bf16 compute only: x given in bf16 (no conversion pass; e.g. the output of a Linear with
   // output BF16), and y written in bf16, rounded to nearest even after the bias and
   // activation (plain form only: not with gated_residual, accumulate or multiply; out_stride
-  // counts bf16 elements then). What a bf16 matmul reads is its input rounded this way anyway, so a bf16 y
-  // feeding a bf16 Linear gives that Linear's f32-input result bit for bit.
+  // counts bf16 elements then). What a bf16 matmul reads is its input rounded this way
+  // anyway, so a bf16 y feeding a bf16 Linear gives that Linear's f32-input result bit for bit.
   DType input = DType::F32, output = DType::F32;
 };
 

@@ -17,6 +17,7 @@
 
 #include "parallel/strided_block.h"
 #include "runtime/attention.h"
+#include "runtime/profile.h"
 #include "runtime/conv2d.h"
 #include "runtime/engine.h"
 #include "runtime/gemm_probe.h"
@@ -111,9 +112,8 @@ json bench_attention(int64_t tokens, int64_t B, DType c, int64_t qb = 0, int64_t
   }
   // Shares of the threads' summed time (runtime/attention.h, AttentionPhases), warm-up included.
   const AttentionPhases ph = attn.phases();
-  j["phases"] = {{"qk", ph.qk / ph.total()},           {"softmax", ph.softmax / ph.total()},
-                 {"pv", ph.pv / ph.total()},           {"rescale", ph.rescale / ph.total()},
-                 {"store", ph.store / ph.total()},     {"prepare", ph.prepare / ph.total()}};
+  for (int i = 0; i < profile::kAttentionPhases; ++i)
+    j["phases"][profile::kAttentionPhaseNames[i]] = ph.values()[size_t(i)] / ph.total();
   j["impl"] = attn.impl_info();
   return j;
 }
