@@ -92,27 +92,25 @@ void SequenceParallelAttention::prepare(const SelfAttentionShape& s) {
 
 // Attention of the group's tokens over `heads` heads: [B, Tg, 3, heads, d] -> [B, Tg, heads, d]
 // (bf16 rows only with U == 1, where qkv_g is the caller's).
-void SequenceParallelAttention::attend(const void* qkv_g, float* out_g, int64_t heads) {
+void SequenceParallelAttention::attend(QkvRows qkv_g, float* out_g, int64_t heads) {
   if (R_ > 1) return ring_attention(qkv_g, out_g);  // even with no tokens: this rank passes K/V on
   if (Tg_ == 0 || heads == 0) return;
   const int64_t hd = heads * d_;
   const Attention& a = by_heads_.at(heads);
-  if (qkv16_in_) {
-    const uint16_t* x = static_cast<const uint16_t*>(qkv_g);
+  if (qkv_g.bf16) {
+    const uint16_t* x = qkv_g.b16();
     return a.run(x, x + hd, x + 2 * hd, out_g, nullptr);
   }
-  const float* x = static_cast<const float*>(qkv_g);
+  const float* x = qkv_g.f32();
   a.run(x, x + hd, x + 2 * hd, out_g, nullptr);
 }
 
-void SequenceParallelAttention::to_dense(const void* qkv, int64_t offset, const AttnLayout& L, int64_t heads,
+void SequenceParallelAttention::to_dense(QkvRows qkv, int64_t offset, const AttnLayout& L, int64_t heads,
                                          int64_t tokens, void* dst, int64_t dst_tokens, int64_t first) const {
-  if (qkv16_in_)
-    attention_to_dense(static_cast<const uint16_t*>(qkv) + offset, L, B_, heads, tokens, d_,
-                       static_cast<uint16_t*>(dst), dst_tokens, first);
+  if (qkv.bf16)
+    attention_to_dense(qkv.b16() + offset, L, B_, heads, tokens, d_, static_cast<uint16_t*>(dst), dst_tokens, first);
   else
-    attention_to_dense(static_cast<const float*>(qkv) + offset, L, B_, heads, tokens, d_, compute_, dst, dst_tokens,
-                       first);
+    attention_to_dense(qkv.f32() + offset, L, B_, heads, tokens, d_, compute_, dst, dst_tokens, first);
 }
 
 DType SequenceParallelAttention::qkv_dtype() const {
@@ -121,22 +119,18 @@ DType SequenceParallelAttention::qkv_dtype() const {
 
 void SequenceParallelAttention::forward(const float* qkv, float* out) {
   DIT_CHECK(prepared_, "sequence-parallel attention: forward before prepare()");
-  qkv16_in_ = false;
-  if (U_ > 1) return ulysses_forward(qkv, out);
-  attend(qkv, out, Hu_);  // U == 1: the group is this rank, [B, T, 3, H, d] read in place
+  const QkvRows rows{qkv, false};
+  if (U_ > 1) return ulysses_forward(rows, out);
+  attend(rows, out, Hu_);  // U == 1: the group is this rank, [B, T, 3, H, d] read in place
 }
 
 void SequenceParallelAttention::forward(const uint16_t* qkv, float* out) {
   DIT_CHECK(prepared_, "sequence-parallel attention: forward before prepare()");
   DIT_CHECK(qkv_dtype() == DType::BF16, name() << " attention: forward with bf16 q, k, v, but it takes "
                                                << dtype_name(qkv_dtype()) << " (its exchange is f32)");
-  qkv16_in_ = true;
-  struct Reset {
-    bool& flag;
-    ~Reset() { flag = false; }
-  } reset{qkv16_in_};
-  if (U_ > 1) return ulysses_forward(qkv, out);
-  attend(qkv, out, Hu_);
+  const QkvRows rows{qkv, true};
+  if (U_ > 1) return ulysses_forward(rows, out);
+  attend(rows, out, Hu_);
 }
 
 }  // namespace detail

@@ -10,21 +10,21 @@ namespace dit::detail {
 
 // The queries as the block attention reads them: bf16 converted (or copied from bf16 rows) once
 // into q_dense_, f32 in place.
-const void* SequenceParallelAttention::queries(const void* qkv_g) {
-  if (compute_ != DType::BF16) return qkv_g;
+const void* SequenceParallelAttention::queries(QkvRows qkv_g) {
+  if (compute_ != DType::BF16) return qkv_g.f32();
   to_dense(qkv_g, 0, AttnLayout::bthd(Tg_, d_, Hu_, 3 * Hu_ * d_), Hu_, Tg_, q_dense_.data());
   return q_dense_.data();
 }
 
 // This rank's K/V block from [B, Tg, 3, Hu, d]: K, then V, each dense [B, Hu, Tg, d].
-void SequenceParallelAttention::pack_block(const void* qkv_g, char* block) const {
+void SequenceParallelAttention::pack_block(QkvRows qkv_g, char* block) const {
   const int64_t hd = Hu_ * d_;
   const AttnLayout in = AttnLayout::bthd(Tg_, d_, Hu_, 3 * hd);
   to_dense(qkv_g, hd, in, Hu_, Tg_, block);
   to_dense(qkv_g, 2 * hd, in, Hu_, Tg_, block + size_t(B_ * Tg_ * hd) * esz_);
 }
 
-void SequenceParallelAttention::ring_attention(const void* qkv_g, float* out_g) {
+void SequenceParallelAttention::ring_attention(QkvRows qkv_g, float* out_g) {
   if (window_) return ring_attention_window(qkv_g, out_g);
   const int next = (r_ + 1) % R_, prev = (r_ + R_ - 1) % R_;
   const size_t bytes = kv_[0].size() * 4;  // always the largest block: one registration per buffer
@@ -57,7 +57,7 @@ void SequenceParallelAttention::ring_attention(const void* qkv_g, float* out_g) 
 // The ring on one machine: this rank writes its K/V block once into its window, and reads
 // every other rank's block where it lies, in the ring's order (its own first, then the
 // previous rank's, ...), so the merges, and the result, are those of the messages' path.
-void SequenceParallelAttention::ring_attention_window(const void* qkv_g, float* out_g) {
+void SequenceParallelAttention::ring_attention_window(QkvRows qkv_g, float* out_g) {
   float* mine;
   {
     profile::Scope pw(profile::Cat::Waiting);  // until every rank has read the last layer's blocks

@@ -44,6 +44,18 @@ inline void widen_cols(float* dst, int64_t dst_stride, const uint16_t* src, int6
   });
 }
 
+// q, k, v rows as a forward was given them: f32, or bf16 (forward(const uint16_t*); only
+// where qkv_dtype() is BF16). The internal f32 buffers (chunk_qkv_) travel as f32 rows.
+struct QkvRows {
+  const void* p;
+  bool bf16;
+  const float* f32() const {
+    DIT_CHECK(!bf16, "sequence-parallel attention: an f32 path got bf16 q, k, v");
+    return static_cast<const float*>(p);
+  }
+  const uint16_t* b16() const { return static_cast<const uint16_t*>(p); }
+};
+
 class SequenceParallelAttention final : public SelfAttention {
  public:
   SequenceParallelAttention(std::shared_ptr<ProcessGroup> ulysses, std::shared_ptr<ProcessGroup> ring, int chunks)
@@ -74,27 +86,27 @@ class SequenceParallelAttention final : public SelfAttention {
   TokenRange tokens_of(int j) const { return ranges_[size_t(r_ * U_ + j)]; }  // Ulysses rank j's tokens
   void prepare_ulysses();
   void prepare_ulysses_blocks();
-  void ulysses_forward(const void* qkv, float* out);
-  void ulysses_all_to_all(const void* qkv, float* out);
-  void scatter16(const void* qkv);
-  void pack16(const void* qkv, TokenRange heads, uint16_t* dst, int64_t dst_tokens = 0, int64_t first = 0) const;
-  void unpack_chunk16(const void* qkv, int c);
+  void ulysses_forward(QkvRows qkv, float* out);
+  void ulysses_all_to_all(QkvRows qkv, float* out);
+  void scatter16(QkvRows qkv);
+  void pack16(QkvRows qkv, TokenRange heads, uint16_t* dst, int64_t dst_tokens = 0, int64_t first = 0) const;
+  void unpack_chunk16(QkvRows qkv, int c);
   void attend16(int64_t heads);
   void gather16(float* out);
   void narrow_tokens(int j, int64_t hcd, uint16_t* dst, bool packed) const;
-  void post_scatter(const void* qkv, uint32_t tag0);
-  void unpack_chunk(const void* qkv, int c);
+  void post_scatter(QkvRows qkv, uint32_t tag0);
+  void unpack_chunk(QkvRows qkv, int c);
   void post_gather_chunk(int c, float* out, uint32_t tag0);
   void finish_gather(float* out);
-  void attend(const void* qkv_g, float* out_g, int64_t heads);
-  void ring_attention(const void* qkv_g, float* out_g);
-  void ring_attention_window(const void* qkv_g, float* out_g);
-  const void* queries(const void* qkv_g);
+  void attend(QkvRows qkv_g, float* out_g, int64_t heads);
+  void ring_attention(QkvRows qkv_g, float* out_g);
+  void ring_attention_window(QkvRows qkv_g, float* out_g);
+  const void* queries(QkvRows qkv_g);
   void attend_block(int step, const void* q, const char* kv, int64_t tj, float* out_g);
-  void pack_block(const void* qkv_g, char* block) const;
+  void pack_block(QkvRows qkv_g, char* block) const;
   // Rows of q, k or v (`offset` elements into qkv, layout L: `heads` heads of `tokens` tokens)
-  // in the kernels' dense form, from f32 rows or, for a bf16 forward, bf16 rows.
-  void to_dense(const void* qkv, int64_t offset, const AttnLayout& L, int64_t heads, int64_t tokens, void* dst,
+  // in the kernels' dense form, from f32 or bf16 rows.
+  void to_dense(QkvRows qkv, int64_t offset, const AttnLayout& L, int64_t heads, int64_t tokens, void* dst,
                 int64_t dst_tokens = 0, int64_t first = 0) const;
 
   std::shared_ptr<ProcessGroup> uly_, ring_;
@@ -105,7 +117,6 @@ class SequenceParallelAttention final : public SelfAttention {
   std::vector<TokenRange> head_ranges_;  // heads of Ulysses rank j (uneven when U does not divide H)
   std::vector<TokenRange> chunk_heads_;  // [c * U + j]: rank j's heads of chunk c
   bool prepared_ = false;
-  bool qkv16_in_ = false;  // this forward's qkv is bf16 (forward(const uint16_t*))
 
   // Ulysses, pipelined over C_ chunks of heads. Every (chunk, peer) block has its own place in
   // four buffers, so all of a forward's transfers can be in flight at once:

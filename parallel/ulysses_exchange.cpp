@@ -111,7 +111,7 @@ void SequenceParallelAttention::prepare_ulysses_blocks() {
 
 // bf16 Ulysses: my tokens' q, k and v of heads `heads` as [3, B, heads, T, d] bf16, or with
 // dst_tokens > 0 as tokens [first, first + T) of [3, B, heads, dst_tokens, d].
-void SequenceParallelAttention::pack16(const void* qkv, TokenRange heads, uint16_t* dst, int64_t dst_tokens,
+void SequenceParallelAttention::pack16(QkvRows qkv, TokenRange heads, uint16_t* dst, int64_t dst_tokens,
                                        int64_t first) const {
   const AttnLayout in = AttnLayout::bthd(T_, d_, H_, 3 * H_ * d_);  // [B, T, 3, H, d] per q|k|v plane
   const int64_t n = heads.size(), plane = B_ * n * (dst_tokens > 0 ? dst_tokens : T_) * d_;
@@ -120,13 +120,13 @@ void SequenceParallelAttention::pack16(const void* qkv, TokenRange heads, uint16
 }
 
 // ... for every rank j's heads, into send16_.
-void SequenceParallelAttention::scatter16(const void* qkv) {
+void SequenceParallelAttention::scatter16(QkvRows qkv) {
   for (int j = 0; j < U_; ++j) pack16(qkv, heads_of(j), send16_.data() + send16_off_[size_t(j)]);
 }
 
 // Ulysses without chunks (one machine, or --ulysses-chunks 1): q,k,v of my tokens for every
 // rank's heads -> q,k,v of the group's tokens for my heads, attention, and back.
-void SequenceParallelAttention::ulysses_all_to_all(const void* qkv, float* out) {
+void SequenceParallelAttention::ulysses_all_to_all(QkvRows qkv, float* out) {
   if (uly16_) {
     scatter16(qkv);  // the attention's conversion, done before the exchange
     {
@@ -141,9 +141,9 @@ void SequenceParallelAttention::ulysses_all_to_all(const void* qkv, float* out) 
     {
       profile::Scope pc(profile::Cat::Communication);
       profile::add_bytes(uint64_t(B_ * T_ * 3 * (H_ - Hu_) * d_) * 4);
-      uly_->all_to_all_strided(static_cast<const float*>(qkv), scatter_to_, chunk_qkv_.data(), scatter_from_);
+      uly_->all_to_all_strided(qkv.f32(), scatter_to_, chunk_qkv_.data(), scatter_from_);
     }
-    attend(chunk_qkv_.data(), chunk_out_.data(), Hu_);
+    attend(QkvRows{chunk_qkv_.data(), false}, chunk_out_.data(), Hu_);
   }
   profile::Scope pc(profile::Cat::Communication);
   profile::add_bytes(uint64_t(B_ * (Tg_ - T_) * Hu_ * d_) * 4);
@@ -184,7 +184,7 @@ void SequenceParallelAttention::narrow_tokens(int j, int64_t hcd, uint16_t* dst,
 
 // Packs every chunk's q,k,v for every peer ([B, T, 3, H, d] -> [B, T, 3, hc_j, d] blocks) and
 // posts all receives and sends of the forward's scatter, chunk 0 first on every link.
-void SequenceParallelAttention::post_scatter(const void* qkv, uint32_t tag0) {
+void SequenceParallelAttention::post_scatter(QkvRows qkv, uint32_t tag0) {
   const size_t n = size_t(C_ * U_);
   profile::Scope pc(profile::Cat::Communication);
   for (int c = 0; c < C_; ++c)
@@ -206,7 +206,7 @@ void SequenceParallelAttention::post_scatter(const void* qkv, uint32_t tag0) {
       if (uly16_)
         pack16(qkv, chunk_heads(c, j), reinterpret_cast<uint16_t*>(scatter_send_.data() + ss_off_[i]));
       else
-        copy_cols(scatter_send_.data() + ss_off_[i], hjd, static_cast<const float*>(qkv) + h0, H_ * d_, B_ * T_ * 3,
+        copy_cols(scatter_send_.data() + ss_off_[i], hjd, qkv.f32() + h0, H_ * d_, B_ * T_ * 3,
                   hjd);  // rows (b, t, q|k|v)
       const size_t bytes = (ss_off_[i + 1] - ss_off_[i]) * (uly16_ ? 2 : 4);
       profile::add_bytes(bytes);
@@ -216,7 +216,7 @@ void SequenceParallelAttention::post_scatter(const void* qkv, uint32_t tag0) {
 
 // Waits for chunk c's blocks and assembles chunk_qkv_ [B, Tg, 3, hc, d] (the group's tokens in
 // rank order; my own tokens straight from qkv).
-void SequenceParallelAttention::unpack_chunk(const void* qkv, int c) {
+void SequenceParallelAttention::unpack_chunk(QkvRows qkv, int c) {
   if (uly16_) return unpack_chunk16(qkv, c);
   const int64_t hc = chunk_heads(c, u_).size(), row = 3 * hc * d_;
   const int64_t h0 = chunk_heads(c, u_).begin * d_;
@@ -227,7 +227,7 @@ void SequenceParallelAttention::unpack_chunk(const void* qkv, int c) {
     if (j == u_) {
       for (int64_t b = 0; b < B_; ++b)  // rows (t, q|k|v) of batch b
         copy_cols(chunk_qkv_.data() + (b * Tg_ + t0) * row, hc * d_,
-                  static_cast<const float*>(qkv) + b * T_ * 3 * H_ * d_ + h0, H_ * d_, T_ * 3, hc * d_);
+                  qkv.f32() + b * T_ * 3 * H_ * d_ + h0, H_ * d_, T_ * 3, hc * d_);
       continue;
     }
     if (sr_off_[i + 1] == sr_off_[i]) continue;
@@ -243,7 +243,7 @@ void SequenceParallelAttention::unpack_chunk(const void* qkv, int c) {
 
 // bf16: chunk c's [3, B, hc, Tg, d] in qkv16_, my tokens converted from qkv, each peer's
 // [3, B, hc, Tj, d] block copied row by row into its tokens' place.
-void SequenceParallelAttention::unpack_chunk16(const void* qkv, int c) {
+void SequenceParallelAttention::unpack_chunk16(QkvRows qkv, int c) {
   const TokenRange mine = chunk_heads(c, u_);
   const int64_t hc = mine.size(), rows = 3 * B_ * hc;
   for (int j = 0; j < U_; ++j) {
@@ -314,7 +314,7 @@ void SequenceParallelAttention::finish_gather(float* out) {
 
 // Ulysses: scatter all chunks at once; then per chunk wait, attend, send the outputs back, so
 // chunk c+1's q,k,v and chunk c's outputs travel while chunk c+1 is computed.
-void SequenceParallelAttention::ulysses_forward(const void* qkv, float* out) {
+void SequenceParallelAttention::ulysses_forward(QkvRows qkv, float* out) {
   if (C_ == 1) return ulysses_all_to_all(qkv, out);
   const uint32_t tag0 = tag_;
   tag_ += uint32_t(2 * C_);
@@ -324,7 +324,7 @@ void SequenceParallelAttention::ulysses_forward(const void* qkv, float* out) {
     if (uly16_)
       attend16(chunk_heads(c, u_).size());
     else
-      attend(chunk_qkv_.data(), chunk_out_.data(), chunk_heads(c, u_).size());
+      attend(QkvRows{chunk_qkv_.data(), false}, chunk_out_.data(), chunk_heads(c, u_).size());
     post_gather_chunk(c, out, tag0);
   }
   finish_gather(out);
