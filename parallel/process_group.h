@@ -134,6 +134,7 @@ class ProcessGroup {
   // planes of Σ recv_counts elements with rank j's row at recv_counts[0] + ... + recv_counts[j-1]
   // in each (the token rows of every batch item, gathered in place).
   void all_gather_v(const float* send, float* recv, const std::vector<size_t>& recv_counts, size_t planes = 1);
+  void all_gather_v(const uint16_t* send, uint16_t* recv, const std::vector<size_t>& recv_counts, size_t planes = 1);
   void all_reduce_sum(float* data, size_t count);  // in place
   // send: size()*count_per_rank; recv: the sum over ranks of block rank().
   void reduce_scatter_sum(const float* send, float* recv, size_t count_per_rank);
@@ -215,6 +216,8 @@ class ProcessGroup {
   void wait_handle(P2PHandle& h);
   // After a failure: keeps the Gloo context and buffers alive for the rest of the process.
   void park_in_graveyard() noexcept;
+  template <class T>
+  void all_gather_v_any(const T* send, T* recv, const std::vector<size_t>& recv_counts, size_t planes);
 
   std::shared_ptr<Shared> shared_;
   std::string name_;

@@ -132,7 +132,8 @@ void ProcessGroup::all_gather(const float* send, float* recv, size_t count) {
   all_gather_bytes(send, recv, count * sizeof(float));
 }
 
-void ProcessGroup::all_gather_v(const float* send, float* recv, const std::vector<size_t>& recv_counts, size_t planes) {
+template <class T>
+void ProcessGroup::all_gather_v_any(const T* send, T* recv, const std::vector<size_t>& recv_counts, size_t planes) {
   check_usable("all_gather_v");
   uint32_t tag = next_tag();
   DIT_CHECK(int(recv_counts.size()) == size(),
@@ -140,22 +141,22 @@ void ProcessGroup::all_gather_v(const float* send, float* recv, const std::vecto
   const size_t total = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t(0));
   if (total == 0 || planes == 0) return;
   if (size() == 1) {
-    std::memmove(recv, send, planes * total * sizeof(float));
+    std::memmove(recv, send, planes * total * sizeof(T));
     return;
   }
   if (shm_)
-    return run("all_gather_v", -1,
-               [&] { shm_->all_gather_v(send, recv, recv_counts.data(), sizeof(float), planes); });
-  float* packed = recv;  // [rank][planes][count of rank]
-  if (planes > 1) {
-    if (scratch_.size() < planes * total) scratch_.resize(planes * total);
-    packed = scratch_.data();
+    return run("all_gather_v", -1, [&] { shm_->all_gather_v(send, recv, recv_counts.data(), sizeof(T), planes); });
+  T* packed = recv;  // [rank][planes][count of rank]
+  if (planes > 1) {  // staged in scratch_ (floats: room for planes·total of T)
+    const size_t floats = (planes * total * sizeof(T) + sizeof(float) - 1) / sizeof(float);
+    if (scratch_.size() < floats) scratch_.resize(floats);
+    packed = reinterpret_cast<T*>(scratch_.data());
   }
   tcp_recv_counts_.resize(size_t(size()));
   for (size_t j = 0; j < size_t(size()); ++j) tcp_recv_counts_[j] = planes * recv_counts[j];
   run("all_gather_v", -1, [&] {
     gloo::AllgathervOptions opts(ctx_);
-    opts.setInput(const_cast<float*>(send), tcp_recv_counts_[size_t(rank_)]);
+    opts.setInput(const_cast<T*>(send), tcp_recv_counts_[size_t(rank_)]);
     opts.setOutput(packed, tcp_recv_counts_);
     opts.setTag(tag);
     opts.setTimeout(shared_->timeout);
@@ -164,6 +165,14 @@ void ProcessGroup::all_gather_v(const float* send, float* recv, const std::vecto
   if (planes == 1) return;
   for (size_t j = 0, at = 0, from = 0; j < size_t(size()); from += tcp_recv_counts_[j], at += recv_counts[j], ++j)
     copy_block_parallel(packed + from, kFlat, 0, recv, {at, planes, recv_counts[j], total}, 0, tcp_recv_counts_[j]);
+}
+
+void ProcessGroup::all_gather_v(const float* send, float* recv, const std::vector<size_t>& recv_counts, size_t planes) {
+  all_gather_v_any(send, recv, recv_counts, planes);
+}
+void ProcessGroup::all_gather_v(const uint16_t* send, uint16_t* recv, const std::vector<size_t>& recv_counts,
+                                size_t planes) {
+  all_gather_v_any(send, recv, recv_counts, planes);
 }
 
 void ProcessGroup::all_reduce_sum(float* data, size_t count) {

@@ -144,6 +144,7 @@ class DistributedTensorParallel final : public TensorParallel {
       counts_.clear();
       for (const TokenRange& s : shards_) counts_.push_back(size_t(s.size() * dim));
       full_.assign(size_t(batch * tokens.size() * dim) + 1, 0.f);
+      full16_.assign(size_t(batch * tokens.size() * dim) + 1, 0);
       out_counts_.assign(shards_.size(), 0);
       // On one machine each rank's partial products [batch, tokens, dim] go straight into its
       // shared-memory window, where the others read their rows in place (collective: every TP
@@ -157,35 +158,10 @@ class DistributedTensorParallel final : public TensorParallel {
   TokenRange residual() const override { return sp_ ? shards_[size_t(g_.rank())] : tokens_; }
   bool sequence_parallel() const { return sp_; }
 
-  float* gather_buffer(float* own) override {
-    if (!windowed(size_t(batch_ * tokens_.size() * dim_))) return own;  // (the same on every rank)
-    profile::Scope pc(profile::Cat::Communication);
-    pending_ = g_.window_begin();  // the others have read its last use
-    return pending_;
-  }
-
-  const float* gather(const float* rows) override {
-    if (!sp_) return rows;
-    // [batch][rows of this rank][dim] from every rank -> [batch][tokens][dim]
-    profile::Scope pc(profile::Cat::Communication);
-    profile::add_bytes(uint64_t(batch_) * counts_[size_t(g_.rank())] * 4 * uint64_t(g_.size() - 1));
-    if (!pending_) {
-      g_.all_gather_v(rows, full_.data(), counts_, size_t(batch_));
-      return full_.data();
-    }
-    DIT_CHECK(rows == pending_, "tensor parallel: gather() of rows that are not in gather_buffer()");
-    pending_ = nullptr;
-    g_.window_publish();
-    const size_t T = size_t(tokens_.size() * dim_);
-    for (int k = 0; k < g_.size(); ++k) {  // its own rows first: they need no wait
-      const int j = (g_.rank() + k) % g_.size();
-      const size_t n = counts_[size_t(j)], at = size_t(shards_[size_t(j)].begin - tokens_.begin) * size_t(dim_);
-      copy_block_parallel(g_.window_peer(j), StridedBlock{0, size_t(batch_), n, n}, 0, full_.data(),
-                          StridedBlock{at, size_t(batch_), n, T}, 0, size_t(batch_) * n);
-    }
-    g_.window_release();
-    return full_.data();
-  }
+  float* gather_buffer(float* own) override { return gather_buffer_any(own); }
+  uint16_t* gather_buffer(uint16_t* own) override { return gather_buffer_any(own); }
+  const float* gather(const float* rows) override { return gather_any(rows, full_.data()); }
+  const uint16_t* gather(const uint16_t* rows) override { return gather_any(rows, full16_.data()); }
 
   std::unique_ptr<ParallelLinear> linear(Split split, const LinearSpec& spec, const LinearWeight& w) override {
     switch (split) {
@@ -275,6 +251,39 @@ class DistributedTensorParallel final : public TensorParallel {
   std::vector<float>& mine() { return mine_; }
 
  private:
+  template <class T>
+  T* gather_buffer_any(T* own) {
+    if (!windowed(size_t(batch_ * tokens_.size() * dim_))) return own;  // (the same on every rank)
+    profile::Scope pc(profile::Cat::Communication);
+    pending_ = g_.window_begin();  // the others have read its last use
+    return reinterpret_cast<T*>(pending_);
+  }
+
+  // [batch][rows of this rank][dim] from every rank -> full [batch][tokens][dim]
+  template <class T>
+  const T* gather_any(const T* rows, T* full) {
+    if (!sp_) return rows;
+    profile::Scope pc(profile::Cat::Communication);
+    profile::add_bytes(uint64_t(batch_) * counts_[size_t(g_.rank())] * sizeof(T) * uint64_t(g_.size() - 1));
+    if (!pending_) {
+      g_.all_gather_v(rows, full, counts_, size_t(batch_));
+      return full;
+    }
+    DIT_CHECK(static_cast<const void*>(rows) == static_cast<const void*>(pending_),
+              "tensor parallel: gather() of rows that are not in gather_buffer()");
+    pending_ = nullptr;
+    g_.window_publish();
+    const size_t T_ = size_t(tokens_.size() * dim_);
+    for (int k = 0; k < g_.size(); ++k) {  // its own rows first: they need no wait
+      const int j = (g_.rank() + k) % g_.size();
+      const size_t n = counts_[size_t(j)], at = size_t(shards_[size_t(j)].begin - tokens_.begin) * size_t(dim_);
+      copy_block_parallel(reinterpret_cast<const T*>(g_.window_peer(j)), StridedBlock{0, size_t(batch_), n, n}, 0,
+                          full, StridedBlock{at, size_t(batch_), n, T_}, 0, size_t(batch_) * n);
+    }
+    g_.window_release();
+    return full;
+  }
+
   ProcessGroup& g_;
   int64_t sp_min_tokens_;
   bool allow_sp_;
@@ -284,6 +293,7 @@ class DistributedTensorParallel final : public TensorParallel {
   std::vector<TokenRange> shards_;
   std::vector<size_t> counts_, out_counts_;  // per rank: residual features of a token row, a Row linear's outputs
   std::vector<float> full_, partial_, mine_;
+  std::vector<uint16_t> full16_;            // gather() of bf16 rows
   size_t window_floats_ = 0;                // this rank's shared-memory window (0: none)
   float* pending_ = nullptr;                // gather_buffer() handed out the window
   std::vector<const float*> sum_inputs_;  // every rank's window, in rank order

@@ -1,11 +1,13 @@
 #include "runtime/norm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <unordered_map>
 
 #include "runtime/engine.h"
 #include "runtime/error.h"
+#include "runtime/parallel_for.h"
 #include "runtime/profile.h"
 #include "runtime/simd_math.h"
 
@@ -14,8 +16,43 @@ namespace dit {
 using dnnl::memory;
 using dt = dnnl::memory::data_type;
 
+namespace {
+
+// One row: y = (x - mean)·rstd·mul + add rounded to bf16 (to nearest even, as f32_to_bf16),
+// mean and variance summed in f32 over two passes; mul = 1 + scale and add = shift, or both
+// null (plain). The row is read from memory once: the second and third passes find it in L1.
+DIT_MULTIVERSION void layer_norm_row_bf16(const float* x, int64_t D, float eps, const float* mul, const float* add,
+                                          uint16_t* y) {
+  float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < D; ++i) sum += x[i];
+  const float mean = sum / float(D);
+  float sq = 0.f;
+#pragma omp simd reduction(+ : sq)
+  for (int64_t i = 0; i < D; ++i) {
+    const float d = x[i] - mean;
+    sq += d * d;
+  }
+  const float rstd = 1.f / std::sqrt(sq / float(D) + eps);
+  auto round = [](float v) {
+    uint32_t u = __builtin_bit_cast(uint32_t, v);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return uint16_t(u >> 16);
+  };
+  if (mul) {
+#pragma omp simd
+    for (int64_t i = 0; i < D; ++i) y[i] = round((x[i] - mean) * rstd * mul[i] + add[i]);
+  } else {
+#pragma omp simd
+    for (int64_t i = 0; i < D; ++i) y[i] = round((x[i] - mean) * rstd);
+  }
+}
+
+}  // namespace
+
 struct LayerNormModulate::Impl {
   int64_t batch = 0, rows = 0, dim = 0;
+  float eps = 0.f;
   std::string what;
   dnnl::layer_normalization_forward mod, plain;
   memory src, dst, scale, shift, mod_scratch, plain_scratch;
@@ -35,6 +72,7 @@ LayerNormModulate::LayerNormModulate(int64_t batch, int64_t rows, int64_t dim, f
   m.batch = batch;
   m.rows = rows;
   m.dim = dim;
+  m.eps = eps;
   std::ostringstream os;
   os << "LayerNormModulate [" << batch << ", " << rows << ", " << dim << "] eps=" << eps;
   m.what = os.str();
@@ -97,6 +135,27 @@ void LayerNormModulate::run(const float* x, float* y, const float* shift, const 
       }
     }
     s.wait();
+  });
+}
+
+void LayerNormModulate::run(const float* x, uint16_t* y, const float* shift, const float* scale) const {
+  DIT_CHECK(impl_, "LayerNormModulate::run on an empty object");
+  profile::Scope prof(profile::Cat::NormElementwise);
+  Impl& m = *impl_;
+  DIT_CHECK((shift == nullptr) == (scale == nullptr), m.what << ": shift and scale must both be given or both null");
+  DIT_CHECK(static_cast<const void*>(x) != static_cast<const void*>(y), m.what << ": bf16 output cannot overwrite its f32 input");
+  const int64_t B = m.batch, R = m.rows, D = m.dim;
+  float* ops = m.one_plus_scale.f32();
+  if (scale)
+    for (int64_t i = 0; i < B * D; ++i) ops[i] = 1.f + scale[i];
+  constexpr int64_t kRows = 16;  // rows per task
+  const int64_t tasks = (B * R + kRows - 1) / kRows;
+  parallel_for(tasks, B * R * D > 16384, [&](int64_t t) {
+    for (int64_t r = t * kRows, end = std::min(B * R, r + kRows); r < end; ++r) {
+      const int64_t b = r / R;
+      layer_norm_row_bf16(x + r * D, D, m.eps, scale ? ops + b * D : nullptr, scale ? shift + b * D : nullptr,
+                          y + r * D);
+    }
   });
 }
 

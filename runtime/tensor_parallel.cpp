@@ -24,7 +24,9 @@ class SerialTensorParallel final : public TensorParallel {
   void prepare(int64_t, TokenRange tokens, int64_t) override { tokens_ = tokens; }
   TokenRange residual() const override { return tokens_; }
   const float* gather(const float* rows) override { return rows; }
+  const uint16_t* gather(const uint16_t* rows) override { return rows; }
   float* gather_buffer(float* own) override { return own; }
+  uint16_t* gather_buffer(uint16_t* own) override { return own; }
   std::unique_ptr<ParallelLinear> linear(Split, const LinearSpec& spec, const LinearWeight& w) override {
     return make_local_linear(spec, w);
   }

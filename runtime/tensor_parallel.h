@@ -64,13 +64,16 @@ class TensorParallel {
   // prepared tokens, or its share of them under Megatron SP.
   virtual TokenRange residual() const = 0;
   // [batch, residual rows, dim] -> [batch, tokens, dim]: an all-gather over the TP ranks under
-  // Megatron SP; otherwise `rows` itself (no copy).
+  // Megatron SP; otherwise `rows` itself (no copy). In f32, or bf16 (a norm's output for bf16
+  // linears: half the bytes to move).
   virtual const float* gather(const float* rows) = 0;
+  virtual const uint16_t* gather(const uint16_t* rows) = 0;
   // Where to write the rows the next gather() takes ([batch, residual rows, dim]): `own` (the
   // caller's buffer), or under Megatron SP on one machine the rank's shared-memory window,
   // which the other ranks read in place (one copy of the rows fewer). Every call must be
-  // followed by gather() of the pointer it returned, on every TP rank alike.
+  // followed by gather() of the pointer it returned, of the same type, on every TP rank alike.
   virtual float* gather_buffer(float* own) = 0;
+  virtual uint16_t* gather_buffer(uint16_t* own) = 0;
   // The layer's full shape in `spec` (in, out; rows = the prepared tokens, or the batch for a
   // per-sequence linear), `shard` the rank's part of the weight: rows shard(out) for Column
   // and ColumnGather, columns shard(in) for Row (its bias whole), all of it for Replicated.

@@ -4,8 +4,8 @@
 //
 // Reports GFLOP/s (median of --runs timed runs after --warmup untimed ones) for a big
 // square oneDNN matmul (the machine's GEMM peak), the DiT block's Linear layers (f32 and
-// bf16, 256 and 1024 tokens, batch 2), attention (16 heads x 72, 256/1024/4096 tokens) and
-// the VAE's 3x3 convolutions (channels last, as the decoder runs them, and the NCHW paths).
+// bf16, 256 and 1024 tokens, batch 2), attention (16 heads x 72, 256/1024/4096 tokens), the
+// modulated LayerNorm (f32, and bf16 for a bf16 Linear), and the VAE's 3x3 convolutions (channels last, as the decoder runs them, and the NCHW paths).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -23,6 +23,9 @@
 #include "runtime/gemm_probe.h"
 #include "runtime/error.h"
 #include "runtime/linear.h"
+#include "runtime/elementwise.h"
+#include "runtime/norm.h"
+#include "runtime/parallel_for.h"
 #include "tools/parse_args.h"
 
 using namespace dit;
@@ -160,6 +163,26 @@ json bench_copy() {
           {"team_vs_one", one / team}};
 }
 
+// The block's modulated LayerNorm over [2, tokens, 1152] as a bf16 Linear's input: oneDNN's
+// f32 norm then the conversion the Linear made of it (the path before the bf16 norm), and the
+// norm writing bf16 itself. Milliseconds, and GB/s of the bytes each must move at least.
+json bench_norm(int64_t tokens) {
+  const int64_t B = 2, D = 1152, n = B * tokens * D;
+  Tensor x = random_tensor({B, tokens, D}, 11, 2.f), shift = random_tensor({B, D}, 12), scale = random_tensor({B, D}, 13);
+  Tensor y = Tensor::empty({B, tokens, D}), y16 = Tensor::empty({B, tokens, D}, DType::BF16);
+  LayerNormModulate ln(B, tokens, D, 1e-6f);
+  const double f32 = median_seconds([&] { ln.run(x.f32(), y.f32(), shift.f32(), scale.f32()); });
+  const double f32_cvt = median_seconds([&] {
+    ln.run(x.f32(), y.f32(), shift.f32(), scale.f32());
+    parallel_for(B * tokens, true, [&](int64_t r) { to_bf16(y.f32() + r * D, y16.bf16() + r * D, D); });
+  });
+  const double bf16 = median_seconds([&] { ln.run(x.f32(), y16.bf16(), shift.f32(), scale.f32()); });
+  const double gb16 = double(n) * 6 / 1e9;  // read x, write y in bf16
+  return {{"op", "layernorm_modulate"}, {"tokens", tokens}, {"batch", B}, {"dim", D},
+          {"f32_ms", f32 * 1e3}, {"f32_then_bf16_ms", f32_cvt * 1e3}, {"bf16_ms", bf16 * 1e3},
+          {"bf16_gbps", gb16 / bf16}, {"bf16_vs_f32_then_bf16", f32_cvt / bf16}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -171,8 +194,8 @@ int main(int argc, char** argv) {
   app.add_option("--runs", g_runs, "timed runs per measurement (median reported)")->capture_default_str();
   app.add_option("--warmup", g_warmup, "untimed warm-up runs")->capture_default_str();
   app.add_option("--only", only,
-                 "run only: gemm, linear, attention, conv, copy (the collectives' copies, one thread against all)")
-      ->check(CLI::IsMember({"gemm", "linear", "attention", "conv", "copy"}));
+                 "run only: gemm, linear, attention, norm, conv, copy (the collectives' copies, one thread against all)")
+      ->check(CLI::IsMember({"gemm", "linear", "attention", "norm", "conv", "copy"}));
   app.add_flag("--sweep", sweep, "also sweep attention block sizes at 1024 tokens");
   app.add_flag("--no-4096", skip_4096, "skip the 4096-token attention");
   app.add_flag("--packed", packed, "also time Linear with weights reordered into the matmul's preferred layout");
@@ -214,6 +237,8 @@ int main(int argc, char** argv) {
           for (int64_t qb : {32, 64, 128, 256, 512})
             for (int64_t kb : {128, 256, 512, 1024}) rows.push_back(bench_attention(1024, 2, c, qb, kb));
     }
+    if (only.empty() || only == "norm")
+      for (int64_t t : {1024, 4096}) rows.push_back(bench_norm(t));
     if (only.empty() || only == "conv")
       for (auto [ch, hw] : {std::pair<int64_t, int64_t>{512, 32}, {256, 128}, {128, 256}})
         for (DType c : types)

@@ -9,6 +9,8 @@
 // (fc1 writes half the bytes, and fc2's conversion pass over them is gone).
 #pragma once
 
+#include "models/common/block_input.h"
+#include "runtime/error.h"
 #include "runtime/linear.h"
 #include "runtime/tensor_parallel.h"
 
@@ -17,14 +19,19 @@ namespace dit {
 // The type of the hidden activations between fc1 and fc2.
 inline DType ffn_hidden_dtype(DType compute) { return compute == DType::BF16 ? DType::BF16 : DType::F32; }
 
-// hidden: [B, T, M] in ffn_hidden_dtype (fc1's spec.output, fc2's spec.input).
-inline void run_feed_forward(const Linear& fc1, ParallelLinear& fc2, const float* h, Tensor& hidden, float* x,
+// h: [B, T, D] in fc1's input type; hidden: [B, T, M] in ffn_hidden_dtype (fc1's spec.output,
+// fc2's spec.input).
+inline void run_feed_forward(const Linear& fc1, ParallelLinear& fc2, BlockInput h, Tensor& hidden, float* x,
                              const float* gate) {
   if (hidden.dtype() == DType::BF16) {
-    fc1.run(h, hidden.bf16());          // GELU-tanh(h·W1ᵀ + b1), rounded to bf16   [B, T, M]
-    fc2.run(hidden.bf16(), x, gate);    // x += gate ⊙ (Σ hidden·W2ᵀ + b2)
+    if (h.bf16)
+      fc1.run(h.bf16, hidden.bf16());  // GELU-tanh(h·W1ᵀ + b1), rounded to bf16   [B, T, M]
+    else
+      fc1.run(h.f32, hidden.bf16());
+    fc2.run(hidden.bf16(), x, gate);  // x += gate ⊙ (Σ hidden·W2ᵀ + b2)
   } else {
-    fc1.run(h, hidden.f32());
+    DIT_CHECK(h.f32, "feed-forward: bf16 rows for an f32 hidden layer");
+    fc1.run(h.f32, hidden.f32());
     fc2.run(hidden.f32(), x, gate);
   }
 }

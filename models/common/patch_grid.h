@@ -34,9 +34,10 @@ inline void check_latent_grid(const char* family, const ModelShape& s, int64_t p
                    << " are not a positive multiple of the patch size " << patch);
 }
 
-// A plain (not split) linear over `rows` token rows: y = act(x·Wᵀ + b), y in `output` (f32, or
-// bf16 with bf16 compute).
-inline Linear make_linear(const LinearWeight& lw, int64_t rows, Act act = Act::None, DType output = DType::F32) {
+// A plain (not split) linear over `rows` token rows: y = act(x·Wᵀ + b), x in `input` and y in
+// `output` (f32, or bf16 with bf16 compute).
+inline Linear make_linear(const LinearWeight& lw, int64_t rows, Act act = Act::None, DType output = DType::F32,
+                          DType input = DType::F32) {
   LinearSpec spec;
   spec.batch = 1;
   spec.rows = rows;
@@ -44,6 +45,7 @@ inline Linear make_linear(const LinearWeight& lw, int64_t rows, Act act = Act::N
   spec.out = lw.out();
   spec.act = act;
   spec.output = output;
+  spec.input = input;
   return Linear(spec, lw);
 }
 

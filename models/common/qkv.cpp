@@ -47,7 +47,10 @@ QkvWeights QkvWeights::load(const WeightStore& s, const std::string& a, int64_t 
   return w;
 }
 
-QkvLinear::QkvLinear(const QkvWeights& w, int64_t rows, DType output) : fused_(w.fused()), output_(output) {
+QkvLinear::QkvLinear(const QkvWeights& w, int64_t rows, DType output, DType input)
+    : fused_(w.fused()), output_(output), input_(input) {
+  const DType compute = w.fused() ? w.qkv.compute : w.q.compute;
+  DIT_CHECK(input == DType::F32 || compute == DType::BF16, "QkvLinear: a bf16 input needs bf16 compute");
   auto spec = [&](const LinearWeight& lw, int64_t out_stride) {
     LinearSpec s;
     s.rows = rows;
@@ -55,62 +58,81 @@ QkvLinear::QkvLinear(const QkvWeights& w, int64_t rows, DType output) : fused_(w
     s.out = lw.out();
     s.out_stride = out_stride;
     s.output = output;
+    s.input = input;
     return s;
   };
   D_ = w.out();  // output features per projection (this rank's heads × head_dim)
   if (fused_) {
     qkv_ = Linear(spec(w.qkv, 0), w.qkv);
   } else {  // three matmuls writing the Q, K, V column blocks of one [rows, 3·D_] buffer
-    const bool bf16 = w.q.compute == DType::BF16;
+    const bool bf16 = compute == DType::BF16;
     auto split = [&](const LinearWeight& lw) {
       LinearSpec s = spec(lw, 3 * D_);
-      if (bf16) s.input = DType::BF16;  // x converted once, in run()
+      if (bf16) s.input = DType::BF16;  // x given in bf16, or converted once in run()
       return s;
     };
     q_ = Linear(split(w.q), w.q);
     k_ = Linear(split(w.k), w.k);
     v_ = Linear(split(w.v), w.v);
-    if (bf16) xb_ = Tensor::empty({rows, w.q.in()}, DType::BF16);
+    if (bf16 && input == DType::F32) xb_ = Tensor::empty({rows, w.q.in()}, DType::BF16);
   }
 }
 
-template <class Y>
-void QkvLinear::run_any(const float* x, Y* y) const {
-  DIT_CHECK((std::is_same_v<Y, uint16_t>) == (output_ == DType::BF16),
-            "QkvLinear: run with " << (std::is_same_v<Y, uint16_t> ? "bf16" : "f32") << " q, k, v, made for "
-                                   << dtype_name(output_));
+template <class X, class Y>
+void QkvLinear::run_any(const X* x, Y* y) const {
+  DIT_CHECK((std::is_same_v<Y, uint16_t>) == (output_ == DType::BF16) &&
+                (std::is_same_v<X, uint16_t>) == (input_ == DType::BF16),
+            "QkvLinear: run with " << (std::is_same_v<X, uint16_t> ? "bf16" : "f32") << " x and "
+                                   << (std::is_same_v<Y, uint16_t> ? "bf16" : "f32") << " q, k, v, made for "
+                                   << dtype_name(input_) << " and " << dtype_name(output_));
   if (fused_) {
     qkv_.run(x, y);
     return;
   }
-  if (!xb_.defined()) {  // f32 compute (f32 output)
-    q_.run(x, y);
-    k_.run(x, y + D_);
-    v_.run(x, y + 2 * D_);
-    return;
+  if constexpr (std::is_same_v<X, float>) {
+    if (xb_.defined()) {  // bf16 compute from an f32 x: rounded once for the three matmuls
+      const int64_t rows = xb_.dim(0), in = xb_.dim(1);
+      uint16_t* xb = xb_.bf16();
+      {
+        profile::Scope p(profile::Cat::Linear);  // the conversion each matmul would have made
+        parallel_for(rows, rows * in > 16384, [&](int64_t r) { to_bf16(x + r * in, xb + r * in, in); });
+      }
+      return run_split(xb, y);
+    }
   }
-  const int64_t rows = xb_.dim(0), in = xb_.dim(1);
-  uint16_t* xb = xb_.bf16();
-  {
-    profile::Scope p(profile::Cat::Linear);  // the conversion each matmul would have made
-    parallel_for(rows, rows * in > 16384, [&](int64_t r) { to_bf16(x + r * in, xb + r * in, in); });
-  }
-  q_.run(xb, y);
-  k_.run(xb, y + D_);
-  v_.run(xb, y + 2 * D_);
+  run_split(x, y);
+}
+
+template <class X, class Y>
+void QkvLinear::run_split(const X* x, Y* y) const {
+  q_.run(x, y);
+  k_.run(x, y + D_);
+  v_.run(x, y + 2 * D_);
 }
 
 void QkvLinear::run(const float* x, float* y) const { run_any(x, y); }
 void QkvLinear::run(const float* x, uint16_t* y) const { run_any(x, y); }
+void QkvLinear::run(const uint16_t* x, float* y) const { run_any(x, y); }
+void QkvLinear::run(const uint16_t* x, uint16_t* y) const { run_any(x, y); }
 
-void project_and_attend(const QkvLinear& op, SelfAttention& attn, const float* h, Tensor& qkv, float* out,
+namespace {
+template <class Y>
+void project(const QkvLinear& op, BlockInput h, Y* qkv) {
+  if (h.bf16)
+    op.run(h.bf16, qkv);
+  else
+    op.run(h.f32, qkv);
+}
+}  // namespace
+
+void project_and_attend(const QkvLinear& op, SelfAttention& attn, BlockInput h, Tensor& qkv, float* out,
                         bool has_tokens) {
   if (qkv.dtype() == DType::BF16) {
-    if (has_tokens) op.run(h, qkv.bf16());  // [B, T, 3, H', d]
+    if (has_tokens) project(op, h, qkv.bf16());  // [B, T, 3, H', d]
     profile::Scope pa(profile::Cat::Attention);
     attn.forward(qkv.bf16(), out);  // [B, T, H', d]
   } else {
-    if (has_tokens) op.run(h, qkv.f32());
+    if (has_tokens) project(op, h, qkv.f32());
     profile::Scope pa(profile::Cat::Attention);
     attn.forward(qkv.f32(), out);
   }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "models/common/block_input.h"
 #include "models/common/tp_plan.h"
 #include "runtime/attention_roles.h"
 #include "runtime/linear.h"
@@ -47,19 +48,25 @@ class QkvLinear {
   QkvLinear() = default;
   // output: the type of q, k, v (BF16 with bf16 compute only: rounded to nearest even after
   // the bias, as the attention kernels round them; SelfAttention::qkv_dtype says which).
-  QkvLinear(const QkvWeights& w, int64_t rows, DType output = DType::F32);
+  // input: the type of x (BF16 with bf16 compute only: e.g. a norm's bf16 output, which the
+  // matmuls read as it is).
+  QkvLinear(const QkvWeights& w, int64_t rows, DType output = DType::F32, DType input = DType::F32);
   // x [rows, D] -> y [rows, 3·out()]: q | k | v of this rank's heads, in the output type.
   void run(const float* x, float* y) const;
   void run(const float* x, uint16_t* y) const;
+  void run(const uint16_t* x, float* y) const;
+  void run(const uint16_t* x, uint16_t* y) const;
 
  private:
-  template <class Y>
-  void run_any(const float* x, Y* y) const;
+  template <class X, class Y>
+  void run_any(const X* x, Y* y) const;
+  template <class X, class Y>
+  void run_split(const X* x, Y* y) const;
   Linear qkv_, q_, k_, v_;
   int64_t D_ = 0;
   bool fused_ = false;
-  DType output_ = DType::F32;
-  // Split with bf16 compute: x rounded to bf16 once for the three matmuls (each would
+  DType output_ = DType::F32, input_ = DType::F32;
+  // Split with bf16 compute and an f32 x: x rounded to bf16 once for the three matmuls (each would
   // otherwise convert it itself; the same bits either way).
   mutable Tensor xb_;
 };
@@ -69,7 +76,8 @@ class QkvLinear {
 // writes half the bytes and the attention converts nothing; the same bits), then out [B, T, H',
 // d] = attention (which may talk to other ranks). With no tokens here (T = 0) only the
 // attention runs: a rank without tokens still takes part in its exchanges.
-void project_and_attend(const QkvLinear& op, SelfAttention& attn, const float* h, Tensor& qkv, float* out,
+// h is in the op's input type (QkvLinear's input).
+void project_and_attend(const QkvLinear& op, SelfAttention& attn, BlockInput h, Tensor& qkv, float* out,
                         bool has_tokens);
 
 // Rows of several [n_i, k] tensors of one dtype stacked into one [sum n_i, k] tensor.

@@ -1,5 +1,6 @@
 #include "models/dit/dit_transformer.h"
 
+#include "models/common/block_input.h"
 #include "models/common/embeddings.h"
 #include "models/common/feed_forward.h"
 #include "models/common/patch_grid.h"
@@ -43,6 +44,7 @@ void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
     return tp_->linear(sl.split, spec, sl.w);
   };
   const DType hidden = ffn_hidden_dtype(w_.compute);  // models/common/feed_forward.h
+  const DType normed = block_input_dtype(w_.compute);  // models/common/block_input.h
 
   attn_->prepare(SelfAttentionShape{B, T, N, Hl, c.head_dim, w_.compute});  // batch, tokens here, all, heads, d
   const DType qkv_type = attn_->qkv_dtype();  // bf16 where the attention reads bf16 q, k, v
@@ -52,9 +54,9 @@ void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   for (const DiTBlockWeights& bw : w_.blocks) {
     BlockOps o;
     if (T > 0) {
-      o.qkv = QkvLinear(bw.qkv, B * T, qkv_type);
+      o.qkv = QkvLinear(bw.qkv, B * T, qkv_type, normed);
       o.attn_out = par(bw.attn_out, B, T, D, D, true);
-      o.fc1 = make_linear(bw.fc1.w, B * T, Act::GeluTanh, hidden);
+      o.fc1 = make_linear(bw.fc1.w, B * T, Act::GeluTanh, hidden, normed);
       o.fc2 = par(bw.fc2, B, T, 4 * D, D, true, hidden);
     }
     ops_.push_back(std::move(o));
@@ -69,7 +71,8 @@ void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   patches_ = Tensor::empty({B, R, int64_t(c.patch_dim_in())});
   pos_ = Tensor::empty({R, D});
   x_ = Tensor::empty({B, R, D});
-  h_ = Tensor::empty({B, R, D});
+  h_ = Tensor::empty({B, R, D});  // the final layer's norm
+  hn_ = Tensor::empty({B, R, D}, normed);
   hout_ = O < R ? Tensor::empty({B, O, D}) : Tensor();
   qkv_ = Tensor::empty({B, T, 3 * Dl}, qkv_type);
   attn_out_ = Tensor::empty({B, T, Dl});
@@ -93,14 +96,12 @@ void DiTTransformer::block(size_t l, float* x) {
   const BlockOps& o = ops_[l];
   auto chunk = [&](int k) { return cond_.block_chunk(l, k); };  // [B, D] each (DiTConditioning)
   // 0 shift_msa, 1 scale_msa, 2 gate_msa, 3 shift_mlp, 4 scale_mlp, 5 gate_mlp
-  float* h = tp_->gather_buffer(h_.f32());           // [B, R, D]: ours, or our shared-memory window
-  if (R > 0) ln_attn_.run(x, h, chunk(0), chunk(1));  // h = LN(x)(1 + scale_msa) + shift_msa   [B, R, D]
-  const float* hf = tp_->gather(h);                   // [B, T, D] (Megatron SP: from every TP rank)
-  project_and_attend(o.qkv, *attn_, hf, qkv_, attn_out_.f32(), T > 0);  // [B, T, 3, H', d] -> [B, T, H', d]
+  // h = LN(x)(1 + scale_msa) + shift_msa on the residual rows, gathered to [B, T, D]
+  const BlockInput h = modulated_norm(*tp_, ln_attn_, x, hn_, chunk(0), chunk(1), R > 0);
+  project_and_attend(o.qkv, *attn_, h, qkv_, attn_out_.f32(), T > 0);  // [B, T, 3, H', d] -> [B, T, H', d]
   if (T > 0) o.attn_out->run(attn_out_.f32(), x, chunk(2));  // x += gate_msa ⊙ (Σ attn·Wo + bo)
-  h = tp_->gather_buffer(h_.f32());
-  if (R > 0) ln_mlp_.run(x, h, chunk(3), chunk(4));          // h = LN(x)(1 + scale_mlp) + shift_mlp
-  const float* hm = tp_->gather(h);
+  // h = LN(x)(1 + scale_mlp) + shift_mlp, gathered
+  const BlockInput hm = modulated_norm(*tp_, ln_mlp_, x, hn_, chunk(3), chunk(4), R > 0);
   if (T > 0) run_feed_forward(o.fc1, *o.fc2, hm, mlp_, x, chunk(5));  // x += gate_mlp ⊙ FF(h)   (hidden [B, T, M'])
 }
 

@@ -70,7 +70,8 @@ class DiTTransformer final : public DiffusionModel {
   Tensor patches_;   // [B, R, C·p·p]
   Tensor pos_;       // [R, D] positions of the residual rows
   Tensor x_;         // [B, R, D] residual stream
-  Tensor h_;         // [B, R, D] normalised + modulated
+  Tensor h_;         // [B, R, D] normalised + modulated, f32 (the final layer)
+  Tensor hn_;        // [B, R, D] the same in the blocks, in block_input_dtype (bf16 with bf16 compute)
   Tensor hout_;      // [B, O, D] the output rows of h_ (when O < R)
   Tensor qkv_;       // [B, T, 3D']
   Tensor attn_out_;  // [B, T, D']

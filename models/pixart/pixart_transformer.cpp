@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "models/common/block_input.h"
 #include "models/common/embeddings.h"
 #include "models/common/feed_forward.h"
 #include "models/common/patch_grid.h"
@@ -59,6 +60,7 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
     return tp_->linear(sl.split, spec, sl.w);
   };
   const DType hidden = ffn_hidden_dtype(w_.compute);  // models/common/feed_forward.h
+  const DType normed = block_input_dtype(w_.compute);  // models/common/block_input.h
 
   attn_->prepare(SelfAttentionShape{B, T, N, Hl, c.head_dim, w_.compute});  // batch, tokens here, all, heads, d
   const DType qkv_type = attn_->qkv_dtype();  // bf16 where the attention reads bf16 q, k, v
@@ -83,11 +85,11 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
     o.k2 = make_linear(bw.k2, B * L);
     o.v2 = make_linear(bw.v2, B * L);
     if (T > 0) {
-      o.qkv = QkvLinear(bw.qkv, B * T, qkv_type);
+      o.qkv = QkvLinear(bw.qkv, B * T, qkv_type, normed);
       o.attn1_out = par(bw.attn1_out, B, T, D, /*gated=*/true, false);
       o.q2 = make_linear(bw.q2, B * T);
       o.attn2_out = par(bw.attn2_out, B, T, D, false, /*accumulate=*/true);
-      o.fc1 = make_linear(bw.fc1, B * T, Act::GeluTanh, hidden);
+      o.fc1 = make_linear(bw.fc1, B * T, Act::GeluTanh, hidden, normed);
       o.fc2 = par(bw.fc2, B, T, 4 * D, /*gated=*/true, false, hidden);
     }
     ops_.push_back(std::move(o));
@@ -103,7 +105,8 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   patches_ = Tensor::empty({B, R, int64_t(c.patch_dim_in())});
   pos_ = Tensor::empty({R, D});
   x_ = Tensor::empty({B, R, D});
-  h_ = Tensor::empty({B, R, D});
+  h_ = Tensor::empty({B, R, D});  // the final layer's norm
+  hn_ = Tensor::empty({B, R, D}, normed);
   hout_ = O < R ? Tensor::empty({B, O, D}) : Tensor();
   qkv_ = Tensor::empty({B, T, 3 * Dl}, qkv_type);
   attn_out_ = Tensor::empty({B, T, Dl});
@@ -189,10 +192,9 @@ void PixArtTransformer::self_attention(size_t l, float* x) {
   const int64_t B = B_, R = res_.size(), T = tokens_.size(), D = w_.cfg.hidden();
   const BlockOps& o = ops_[l];
   auto chunk = [&](int k) { return chunks_.f32() + k * B * D; };
-  float* h = tp_->gather_buffer(h_.f32());  // [B, R, D]: ours, or our shared-memory window
-  if (R > 0) ln_.run(x, h, chunk(0), chunk(1));
-  const float* hf = tp_->gather(h);  // [B, T, D] (Megatron SP: from every TP rank)
-  project_and_attend(o.qkv, *attn_, hf, qkv_, attn_out_.f32(), T > 0);  // [B, T, 3, H', d] -> [B, T, H', d]
+  // h = LN(x)(1 + scale_msa) + shift_msa on the residual rows, gathered to [B, T, D]
+  const BlockInput h = modulated_norm(*tp_, ln_, x, hn_, chunk(0), chunk(1), R > 0);
+  project_and_attend(o.qkv, *attn_, h, qkv_, attn_out_.f32(), T > 0);  // [B, T, 3, H', d] -> [B, T, H', d]
   if (T > 0) o.attn1_out->run(attn_out_.f32(), x, chunk(2));
 }
 
@@ -230,10 +232,9 @@ void PixArtTransformer::forward(const float* latents, const double* t, float* ou
     self_attention(l, x);
     cross_attention(l, x);
     const BlockOps& o = ops_[l];
-    float* h = tp_->gather_buffer(h_.f32());
-    if (R > 0) ln_.run(x, h, chunks_.f32() + 3 * B * D, chunks_.f32() + 4 * B * D);  // LN(x)(1 + scale_mlp) + shift_mlp
-    const float* hf = tp_->gather(h);
-    if (T > 0) run_feed_forward(o.fc1, *o.fc2, hf, mlp_, x, chunks_.f32() + 5 * B * D);  // x += gate_mlp ⊙ FF(h)
+    // h = LN(x)(1 + scale_mlp) + shift_mlp, gathered to [B, T, D]
+    const BlockInput h = modulated_norm(*tp_, ln_, x, hn_, chunks_.f32() + 3 * B * D, chunks_.f32() + 4 * B * D, R > 0);
+    if (T > 0) run_feed_forward(o.fc1, *o.fc2, h, mlp_, x, chunks_.f32() + 5 * B * D);  // x += gate_mlp ⊙ FF(h)
   }
 
   // Final layer: shift, scale = final table + embedded timestep; out = proj_out(LN(x)(1 + scale) + shift)

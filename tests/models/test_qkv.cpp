@@ -1,5 +1,6 @@
 // QkvLinear (models/common/qkv.h): bf16 q, k, v are the f32 ones rounded to nearest even, for
-// the fused projection and the split one (three matmuls writing column blocks).
+// the fused projection and the split one (three matmuls writing column blocks); a bf16 x gives
+// the f32 x's bits.
 #include <catch2/catch.hpp>
 
 #include <random>
@@ -52,7 +53,25 @@ TEST_CASE("QkvLinear with bf16 output: the f32 output's bits rounded, fused and 
     size_t wrong = 0;
     for (size_t i = 0; i < y.size(); ++i) wrong += y16[i] != f32_to_bf16(y[i]);
     CHECK(wrong == 0);
-    CHECK_THROWS_WITH(bf.run(x.f32(), y.data()), Catch::Contains("made for bf16"));
-    CHECK_THROWS_WITH(QkvLinear(*w, rows).run(x.f32(), y16.data()), Catch::Contains("made for f32"));
+    CHECK_THROWS_WITH(bf.run(x.f32(), y.data()), Catch::Contains("f32 q, k, v, made for f32 and bf16"));
+    CHECK_THROWS_WITH(QkvLinear(*w, rows).run(x.f32(), y16.data()), Catch::Contains("bf16 q, k, v, made for f32 and f32"));
+
+    // x given in bf16 (a norm's bf16 output): what the f32 x is rounded to inside, so the same
+    // bits in both output types.
+    std::vector<uint16_t> x16(size_t(rows * D));
+    for (size_t i = 0; i < x16.size(); ++i) x16[i] = f32_to_bf16(x.f32()[i]);
+    std::vector<uint16_t> z16(y.size(), 0x5555);
+    QkvLinear(*w, rows, DType::BF16, DType::BF16).run(x16.data(), z16.data());
+    CHECK(z16 == y16);
+    std::vector<float> z(y.size(), 7.f);
+    QkvLinear(*w, rows, DType::F32, DType::BF16).run(x16.data(), z.data());
+    CHECK(z == y);
+    CHECK_THROWS_WITH(bf.run(x16.data(), y16.data()), Catch::Contains("bf16 x and bf16 q, k, v, made for f32 and bf16"));
   }
+  // A bf16 x needs bf16 compute.
+  QkvWeights f32w;
+  f32w.q = LinearWeight::prepare(wq, bq, DType::F32);
+  f32w.k = LinearWeight::prepare(wk, bk, DType::F32);
+  f32w.v = LinearWeight::prepare(wv, bv, DType::F32);
+  CHECK_THROWS_WITH(QkvLinear(f32w, rows, DType::F32, DType::BF16), Catch::Contains("needs bf16 compute"));
 }

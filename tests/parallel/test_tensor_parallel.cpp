@@ -8,6 +8,7 @@
 #include <random>
 
 #include "parallel/tensor_parallel.h"
+#include "runtime/dtype.h"
 #include "runtime/engine.h"
 #include "runtime/error.h"
 #include "runtime/weight_shard.h"
@@ -153,6 +154,53 @@ TEST_CASE("tensor parallel: rows and partial products through shared-memory wind
       CHECK((a.empty() || std::memcmp(a.data(), b.data(), a.size() * 4) == 0));  // bit for bit (an empty shard: nothing)
     }
   }
+}
+
+TEST_CASE("tensor parallel: bf16 rows gather to the same places as f32 rows, over windows, shared memory and TCP",
+          "[parallel][tp][bf16]") {
+  // A norm's bf16 output for bf16 linears (models/common/block_input.h) goes through
+  // gather_buffer() and gather() like f32 rows: every rank must end with all [B, T, D] rows,
+  // bit for bit. Uneven shards, an empty one (T = 2 over 3 ranks), odd D.
+  set_num_threads(1);
+  struct Case {
+    int world;
+    int64_t B, T, D;
+  };
+  for (const Case& c : {Case{2, 2, 10, 24}, Case{3, 2, 10, 7}, Case{3, 1, 2, 8}, Case{3, 2, 700, 300}})
+    for (int path = 0; path < 3; ++path) {  // 0: windows, 1: shared-memory all-gather, 2: TCP all-gather
+      INFO("world " << c.world << " tokens " << c.T << " D " << c.D << " path " << path);
+      const Tensor x = randn({c.B, c.T, c.D}, 21);
+      std::vector<uint16_t> want(size_t(x.numel()));
+      for (size_t i = 0; i < want.size(); ++i) want[i] = f32_to_bf16(x.f32()[i]);
+      std::vector<int> ok(size_t(c.world), 0), windowed(size_t(c.world), -1);
+      if (path > 0) setenv("DIT_NO_SHM_WINDOWS", "1", 1);  // before the rank threads start
+      const std::string err = dit_test::run_rank_threads(
+          c.world, std::chrono::seconds(60),
+          [&](std::shared_ptr<ProcessGroup> pg, int r) {
+            auto tp = make_distributed_tensor_parallel(*pg, 1, true);  // Megatron SP
+            tp->prepare(c.B, {0, c.T}, c.D);
+            const TokenRange res = tp->residual();
+            std::vector<uint16_t> own(size_t(c.B * res.size() * c.D) + 1);
+            for (int step = 0; step < 2; ++step) {  // the window is handed out again
+              uint16_t* rows = tp->gather_buffer(own.data());
+              windowed[size_t(r)] = rows != own.data();
+              for (int64_t b = 0; b < c.B; ++b)
+                for (int64_t t = 0; t < res.size(); ++t)
+                  for (int64_t d = 0; d < c.D; ++d)
+                    rows[(b * res.size() + t) * c.D + d] = want[size_t((b * c.T + res.begin + t) * c.D + d)];
+              const uint16_t* all = tp->gather(rows);
+              ok[size_t(r)] += std::memcmp(all, want.data(), want.size() * 2) == 0;
+            }
+          },
+          path < 2);
+      unsetenv("DIT_NO_SHM_WINDOWS");
+      REQUIRE(err.empty());
+      for (int r = 0; r < c.world; ++r) {
+        INFO("rank " << r);
+        CHECK(ok[size_t(r)] == 2);
+        CHECK(windowed[size_t(r)] == (path == 0));
+      }
+    }
 }
 
 TEST_CASE("tensor parallel: gathered column linear equals one rank", "[parallel][tp]") {

@@ -22,9 +22,11 @@ inline dit::CommOptions comm_options(std::chrono::milliseconds timeout) {
 }
 
 // Runs fn(world group, rank) on `world` threads; returns the first failure ("rank r: ...")
-// or "" (Catch assertions are not thread-safe: rank threads throw instead).
+// or "" (Catch assertions are not thread-safe: rank threads throw instead). shared_memory
+// false: every collective over TCP (--transport tcp).
 inline std::string run_rank_threads(int world, std::chrono::milliseconds timeout,
-                                    const std::function<void(std::shared_ptr<dit::ProcessGroup>, int)>& fn) {
+                                    const std::function<void(std::shared_ptr<dit::ProcessGroup>, int)>& fn,
+                                    bool shared_memory = true) {
   auto hash = std::make_shared<dit::MemoryStore>();
   std::mutex mu;
   std::string first_error;
@@ -33,7 +35,9 @@ inline std::string run_rank_threads(int world, std::chrono::milliseconds timeout
     threads.emplace_back([&, r] {
       try {
         auto store = dit::RendezvousStore::wrap(hash, world, timeout);
-        auto pg = dit::ProcessGroup::create_world(store, r, world, comm_options(timeout));
+        dit::CommOptions o = comm_options(timeout);
+        o.shared_memory = shared_memory;
+        auto pg = dit::ProcessGroup::create_world(store, r, world, o);
         fn(pg, r);
         pg->shutdown();
       } catch (const std::exception& e) {

@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -65,6 +66,40 @@ TEST_CASE("LayerNormModulate matches a naive reference", "[kernels][layernorm]")
                       "ln " + brd_str(sh) + " mod=" + std::to_string(mod) + " inplace=" + std::to_string(inplace));
     }
   }
+}
+
+// The bf16 output runs our own row kernel: every element must be the double-precision value
+// correctly rounded to bf16, up to f32 arithmetic (half a bf16 ulp + 1e-5 relative). Shapes
+// with rows of 1, odd dims, DiT's 1152, and 16-row tasks that straddle two batch elements
+// (R = 37), so the modulation of the wrong sequence would show.
+TEST_CASE("LayerNormModulate into bf16 is the reference correctly rounded", "[kernels][layernorm][bf16]") {
+  const BRD sh = GENERATE(values<BRD>({{2, 37, 1152}, {2, 5, 7}, {1, 1, 1}, {3, 1, 17}, {2, 3, 64}, {1, 40, 33}}));
+  const int64_t B = sh.b, R = sh.r, D = sh.d;
+  for (bool mod : {false, true}) {
+    auto x = kt::randv(B * R * D, uint32_t(D * 7 + R + B), -3.f, 5.f);
+    auto shift = kt::randv(B * D, 21 + uint32_t(D));
+    auto scale = kt::randv(B * D, 22 + uint32_t(D));
+    const float* sh_p = mod ? shift.data() : nullptr;
+    const float* sc_p = mod ? scale.data() : nullptr;
+    auto want = layer_norm_ref(x, sh_p, sc_p, B, R, D, 1e-6);
+    LayerNormModulate ln(B, R, D, 1e-6f);
+    std::vector<uint16_t> y(x.size(), 0x7fc1);
+    ln.run(x.data(), y.data(), sh_p, sc_p);
+    size_t bad = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      const double w = want[i], got = bf16_to_f32(y[i]);
+      const double ulp = w == 0 ? 0 : std::ldexp(1.0, std::ilogb(w) - 7);  // bf16: 8 significant bits
+      if (!(std::fabs(got - w) <= 0.5 * ulp + 1e-5 * std::fabs(w) + 1e-6)) {
+        if (bad++ < 3) UNSCOPED_INFO("element " << i << ": " << got << " for " << w);
+      }
+    }
+    INFO(brd_str(sh) << " mod=" << mod);
+    CHECK(bad == 0);
+  }
+  // bf16 output over its own input is refused rather than read while it is written.
+  LayerNormModulate ln(1, 1, 4, 1e-6f);
+  std::vector<float> x(4, 1.f);
+  CHECK_THROWS_AS(ln.run(x.data(), reinterpret_cast<uint16_t*>(x.data()), nullptr, nullptr), Error);
 }
 
 // Channels-last GroupNorm against a double-precision reference: f32 output within 1e-4, bf16
