@@ -75,6 +75,7 @@ class SequenceParallelAttention final : public SelfAttention {
   // ring alone, or with Ulysses exchanging bf16 (uly16_) and no ring.
   DType qkv_dtype() const override;
   void forward(const uint16_t* qkv, float* out) override;
+  using SelfAttention::forward;  // (bf16 output: not here; out_dtype() is F32)
 
  private:
   int64_t group_tokens(int ring_rank) const {  // tokens of the Ulysses group at ring position ring_rank

@@ -109,6 +109,21 @@ void rescale_add(float* O, const float* PV, const float* a, int64_t rows, int64_
   for (int64_t i = 0; i < rows; ++i) rescale_row(O + i * D, PV + i * D, a[i], D);
 }
 
+// A finished output row: o = acc·(1/l), in f32 or rounded to bf16 (nearest even, as f32_to_bf16).
+DIT_MULTIVERSION void store_row(const float* acc, float inv, float* o, int64_t D) {
+#pragma omp simd
+  for (int64_t j = 0; j < D; ++j) o[j] = acc[j] * inv;
+}
+
+DIT_MULTIVERSION void store_row_bf16(const float* acc, float inv, uint16_t* o, int64_t D) {
+#pragma omp simd
+  for (int64_t j = 0; j < D; ++j) {
+    uint32_t u = __builtin_bit_cast(uint32_t, acc[j] * inv);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    o[j] = uint16_t(u >> 16);
+  }
+}
+
 }  // namespace
 
 struct Attention::Impl {
@@ -127,7 +142,8 @@ struct Attention::Impl {
   Tensor kd, vd;
   bool dense = false;  // the spec's q, k, v are dense bhtd: run_dense may be used
 
-  void run_blocks(const void* qbase, const void* kbase, const void* vbase, float* out, float* lse,
+  // out: f32, or bf16 (out16) rounded to nearest even, in the spec's out layout.
+  void run_blocks(const void* qbase, const void* kbase, const void* vbase, void* out, bool out16, float* lse,
                   const AttnBias* bias);
 };
 
@@ -408,11 +424,21 @@ void Attention::run(const float* q, const float* k, const float* v, float* out, 
     vbase = m.vd.data();
   }
   if (bf16 || m.pack_kv) m.prepare_s += seconds_since(t0);
-  m.run_blocks(qbase, kbase, vbase, out, lse, bias);
+  m.run_blocks(qbase, kbase, vbase, out, false, lse, bias);
 }
 
 void Attention::run(const uint16_t* q, const uint16_t* k, const uint16_t* v, float* out, float* lse,
                     const AttnBias* bias) const {
+  run16(q, k, v, out, false, lse, bias);
+}
+
+void Attention::run(const uint16_t* q, const uint16_t* k, const uint16_t* v, uint16_t* out, float* lse,
+                    const AttnBias* bias) const {
+  run16(q, k, v, out, true, lse, bias);
+}
+
+void Attention::run16(const uint16_t* q, const uint16_t* k, const uint16_t* v, void* out, bool out16, float* lse,
+                      const AttnBias* bias) const {
   DIT_CHECK(impl_, "Attention::run on an empty Attention");
   Impl& m = *impl_;
   const AttentionSpec& s = m.spec;
@@ -424,18 +450,18 @@ void Attention::run(const uint16_t* q, const uint16_t* k, const uint16_t* v, flo
   attention_to_dense(k, s.k, s.batch, s.heads, s.kv_len, s.head_dim, m.kb.bf16());
   attention_to_dense(v, s.v, s.batch, s.heads, s.kv_len, s.head_dim, m.vb.bf16());
   m.prepare_s += seconds_since(t0);
-  m.run_blocks(m.qb.data(), m.kb.data(), m.vb.data(), out, lse, bias);
+  m.run_blocks(m.qb.data(), m.kb.data(), m.vb.data(), out, out16, lse, bias);
 }
 
 void Attention::run_dense(const void* q, const void* k, const void* v, float* out, float* lse) const {
   DIT_CHECK(impl_, "Attention::run_dense on an empty Attention");
   DIT_CHECK(impl_->dense, impl_->what << ": run_dense needs dense [batch, heads, tokens, head_dim] k and v (and q for bf16)");
   const ProfilePhases prof(*this);
-  impl_->run_blocks(q, k, v, out, lse, nullptr);
+  impl_->run_blocks(q, k, v, out, false, lse, nullptr);
 }
 
-void Attention::Impl::run_blocks(const void* qbase, const void* kbase, const void* vbase, float* out, float* lse,
-                                 const AttnBias* bias) {
+void Attention::Impl::run_blocks(const void* qbase, const void* kbase, const void* vbase, void* out, bool out16,
+                                 float* lse, const AttnBias* bias) {
   Impl& m = *this;
   const AttentionSpec& s = m.spec;
   const float* key_bias = bias ? bias->key : nullptr;
@@ -497,13 +523,13 @@ void Attention::Impl::run_blocks(const void* qbase, const void* kbase, const voi
           T.phases.rescale += seconds_since(t);
         }
         auto t = std::chrono::steady_clock::now();
-        float* op = out + b * s.out.batch_stride + h * s.out.head_stride + q0 * s.out.token_stride;
+        const int64_t o0 = b * s.out.batch_stride + h * s.out.head_stride + q0 * s.out.token_stride;
         for (int64_t i = 0; i < qr; ++i) {
-          const float inv = 1.f / T.l[i];
-          float* o = op + i * s.out.token_stride;
-          const float* src = T.O + i * D;
-#pragma omp simd
-          for (int64_t j = 0; j < D; ++j) o[j] = src[j] * inv;
+          const int64_t at = o0 + i * s.out.token_stride;
+          if (out16)
+            store_row_bf16(T.O + i * D, 1.f / T.l[i], static_cast<uint16_t*>(out) + at, D);
+          else
+            store_row(T.O + i * D, 1.f / T.l[i], static_cast<float*>(out) + at, D);
         }
         if (lse) {
           float* lp = lse + (b * H + h) * s.q_len + q0;

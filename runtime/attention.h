@@ -85,6 +85,11 @@ class Attention {
   // its inputs to bf16 first, so a projection rounding its output gives the same result.
   void run(const uint16_t* q, const uint16_t* k, const uint16_t* v, float* out, float* lse,
            const AttnBias* bias = nullptr) const;
+  // The same writing out in bf16 (the spec's out layout, in bf16 elements): run()'s f32 output
+  // rounded to nearest even, for a bf16 matmul that would round it so anyway (the output
+  // projection), without the f32 rows written, read back and converted.
+  void run(const uint16_t* q, const uint16_t* k, const uint16_t* v, uint16_t* out, float* lse,
+           const AttnBias* bias = nullptr) const;
   // Inputs already in the form the block matmuls read, as attention_to_dense writes them: k
   // and v dense [batch, heads, kv_len, head_dim] in the compute type (bf16 as uint16_t); q the
   // same for bf16, and floats in the spec's q layout for f32 (read in place, as run() does).
@@ -100,6 +105,8 @@ class Attention {
   const std::string& impl_info() const;  // oneDNN implementation of the block matmuls
 
  private:
+  void run16(const uint16_t* q, const uint16_t* k, const uint16_t* v, void* out, bool out16, float* lse,
+             const AttnBias* bias) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

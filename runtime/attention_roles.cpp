@@ -9,6 +9,10 @@ void SelfAttention::forward(const uint16_t*, float*) {
   DIT_CHECK(false, name() << " attention: forward with bf16 q, k, v, but it takes " << dtype_name(qkv_dtype()));
 }
 
+void SelfAttention::forward(const uint16_t*, uint16_t*) {
+  DIT_CHECK(false, name() << " attention: forward into bf16 output, but it writes " << dtype_name(out_dtype()));
+}
+
 namespace {
 
 class LocalSelfAttention : public SelfAttention {
@@ -38,6 +42,12 @@ class LocalSelfAttention : public SelfAttention {
   void forward(const uint16_t* qkv, float* out) override {
     DIT_CHECK(prepared_, "LocalSelfAttention::forward before prepare()");
     DIT_CHECK(qkv_dtype() == DType::BF16, "local attention: bf16 q, k, v need bf16 compute");
+    attn_.run(qkv, qkv + hd_, qkv + 2 * hd_, out, nullptr);
+  }
+  DType out_dtype() const override { return qkv_dtype(); }
+  void forward(const uint16_t* qkv, uint16_t* out) override {
+    DIT_CHECK(prepared_, "LocalSelfAttention::forward before prepare()");
+    DIT_CHECK(out_dtype() == DType::BF16, "local attention: bf16 output needs bf16 compute");
     attn_.run(qkv, qkv + hd_, qkv + 2 * hd_, out, nullptr);
   }
   const char* name() const override { return "local"; }

@@ -43,6 +43,13 @@ class SelfAttention {
   virtual DType qkv_dtype() const { return DType::F32; }
   // qkv in bf16, as above; only where qkv_dtype() is BF16.
   virtual void forward(const uint16_t* qkv, float* out);
+  // The type forward() may write out in, once prepared: BF16 where the implementation rounds
+  // its output itself (bf16 compute, local attention), so that the output projection reads
+  // it as it is (the bits of converting the f32 output: a bf16 matmul rounds its input so);
+  // else F32.
+  virtual DType out_dtype() const { return DType::F32; }
+  // qkv and out in bf16; only where qkv_dtype() and out_dtype() are BF16.
+  virtual void forward(const uint16_t* qkv, uint16_t* out);
   virtual const char* name() const = 0;
 };
 

@@ -125,17 +125,28 @@ void project(const QkvLinear& op, BlockInput h, Y* qkv) {
 }
 }  // namespace
 
-void project_and_attend(const QkvLinear& op, SelfAttention& attn, BlockInput h, Tensor& qkv, float* out,
+void project_and_attend(const QkvLinear& op, SelfAttention& attn, BlockInput h, Tensor& qkv, Tensor& out,
                         bool has_tokens) {
   if (qkv.dtype() == DType::BF16) {
     if (has_tokens) project(op, h, qkv.bf16());  // [B, T, 3, H', d]
     profile::Scope pa(profile::Cat::Attention);
-    attn.forward(qkv.bf16(), out);  // [B, T, H', d]
+    if (out.dtype() == DType::BF16)
+      attn.forward(qkv.bf16(), out.bf16());  // [B, T, H', d]
+    else
+      attn.forward(qkv.bf16(), out.f32());
   } else {
+    DIT_CHECK(out.dtype() == DType::F32, "attention: bf16 output from f32 q, k, v");
     if (has_tokens) project(op, h, qkv.f32());
     profile::Scope pa(profile::Cat::Attention);
-    attn.forward(qkv.f32(), out);
+    attn.forward(qkv.f32(), out.f32());
   }
+}
+
+void attention_output(ParallelLinear& op, const Tensor& out, float* x, const float* gate) {
+  if (out.dtype() == DType::BF16)
+    op.run(out.bf16(), x, gate);
+  else
+    op.run(out.f32(), x, gate);
 }
 
 }  // namespace dit

@@ -15,6 +15,7 @@
 #include "runtime/attention_roles.h"
 #include "runtime/linear.h"
 #include "runtime/tensor.h"
+#include "runtime/tensor_parallel.h"
 
 namespace dit {
 
@@ -74,11 +75,15 @@ class QkvLinear {
 // A block's self-attention after its norm, shared by the families: q, k, v = h·W + b into qkv
 // ([B, T, 3, H', d] in attn.qkv_dtype(): bf16 where the attention reads bf16, so the projection
 // writes half the bytes and the attention converts nothing; the same bits), then out [B, T, H',
-// d] = attention (which may talk to other ranks). With no tokens here (T = 0) only the
+// d] = attention (which may talk to other ranks; bf16 where attn.out_dtype() says so). With no tokens here (T = 0) only the
 // attention runs: a rank without tokens still takes part in its exchanges.
-// h is in the op's input type (QkvLinear's input).
-void project_and_attend(const QkvLinear& op, SelfAttention& attn, BlockInput h, Tensor& qkv, float* out,
+// h is in the op's input type (QkvLinear's input); out [B, T, H', d] in attn.out_dtype().
+void project_and_attend(const QkvLinear& op, SelfAttention& attn, BlockInput h, Tensor& qkv, Tensor& out,
                         bool has_tokens);
+
+// x += gate ⊙ (out·Woᵀ + bo) (or the op's epilogue), out in the attention's output type (the
+// op's input type).
+void attention_output(ParallelLinear& op, const Tensor& out, float* x, const float* gate = nullptr);
 
 // Rows of several [n_i, k] tensors of one dtype stacked into one [sum n_i, k] tensor.
 Tensor concat_rows(const std::vector<Tensor>& parts);

@@ -48,6 +48,7 @@ void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
 
   attn_->prepare(SelfAttentionShape{B, T, N, Hl, c.head_dim, w_.compute});  // batch, tokens here, all, heads, d
   const DType qkv_type = attn_->qkv_dtype();  // bf16 where the attention reads bf16 q, k, v
+  const DType attn_type = attn_->out_dtype();  // bf16 where it writes bf16 (local attention)
 
   ops_.clear();
   if (R > 0) patch_ = make_linear(w_.patch, B * R);
@@ -55,7 +56,7 @@ void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
     BlockOps o;
     if (T > 0) {
       o.qkv = QkvLinear(bw.qkv, B * T, qkv_type, normed);
-      o.attn_out = par(bw.attn_out, B, T, D, D, true);
+      o.attn_out = par(bw.attn_out, B, T, D, D, true, attn_type);
       o.fc1 = make_linear(bw.fc1.w, B * T, Act::GeluTanh, hidden, normed);
       o.fc2 = par(bw.fc2, B, T, 4 * D, D, true, hidden);
     }
@@ -75,7 +76,7 @@ void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   hn_ = Tensor::empty({B, R, D}, normed);
   hout_ = O < R ? Tensor::empty({B, O, D}) : Tensor();
   qkv_ = Tensor::empty({B, T, 3 * Dl}, qkv_type);
-  attn_out_ = Tensor::empty({B, T, Dl});
+  attn_out_ = Tensor::empty({B, T, Dl}, attn_type);
   mlp_ = Tensor::empty({B, T, Ml}, hidden);
 
   pos_embed_2d(int(D), grid_h_, grid_w_, double(c.sample_size / c.patch), c.interpolation_scale, res_.begin, res_.end,
@@ -98,8 +99,8 @@ void DiTTransformer::block(size_t l, float* x) {
   // 0 shift_msa, 1 scale_msa, 2 gate_msa, 3 shift_mlp, 4 scale_mlp, 5 gate_mlp
   // h = LN(x)(1 + scale_msa) + shift_msa on the residual rows, gathered to [B, T, D]
   const BlockInput h = modulated_norm(*tp_, ln_attn_, x, hn_, chunk(0), chunk(1), R > 0);
-  project_and_attend(o.qkv, *attn_, h, qkv_, attn_out_.f32(), T > 0);  // [B, T, 3, H', d] -> [B, T, H', d]
-  if (T > 0) o.attn_out->run(attn_out_.f32(), x, chunk(2));  // x += gate_msa ⊙ (Σ attn·Wo + bo)
+  project_and_attend(o.qkv, *attn_, h, qkv_, attn_out_, T > 0);  // [B, T, 3, H', d] -> [B, T, H', d]
+  if (T > 0) attention_output(*o.attn_out, attn_out_, x, chunk(2));  // x += gate_msa ⊙ (Σ attn·Wo + bo)
   // h = LN(x)(1 + scale_mlp) + shift_mlp, gathered
   const BlockInput hm = modulated_norm(*tp_, ln_mlp_, x, hn_, chunk(3), chunk(4), R > 0);
   if (T > 0) run_feed_forward(o.fc1, *o.fc2, hm, mlp_, x, chunk(5));  // x += gate_mlp ⊙ FF(h)   (hidden [B, T, M'])

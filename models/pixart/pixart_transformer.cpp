@@ -64,6 +64,7 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
 
   attn_->prepare(SelfAttentionShape{B, T, N, Hl, c.head_dim, w_.compute});  // batch, tokens here, all, heads, d
   const DType qkv_type = attn_->qkv_dtype();  // bf16 where the attention reads bf16 q, k, v
+  const DType attn_type = attn_->out_dtype();  // bf16 where it writes bf16 (local attention)
 
   if (R > 0) patch_ = make_linear(w_.patch, B * R);
   t_fc1_ = make_linear(w_.t_embed.fc1, B, Act::Silu);
@@ -86,7 +87,7 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
     o.v2 = make_linear(bw.v2, B * L);
     if (T > 0) {
       o.qkv = QkvLinear(bw.qkv, B * T, qkv_type, normed);
-      o.attn1_out = par(bw.attn1_out, B, T, D, /*gated=*/true, false);
+      o.attn1_out = par(bw.attn1_out, B, T, D, /*gated=*/true, false, attn_type);
       o.q2 = make_linear(bw.q2, B * T);
       o.attn2_out = par(bw.attn2_out, B, T, D, false, /*accumulate=*/true);
       o.fc1 = make_linear(bw.fc1, B * T, Act::GeluTanh, hidden, normed);
@@ -110,6 +111,7 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   hout_ = O < R ? Tensor::empty({B, O, D}) : Tensor();
   qkv_ = Tensor::empty({B, T, 3 * Dl}, qkv_type);
   attn_out_ = Tensor::empty({B, T, Dl});
+  self_out_ = Tensor::empty({B, T, Dl}, attn_type);
   q2_ = Tensor::empty({B, T, Dl});
   mlp_ = Tensor::empty({B, T, Ml}, hidden);
   tfreq_ = Tensor::empty({B, 256});
@@ -194,8 +196,8 @@ void PixArtTransformer::self_attention(size_t l, float* x) {
   auto chunk = [&](int k) { return chunks_.f32() + k * B * D; };
   // h = LN(x)(1 + scale_msa) + shift_msa on the residual rows, gathered to [B, T, D]
   const BlockInput h = modulated_norm(*tp_, ln_, x, hn_, chunk(0), chunk(1), R > 0);
-  project_and_attend(o.qkv, *attn_, h, qkv_, attn_out_.f32(), T > 0);  // [B, T, 3, H', d] -> [B, T, H', d]
-  if (T > 0) o.attn1_out->run(attn_out_.f32(), x, chunk(2));
+  project_and_attend(o.qkv, *attn_, h, qkv_, self_out_, T > 0);  // [B, T, 3, H', d] -> [B, T, H', d]
+  if (T > 0) attention_output(*o.attn1_out, self_out_, x, chunk(2));
 }
 
 // x += CrossAttn(q = x·Wq, k, v = the projected caption) · Wo   (no norm, no gate)

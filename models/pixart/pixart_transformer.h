@@ -70,9 +70,10 @@ class PixArtTransformer final : public DiffusionModel {
   std::vector<Tensor> k2_, v2_;  // per block [B, L, D']
 
   // Activations (allocated in prepare): x_, h_ [B, R, D] residual rows (h_ the final layer's
-  // norm; hn_ the blocks', in block_input_dtype); qkv_ [B, T, 3D'], attn_out_, q2_ [B, T, D'],
-  // mlp_ [B, T, M'] (D', M': this rank's heads × d and MLP columns).
-  Tensor patches_, pos_, x_, h_, hn_, hout_, qkv_, attn_out_, q2_, mlp_;
+  // norm; hn_ the blocks', in block_input_dtype); qkv_ [B, T, 3D'], self_out_ (in the self-
+  // attention's out_dtype), attn_out_ (the cross-attention's), q2_ [B, T, D'], mlp_ [B, T, M']
+  // (D', M': this rank's heads × d and MLP columns).
+  Tensor patches_, pos_, x_, h_, hn_, hout_, qkv_, self_out_, attn_out_, q2_, mlp_;
   Tensor tfreq_, temb_, emb_, t6_, chunks_, final_chunks_;
 };
 

@@ -429,6 +429,25 @@ TEST_CASE("Attention::run on bf16 q, k, v gives run()'s bits on their values", "
     INFO("T " << T);
     CHECK(std::memcmp(got.data(), want.data(), want.size() * 4) == 0);
     CHECK(std::memcmp(got_lse.data(), want_lse.data(), want_lse.size() * 4) == 0);
+    // bf16 output: the f32 output rounded to nearest even, element for element, lse unchanged.
+    std::vector<uint16_t> got16(want.size(), 0x7f7f);
+    std::fill(got_lse.begin(), got_lse.end(), NAN);
+    a.run(qkv16.data(), qkv16.data() + H * D, qkv16.data() + 2 * H * D, got16.data(), got_lse.data(), &bias);
+    size_t off = 0;
+    for (size_t i = 0; i < want.size(); ++i) off += got16[i] != f32_to_bf16(want[i]);
+    CHECK(off == 0);
+    CHECK(std::memcmp(got_lse.data(), want_lse.data(), want_lse.size() * 4) == 0);
+    // Local self-attention (the role a block calls) writes bf16 on request, the same bits.
+    auto sa = make_local_self_attention();
+    sa->prepare(SelfAttentionShape{B, T, T, H, D, DType::BF16});
+    REQUIRE(sa->out_dtype() == DType::BF16);
+    std::vector<uint16_t> sa16(want.size(), 0x7f7f);
+    sa->forward(qkv16.data(), sa16.data());
+    std::vector<float> sa32(want.size(), NAN);
+    sa->forward(qkv16.data(), sa32.data());
+    off = 0;
+    for (size_t i = 0; i < want.size(); ++i) off += sa16[i] != f32_to_bf16(sa32[i]);
+    CHECK(off == 0);
     // The bf16 dense form from bf16 rows: a copy, into a longer sequence at token 2.
     std::vector<uint16_t> dense(size_t(B * H * (T + 3) * D), 0x7f7f);
     attention_to_dense(qkv16.data() + H * D, s.k, B, H, T, D, dense.data(), T + 3, 2);
@@ -448,4 +467,10 @@ TEST_CASE("Attention::run on bf16 q, k, v gives run()'s bits on their values", "
   std::vector<uint16_t> x(32);
   std::vector<float> o(32);
   CHECK_THROWS_WITH(f.run(x.data(), x.data(), x.data(), o.data(), nullptr), Catch::Contains("need bf16 compute"));
+  CHECK_THROWS_WITH(f.run(x.data(), x.data(), x.data(), x.data(), nullptr), Catch::Contains("need bf16 compute"));
+  auto sa = make_local_self_attention();
+  sa->prepare(SelfAttentionShape{1, 4, 4, 1, 8, DType::F32});
+  CHECK(sa->out_dtype() == DType::F32);
+  std::vector<uint16_t> qkv(96);
+  CHECK_THROWS_WITH(sa->forward(qkv.data(), x.data()), Catch::Contains("bf16 output needs bf16 compute"));
 }
