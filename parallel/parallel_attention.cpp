@@ -133,6 +133,18 @@ void SequenceParallelAttention::forward(const uint16_t* qkv, float* out) {
   attend(rows, out, Hu_);
 }
 
+DType SequenceParallelAttention::out_dtype() const {
+  return prepared_ && qkv_dtype() == DType::BF16 && U_ > 1 && uly16_ && C_ == 1 ? DType::BF16 : DType::F32;
+}
+
+void SequenceParallelAttention::forward(const uint16_t* qkv, uint16_t* out) {
+  DIT_CHECK(prepared_, "sequence-parallel attention: forward before prepare()");
+  DIT_CHECK(out_dtype() == DType::BF16, name() << " attention: forward into bf16 output, but it writes f32 (bf16 "
+                                                  "output: Ulysses exchanging bf16 in one chunk)");
+  exchange_and_attend16(QkvRows{qkv, true});
+  gather16(out);
+}
+
 }  // namespace detail
 
 std::unique_ptr<SelfAttention> make_sequence_parallel_attention(std::shared_ptr<ProcessGroup> ulysses,

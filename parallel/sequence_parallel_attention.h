@@ -18,6 +18,7 @@
 #include "runtime/attention.h"
 #include "runtime/attention_roles.h"
 #include "runtime/dtype.h"
+#include "runtime/elementwise.h"
 #include "runtime/error.h"
 #include "runtime/token_split.h"
 
@@ -42,6 +43,13 @@ inline void widen_cols(float* dst, int64_t dst_stride, const uint16_t* src, int6
   parallel_for(rows, size_t(rows * width) * 4 >= kParallelCopyBytes, [&](int64_t r) {
     for (int64_t i = 0; i < width; ++i) dst[r * dst_stride + i] = bf16_to_f32(src[r * src_stride + i]);
   });
+}
+
+// The same with f32 rows rounded to bf16 (to nearest even, as f32_to_bf16).
+inline void narrow_cols(uint16_t* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+                        int64_t width) {
+  parallel_for(rows, size_t(rows * width) * 2 >= kParallelCopyBytes,
+               [&](int64_t r) { to_bf16(src + r * src_stride, dst + r * dst_stride, width); });
 }
 
 // q, k, v rows as a forward was given them: f32, or bf16 (forward(const uint16_t*); only
@@ -75,7 +83,11 @@ class SequenceParallelAttention final : public SelfAttention {
   // ring alone, or with Ulysses exchanging bf16 (uly16_) and no ring.
   DType qkv_dtype() const override;
   void forward(const uint16_t* qkv, float* out) override;
-  using SelfAttention::forward;  // (bf16 output: not here; out_dtype() is F32)
+  // bf16 output where the other ranks' outputs already return in bf16: Ulysses exchanging
+  // bf16 in one chunk (no ring). They land in out as they arrive, and this rank's own heads are
+  // rounded into it: the bits of the f32 output rounded, with no widening pass.
+  DType out_dtype() const override;
+  void forward(const uint16_t* qkv, uint16_t* out) override;
 
  private:
   int64_t group_tokens(int ring_rank) const {  // tokens of the Ulysses group at ring position ring_rank
@@ -94,6 +106,8 @@ class SequenceParallelAttention final : public SelfAttention {
   void unpack_chunk16(QkvRows qkv, int c);
   void attend16(int64_t heads);
   void gather16(float* out);
+  void gather16(uint16_t* out);
+  void exchange_and_attend16(QkvRows qkv);
   void narrow_tokens(int j, int64_t hcd, uint16_t* dst, bool packed) const;
   void post_scatter(QkvRows qkv, uint32_t tag0);
   void unpack_chunk(QkvRows qkv, int c);

@@ -128,14 +128,7 @@ void SequenceParallelAttention::scatter16(QkvRows qkv) {
 // rank's heads -> q,k,v of the group's tokens for my heads, attention, and back.
 void SequenceParallelAttention::ulysses_all_to_all(QkvRows qkv, float* out) {
   if (uly16_) {
-    scatter16(qkv);  // the attention's conversion, done before the exchange
-    {
-      profile::Scope pc(profile::Cat::Communication);
-      profile::add_bytes(uint64_t(B_ * T_ * 3 * (H_ - Hu_) * d_) * 2);
-      uly_->all_to_all_strided(reinterpret_cast<const float*>(send16_.data()), scatter_to_,
-                               reinterpret_cast<float*>(qkv16_.data()), scatter_from_);
-    }
-    attend16(Hu_);
+    exchange_and_attend16(qkv);
     return gather16(out);
   } else {
     {
@@ -148,6 +141,19 @@ void SequenceParallelAttention::ulysses_all_to_all(QkvRows qkv, float* out) {
   profile::Scope pc(profile::Cat::Communication);
   profile::add_bytes(uint64_t(B_ * (Tg_ - T_) * Hu_ * d_) * 4);
   uly_->all_to_all_strided(chunk_out_.data(), gather_to_, out, gather_from_);
+}
+
+// bf16, one chunk: q, k, v of my tokens for every rank's heads, in bf16, -> q, k, v of the
+// group's tokens for my heads, and their attention into chunk_out_.
+void SequenceParallelAttention::exchange_and_attend16(QkvRows qkv) {
+  scatter16(qkv);  // the attention's conversion, done before the exchange
+  {
+    profile::Scope pc(profile::Cat::Communication);
+    profile::add_bytes(uint64_t(B_ * T_ * 3 * (H_ - Hu_) * d_) * 2);
+    uly_->all_to_all_strided(reinterpret_cast<const float*>(send16_.data()), scatter_to_,
+                             reinterpret_cast<float*>(qkv16_.data()), scatter_from_);
+  }
+  attend16(Hu_);
 }
 
 // bf16, one chunk: the other ranks' tokens of my heads rounded to bf16 and exchanged; my own
@@ -169,6 +175,20 @@ void SequenceParallelAttention::gather16(float* out) {
       const int64_t hj0 = heads_of(j).begin * d_, hjd = heads_of(j).size() * d_;
       widen_cols(out + hj0, H_ * d_, recv16_.data() + hj0, H_ * d_, B_ * T_, hjd);
     }
+}
+
+// The same into a bf16 out [B, T, H, d]: the other ranks' heads land in it as they arrive
+// (their blocks of recv16_ have out's layout), my own heads are rounded into it.
+void SequenceParallelAttention::gather16(uint16_t* out) {
+  const int64_t row = Hu_ * d_, h0 = heads_of(u_).begin * d_, t0 = tokens_of(u_).begin - tokens_of(0).begin;
+  for (int j = 0; j < U_; ++j)
+    if (j != u_) narrow_tokens(j, row, out16_.data(), false);
+  for (int64_t b = 0; b < B_; ++b)
+    narrow_cols(out + b * T_ * H_ * d_ + h0, H_ * d_, chunk_out_.data() + (b * Tg_ + t0) * row, row, T_, row);
+  profile::Scope pc(profile::Cat::Communication);
+  profile::add_bytes(uint64_t(B_ * (Tg_ - T_) * Hu_ * d_) * 2);
+  uly_->all_to_all_strided(reinterpret_cast<const float*>(out16_.data()), gather16_to_, reinterpret_cast<float*>(out),
+                           gather16_from_);
 }
 
 // Rank j's tokens of chunk_out_ [B, Tg, hc, d] (hcd = hc·d) rounded to bf16: into the same

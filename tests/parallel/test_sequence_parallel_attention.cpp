@@ -89,8 +89,11 @@ std::string run_ranks(int world, std::chrono::milliseconds timeout,
 // interleave, and the second pass reuses every buffer and must repeat the first bit for bit.
 // bf16_input: every rank's q, k, v rounded to bf16 and given as such (forward(const uint16_t*)),
 // which the layout must take (qkv_dtype() BF16).
+// bf16_output: q, k, v given in bf16 and the output written in bf16 (out_dtype() must say
+// BF16); got then holds the bf16 values widened.
 void run_layout(int ulysses, int ring, std::vector<Problem>& problems, int chunks = kDefaultUlyssesChunks,
-                bool bf16_input = false) {
+                bool bf16_input = false, bool bf16_output = false) {
+  bf16_input = bf16_input || bf16_output;
   const int world = ulysses * ring;
   const MeshDegrees deg{1, 1, ring, ulysses};
   const char* want_name = ulysses > 1 && ring > 1 ? "usp" : ulysses > 1 ? "ulysses" : "ring";
@@ -142,7 +145,12 @@ void run_layout(int ulysses, int ring, std::vector<Problem>& problems, int chunk
     for (int pass = 0; pass < 2; ++pass)
       for (size_t i = 0; i < problems.size(); ++i) {
         Mine& m = mine[i];
-        if (bf16_input)
+        if (bf16_output) {
+          DIT_CHECK(m.attn->out_dtype() == DType::BF16, "out_dtype() is " << dtype_name(m.attn->out_dtype()));
+          std::vector<uint16_t> o16(m.out.size(), 0x7fc1);  // NaN where nothing is written
+          m.attn->forward(in16[i].data(), o16.data());
+          for (size_t k = 0; k < o16.size(); ++k) m.out[k] = bf16_to_f32(o16[k]);
+        } else if (bf16_input)
           m.attn->forward(in16[i].data(), m.out.data());
         else
           m.attn->forward(m.in.data(), m.out.data());
@@ -310,6 +318,18 @@ TEST_CASE("Ulysses in bf16: q, k, v sent in the kernels' form, outputs returned 
         CHECK((rounded > 0) == pairs);
         CHECK(std::memcmp(p.got.data(), want.data(), want.size() * 4) == 0);
       }
+      // bf16 output (one chunk, bf16 pairs): every value is local attention's rounded, this
+      // rank's own heads included.
+      if (chunks != 1 || c.head_dim % 2 != 0) continue;
+      std::vector<Problem> ps16;
+      for (int64_t b : {1, 2}) ps16.push_back(make_problem({b, c.heads, c.head_dim, c.tokens, DType::BF16}, unsigned(50 + b)));
+      run_layout(c.ulysses, 1, ps16, 1, true, true);
+      for (size_t i = 0; i < ps16.size(); ++i) {
+        size_t off = 0;
+        for (size_t k = 0; k < ps16[i].got.size(); ++k) off += ps16[i].got[k] != bf16_to_f32(f32_to_bf16(ps[i].got[k]));
+        INFO("u" << c.ulysses << " bf16 output, heads " << c.heads << " tokens " << c.tokens << " problem " << i);
+        CHECK(off == 0);
+      }
     }
 }
 
@@ -377,6 +397,7 @@ TEST_CASE("bf16 q, k, v given as bf16 (a QKV projection writing bf16) give the b
       s.compute = DType::BF16;
       attn->prepare(s);
       DIT_CHECK(attn->qkv_dtype() == DType::F32, "u" << u << " r" << r << " d " << d << ": qkv_dtype() is bf16");
+      DIT_CHECK(attn->out_dtype() == DType::F32, "u" << u << " r" << r << " d " << d << ": out_dtype() is bf16");
       std::vector<uint16_t> in(size_t(s.local_tokens * 3 * 4 * d) + 1);
       std::vector<float> out(size_t(s.local_tokens * 4 * d) + 1);
       attn->forward(in.data(), out.data());  // throws: caught by run_rank_threads
@@ -384,6 +405,25 @@ TEST_CASE("bf16 q, k, v given as bf16 (a QKV projection writing bf16) give the b
     INFO("u" << u << " r" << r << " d " << d);
     CHECK(e.find("but it takes f32") != std::string::npos);
   }
+  // Ulysses in chunks returns bf16 outputs chunk by chunk into f32: its out_dtype() is F32 and
+  // a bf16 output is refused.
+  const std::string e = run_ranks(2, std::chrono::milliseconds(30000), [&](std::shared_ptr<ProcessGroup> pg, int) {
+    DeviceMesh mesh(pg, MeshDegrees{1, 1, 1, 2});
+    auto attn = make_sequence_parallel_attention(ref_of(mesh.ulysses()), ref_of(mesh.ring()), 2);
+    SelfAttentionShape s;
+    s.batch = 1;
+    s.local_tokens = 8;
+    s.total_tokens = 16;
+    s.heads = 4;
+    s.head_dim = 16;
+    s.compute = DType::BF16;
+    attn->prepare(s);
+    DIT_CHECK(attn->qkv_dtype() == DType::BF16 && attn->out_dtype() == DType::F32,
+              "chunked Ulysses: qkv " << dtype_name(attn->qkv_dtype()) << ", out " << dtype_name(attn->out_dtype()));
+    std::vector<uint16_t> in(8 * 3 * 4 * 16), out(8 * 4 * 16);
+    attn->forward(in.data(), out.data());  // throws: caught by run_rank_threads
+  });
+  CHECK(e.find("forward into bf16 output, but it writes f32") != std::string::npos);
 }
 
 TEST_CASE("Ulysses: a degree above the head count is a clear error", "[parallel][attention]") {
