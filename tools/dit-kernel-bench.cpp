@@ -89,6 +89,8 @@ json bench_linear(const char* name, int64_t tokens, int64_t in, int64_t out, Act
           {"gflops", lin.flops() / sec / 1e9},  {"impl", lin.impl_info()}};
 }
 
+// bf16: q, k, v given in bf16 and the output written in bf16, as a block's projection and
+// local attention exchange them.
 json bench_attention(int64_t tokens, int64_t B, DType c, int64_t qb = 0, int64_t kb = 0) {
   const int64_t H = 16, D = 72;
   AttentionSpec s;
@@ -102,17 +104,28 @@ json bench_attention(int64_t tokens, int64_t B, DType c, int64_t qb = 0, int64_t
   s.q = s.k = s.v = AttnLayout::bthd(tokens, D, H, 3 * H * D);  // fused QKV, as in the model
   s.out = AttnLayout::bthd(tokens, D, H, H * D);
   Attention attn(s);
-  Tensor qkv = random_tensor({B, tokens, 3 * H * D}, 8, 1.f), out = Tensor::empty({B, tokens, H * D}),
+  Tensor qkv = random_tensor({B, tokens, 3 * H * D}, 8, 1.f), out = Tensor::empty({B, tokens, H * D}, c),
          lse = Tensor::empty({B, H, tokens});
-  const float* p = qkv.f32();
+  if (c == DType::BF16) qkv = qkv.to(DType::BF16);
   int runs = tokens >= 4096 ? std::max(3, g_runs / 2) : g_runs;
-  double sec = median_seconds([&] { attn.run(p, p + H * D, p + 2 * H * D, out.f32(), lse.f32()); }, runs);
+  double sec = median_seconds(
+      [&] {
+        if (c == DType::BF16) {
+          const uint16_t* p = qkv.bf16();
+          attn.run(p, p + H * D, p + 2 * H * D, out.bf16(), lse.f32());
+        } else {
+          const float* p = qkv.f32();
+          attn.run(p, p + H * D, p + 2 * H * D, out.f32(), lse.f32());
+        }
+      },
+      runs);
   json j = {{"op", "attention"}, {"tokens", tokens}, {"batch", B},   {"heads", H},
             {"head_dim", D},     {"dtype", dtype_name(c)}, {"ms", sec * 1e3}, {"gflops", attn.flops() / sec / 1e9}};
   if (qb || kb) {
     j["q_block"] = qb;
     j["kv_block"] = kb;
   }
+
   // Shares of the threads' summed time (runtime/attention.h, AttentionPhases), warm-up included.
   const AttentionPhases ph = attn.phases();
   for (int i = 0; i < profile::kAttentionPhases; ++i)
