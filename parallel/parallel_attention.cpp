@@ -58,10 +58,10 @@ void SequenceParallelAttention::prepare(const SelfAttentionShape& s) {
       by_heads_.emplace(hc, Attention(a));
     }
   } else {
-    // K and V dense [B, Hu, tokens, d] in the compute type (run_dense), and Q too in bf16 (f32
-    // reads it in place from [B, Tg, 3, Hu, d]); outputs [B, Tg, Hu, d]
-    // as the caller's (the first block's straight into it, the others' into part_ and merged
-    // into it), lse [B, Hu, Tg].
+    // K and V dense [B, Hu, tokens, d] in the compute type (run_dense_part), and Q too in bf16
+    // (f32 reads it in place from [B, Tg, 3, Hu, d]); the output [B, Tg, Hu, d] as the
+    // caller's, unnormalised between the blocks, with the rows' running max and sum in
+    // m_acc_ and l_acc_ [B, Hu, Tg].
     for (int rr = 0; rr < R_; ++rr) {
       const int64_t tj = group_tokens(rr);
       if (Tg_ == 0 || tj == 0 || by_kv_len_.count(tj)) continue;
@@ -83,9 +83,11 @@ void SequenceParallelAttention::prepare(const SelfAttentionShape& s) {
         b.assign(kv_elems, 0.0f);
       }
     }
-    part_.assign(size_t(B_ * Hu_ * Tg_ * d_) + 1, 0.0f);
-    lse_acc_.assign(size_t(B_ * Hu_ * Tg_) + 1, 0.0f);
-    lse_part_.assign(lse_acc_.size(), 0.0f);
+    m_acc_.assign(size_t(B_ * Hu_ * Tg_) + 1, 0.0f);
+    l_acc_.assign(m_acc_.size(), 0.0f);
+    last_step_ = 0;  // the last ring step whose block has tokens: it normalises the output
+    for (int st = 0; st < R_; ++st)
+      if (group_tokens((r_ - st + R_) % R_) > 0) last_step_ = st;
   }
   prepared_ = true;
 }

@@ -14,7 +14,8 @@
 //  - Ring (the `ring` group, R ranks): every rank keeps its queries; K/V blocks (K and V dense
 //    [B, H, tokens, d] in the compute type, converted once by their owner) travel round the
 //    ring, each send/receive posted before computing on the current block (double buffered),
-//    and the partial results are merged exactly by log-sum-exp in float32. On one machine the
+//    and each query row's online softmax (running max, sum and unnormalised output, in f32)
+//    carries on from block to block (Attention::run_dense_part). On one machine the
 //    blocks do not travel: each lies in its owner's shared-memory window and the others read
 //    it in place (ProcessGroup::ensure_window), in the same order, so with the same bits.
 //  - USP: both — Ulysses inside, Ring across (xDiT's layout: Ulysses ranks contiguous).

@@ -3,7 +3,7 @@
 // that implement it (no model includes this):
 //   parallel_attention.cpp  prepare() and forward(): shapes, kernels, buffers; the dispatch
 //   ulysses_exchange.cpp    Ulysses: the all-to-alls (one chunk) or the pipelined chunks, f32 or bf16
-//   ring_attention.cpp      Ring: K/V blocks as messages or in shared-memory windows, merged by lse
+//   ring_attention.cpp      Ring: K/V blocks as messages or in shared-memory windows, softmax carried on
 #pragma once
 
 #include <cstdint>
@@ -176,7 +176,8 @@ class SequenceParallelAttention final : public SelfAttention {
   DType compute_ = DType::F32;
   size_t esz_ = 4;  // bytes per element of the dense forms
   std::vector<char> q_dense_;
-  Buf kv_[2], lse_acc_, part_, lse_part_;
+  Buf kv_[2], m_acc_, l_acc_;
+  int last_step_ = 0;
   uint32_t tag_ = 1;
 };
 

@@ -142,9 +142,10 @@ struct Attention::Impl {
   Tensor kd, vd;
   bool dense = false;  // the spec's q, k, v are dense bhtd: run_dense may be used
 
-  // out: f32, or bf16 (out16) rounded to nearest even, in the spec's out layout.
+  // out: f32, or bf16 (out16) rounded to nearest even, in the spec's out layout. With carry,
+  // the rows' online softmax continues from and/or into carry's m, l and the unnormalised out.
   void run_blocks(const void* qbase, const void* kbase, const void* vbase, void* out, bool out16, float* lse,
-                  const AttnBias* bias);
+                  const AttnBias* bias, const AttentionCarry* carry = nullptr);
 };
 
 namespace {
@@ -460,8 +461,17 @@ void Attention::run_dense(const void* q, const void* k, const void* v, float* ou
   impl_->run_blocks(q, k, v, out, false, lse, nullptr);
 }
 
+void Attention::run_dense_part(const void* q, const void* k, const void* v, float* out,
+                               const AttentionCarry& carry) const {
+  DIT_CHECK(impl_, "Attention::run_dense_part on an empty Attention");
+  DIT_CHECK(impl_->dense, impl_->what << ": run_dense_part needs dense [batch, heads, tokens, head_dim] k and v (and q for bf16)");
+  DIT_CHECK(carry.m && carry.l, impl_->what << ": run_dense_part needs the rows' m and l");
+  const ProfilePhases prof(*this);
+  impl_->run_blocks(q, k, v, out, false, nullptr, nullptr, &carry);
+}
+
 void Attention::Impl::run_blocks(const void* qbase, const void* kbase, const void* vbase, void* out, bool out16,
-                                 float* lse, const AttnBias* bias) {
+                                 float* lse, const AttnBias* bias, const AttentionCarry* carry) {
   Impl& m = *this;
   const AttentionSpec& s = m.spec;
   const float* key_bias = bias ? bias->key : nullptr;
@@ -487,9 +497,20 @@ void Attention::Impl::run_blocks(const void* qbase, const void* kbase, const voi
                          (b * m.eq.batch_stride + h * m.eq.head_stride + q0 * m.eq.token_stride) * esz;
         const char* kp = static_cast<const char*>(kbase) + (b * m.ek.batch_stride + h * m.ek.head_stride) * esz;
         const char* vp = static_cast<const char*>(vbase) + (b * m.ev.batch_stride + h * m.ev.head_stride) * esz;
-        for (int64_t i = 0; i < qr; ++i) {
-          T.m[i] = kNegInf;
-          T.l[i] = 0.f;
+        const int64_t o0 = b * s.out.batch_stride + h * s.out.head_stride + q0 * s.out.token_stride;
+        const int64_t r0 = (b * H + h) * s.q_len + q0;  // the rows' first index in lse / m / l
+        const bool resume = carry && !carry->first;
+        if (resume) {  // the state a previous call left: m, l and the unnormalised output
+          for (int64_t i = 0; i < qr; ++i) {
+            T.m[i] = carry->m[r0 + i];
+            T.l[i] = carry->l[r0 + i];
+            std::memcpy(T.O + i * D, static_cast<const float*>(out) + o0 + i * s.out.token_stride, sizeof(float) * D);
+          }
+        } else {
+          for (int64_t i = 0; i < qr; ++i) {
+            T.m[i] = kNegInf;
+            T.l[i] = 0.f;
+          }
         }
         for (int64_t kj = 0; kj < m.nkb; ++kj) {
           const int64_t k0 = kj * m.KB;
@@ -519,21 +540,26 @@ void Attention::Impl::run_blocks(const void* qbase, const void* kbase, const voi
           A.pv_wei.set_data_handle(const_cast<char*>(vp + k0 * m.ev.token_stride * esz));
           execute(p.pv, T.stream, A.pv);
           T.phases.pv += seconds_since(t);
-          rescale_add(T.O, T.PV, T.a, qr, D, kj == 0);
+          rescale_add(T.O, T.PV, T.a, qr, D, kj == 0 && !resume);
           T.phases.rescale += seconds_since(t);
         }
         auto t = std::chrono::steady_clock::now();
-        const int64_t o0 = b * s.out.batch_stride + h * s.out.head_stride + q0 * s.out.token_stride;
-        for (int64_t i = 0; i < qr; ++i) {
-          const int64_t at = o0 + i * s.out.token_stride;
-          if (out16)
-            store_row_bf16(T.O + i * D, 1.f / T.l[i], static_cast<uint16_t*>(out) + at, D);
-          else
-            store_row(T.O + i * D, 1.f / T.l[i], static_cast<float*>(out) + at, D);
-        }
-        if (lse) {
-          float* lp = lse + (b * H + h) * s.q_len + q0;
-          for (int64_t i = 0; i < qr; ++i) lp[i] = T.m[i] + std::log(T.l[i]);
+        if (carry && !carry->last) {  // for the next call: m, l and the output unnormalised
+          for (int64_t i = 0; i < qr; ++i) {
+            carry->m[r0 + i] = T.m[i];
+            carry->l[r0 + i] = T.l[i];
+            std::memcpy(static_cast<float*>(out) + o0 + i * s.out.token_stride, T.O + i * D, sizeof(float) * D);
+          }
+        } else {
+          for (int64_t i = 0; i < qr; ++i) {
+            const int64_t at = o0 + i * s.out.token_stride;
+            if (out16)
+              store_row_bf16(T.O + i * D, 1.f / T.l[i], static_cast<uint16_t*>(out) + at, D);
+            else
+              store_row(T.O + i * D, 1.f / T.l[i], static_cast<float*>(out) + at, D);
+          }
+          if (lse)
+            for (int64_t i = 0; i < qr; ++i) lse[r0 + i] = T.m[i] + std::log(T.l[i]);
         }
         T.phases.store += seconds_since(t);
       } catch (const dnnl::error& e) {
@@ -581,29 +607,6 @@ const std::string& Attention::impl_info() const { return impl_->impl_name; }
 double Attention::flops() const {
   const auto& s = impl_->spec;
   return 4.0 * s.batch * s.heads * s.q_len * s.kv_len * s.head_dim;
-}
-
-void attention_merge(float* out_a, float* lse_a, const float* out_b, const float* lse_b, int64_t rows, int64_t dim,
-                     int64_t out_stride_a, int64_t out_stride_b) {
-  if (out_stride_a == 0) out_stride_a = dim;
-  if (out_stride_b == 0) out_stride_b = dim;
-  parallel_for(rows, rows * dim > 16384, [&](int64_t r) {
-    const float la = lse_a[r], lb = lse_b[r];
-    float* oa = out_a + r * out_stride_a;
-    const float* ob = out_b + r * out_stride_b;
-    if (lb == kNegInf) return;  // nothing to add
-    if (la == kNegInf) {          // nothing yet: take b
-      for (int64_t j = 0; j < dim; ++j) oa[j] = ob[j];
-      lse_a[r] = lb;
-      return;
-    }
-    const float mx = std::max(la, lb);
-    const float lse = mx + std::log(std::exp(la - mx) + std::exp(lb - mx));
-    const float wa = std::exp(la - lse), wb = std::exp(lb - lse);
-#pragma omp simd
-    for (int64_t j = 0; j < dim; ++j) oa[j] = oa[j] * wa + ob[j] * wb;
-    lse_a[r] = lse;
-  });
 }
 
 }  // namespace dit

@@ -1,13 +1,13 @@
 // Scaled dot-product attention softmax(Q·Kᵀ·scale)·V, computed in blocks with an online
 // softmax (flash-attention style): no [q_len × kv_len] matrix is ever materialised. It
-// returns the output and the per-row log-sum-exp of the scaled logits, so that results
-// over different K/V blocks can be merged exactly (ring attention):
+// returns the output and, if asked, the per-row log-sum-exp of the scaled logits; keys that
+// come in several sets (ring attention) carry the rows' online softmax from one set to the
+// next (run_dense_part):
 //
 //   AttentionSpec spec;
 //   spec.batch = 2;  spec.heads = 16;  spec.q_len = spec.kv_len = 256;  spec.head_dim = 72;
 //   Attention attn(spec);
-//   attn.run(q, k, v, out, lse);            // layouts below
-//   attention_merge(out, lse, out2, lse2, rows, 72);   // out/lse now cover both K/V sets
+//   attn.run(q, k, v, out, lse);            // layouts below; lse may be null
 //
 // Layout of q, k, v and out: element (b, h, t, i) at b*batch_stride + h*head_stride +
 // t*token_stride + i (i < head_dim contiguous), so the fused QKV projection output
@@ -70,6 +70,16 @@ struct AttentionPhases {
   std::array<double, 6> values() const { return {qk, softmax, pv, rescale, store, prepare}; }
 };
 
+// The online softmax's state between calls of Attention::run_dense_part over successive sets of
+// keys (ring attention): per query row ([batch, heads, q_len]) the running max of the scaled
+// logits m and the running sum of their exponentials l; the unnormalised output stays in out.
+struct AttentionCarry {
+  float* m = nullptr;
+  float* l = nullptr;
+  bool first = true;  // start afresh (m and l are written, not read)
+  bool last = true;   // normalise out (m and l are then left as they were)
+};
+
 class Attention {
  public:
   Attention();
@@ -98,6 +108,13 @@ class Attention {
   // bf16) must be AttnLayout::bhtd. bf16: the bits of run() on the same values (run() converts
   // to this very form); f32: run()'s result up to rounding (other strides, another kernel).
   void run_dense(const void* q, const void* k, const void* v, float* out, float* lse) const;
+  // run_dense over one set of keys of several, continuing the rows' online softmax from the
+  // previous call (carry.first false: from carry's m, l and the unnormalised out) and leaving it
+  // for the next (carry.last false; true: out normalised, as run_dense). The same operations as
+  // one run over all the keys, block for block: the same bits when every set before the last
+  // is a whole number of kv blocks. The sets may differ in length (Attention objects of other
+  // kv_len, the same q_len, layouts and block sizes).
+  void run_dense_part(const void* q, const void* k, const void* v, float* out, const AttentionCarry& carry) const;
   const AttentionSpec& spec() const;
   AttentionPhases phases() const;
   void reset_phases();
@@ -121,12 +138,5 @@ void attention_to_dense(const float* x, const AttnLayout& L, int64_t batch, int6
 // The same from bf16 x into the bf16 form (a copy of the rows).
 void attention_to_dense(const uint16_t* x, const AttnLayout& L, int64_t batch, int64_t heads, int64_t tokens,
                         int64_t head_dim, uint16_t* dst, int64_t dst_tokens = 0, int64_t dst_first = 0);
-
-// Merges attention over a second K/V set into (out_a, lse_a), in float32:
-// lse = log(exp(lse_a) + exp(lse_b)); out_a = out_a·exp(lse_a - lse) + out_b·exp(lse_b - lse).
-// out_*: `rows` rows of `dim` floats, each at row*out_stride; lse_*: `rows` floats.
-// An lse of -inf (no keys yet) is handled.
-void attention_merge(float* out_a, float* lse_a, const float* out_b, const float* lse_b, int64_t rows,
-                     int64_t dim, int64_t out_stride_a = 0, int64_t out_stride_b = 0);
 
 }  // namespace dit

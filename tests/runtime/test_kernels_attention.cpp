@@ -182,50 +182,37 @@ TEST_CASE("Attention runs with one thread and with more threads than tasks", "[k
   check_attention(1, 1, 7, 7, 8, false, DType::F32);
 }
 
-TEST_CASE("attention_merge of two K/V halves equals attention over all keys", "[kernels][attention][merge]") {
-  const int64_t B = 2, H = 3, Tq = 45, Tk = 130, D = 72, half = 61;
+TEST_CASE("Attention's lse is the log-sum-exp of each row's scaled logits", "[kernels][attention]") {
+  // Over two kv blocks and a tail (kv_block 64, 130 keys), f32 and bf16, against double.
+  std::vector<DType> types = {DType::F32};
+  if (dit_test::bf16_available()) types.push_back(DType::BF16);
+  const int64_t B = 2, H = 3, Tq = 45, Tk = 130, D = 24;
   auto q = kt::randv(B * H * Tq * D, 1, -2.f, 2.f);
   auto k = kt::randv(B * H * Tk * D, 2, -2.f, 2.f);
   auto v = kt::randv(B * H * Tk * D, 3);
-  auto run = [&](int64_t k0, int64_t kn, std::vector<float>& out, std::vector<float>& lse) {
-    AttentionSpec s;
-    s.batch = B;
-    s.heads = H;
-    s.q_len = Tq;
-    s.kv_len = kn;
-    s.head_dim = D;
-    s.k = s.v = AttnLayout::bhtd(H, Tk, D);  // a window of the full K/V buffers
-    out.assign(B * H * Tq * D, 0.f);
-    lse.assign(B * H * Tq, 0.f);
-    Attention(s).run(q.data(), k.data() + k0 * D, v.data() + k0 * D, out.data(), lse.data());
-  };
-  std::vector<float> oa, la, ob, lb, of, lf;
-  run(0, half, oa, la);
-  run(half, Tk - half, ob, lb);
-  run(0, Tk, of, lf);
-  attention_merge(oa.data(), la.data(), ob.data(), lb.data(), B * H * Tq, D);
-  kt::check_close(oa, of, 1e-5, 1e-6, "merged out");
-  kt::check_close(la, lf, 1e-6, 1e-6, "merged lse");
-
-  // -inf lse: an empty side contributes nothing, whichever side it is.
-  const float inf = std::numeric_limits<float>::infinity();
-  std::vector<float> e_out(B * H * Tq * D, 12345.f), e_lse(B * H * Tq, -inf);
-  attention_merge(e_out.data(), e_lse.data(), of.data(), lf.data(), B * H * Tq, D);
-  kt::check_close(e_out, of, 0, 0, "-inf + b");
-  kt::check_close(e_lse, lf, 0, 0, "-inf + b lse");
-  std::vector<float> keep = of, keep_lse = lf, n_out(B * H * Tq * D, 777.f), n_lse(B * H * Tq, -inf);
-  attention_merge(keep.data(), keep_lse.data(), n_out.data(), n_lse.data(), B * H * Tq, D);
-  kt::check_close(keep, of, 0, 0, "a + -inf");
-  kt::check_close(keep_lse, lf, 0, 0, "a + -inf lse");
-
-  // strided rows: out rows inside a wider buffer
-  std::vector<float> wa(B * H * Tq * (D + 4), 0.f);
-  for (int64_t r = 0; r < B * H * Tq; ++r) std::copy(ob.begin() + r * D, ob.begin() + (r + 1) * D, wa.begin() + r * (D + 4));
-  std::vector<float> oa2, la2;
-  run(0, half, oa2, la2);
-  attention_merge(wa.data(), lb.data(), oa2.data(), la2.data(), B * H * Tq, D, D + 4, D);
-  for (int64_t r = 0; r < B * H * Tq; ++r)
-    kt::check_close(wa.data() + r * (D + 4), of.data() + r * D, D, 1e-5, 1e-6, "strided merge");
+  std::vector<double> want(size_t(B * H * Tq));
+  for (int64_t bh = 0; bh < B * H; ++bh)
+    for (int64_t i = 0; i < Tq; ++i) {
+      std::vector<double> lg(static_cast<size_t>(Tk));
+      double mx = -1e300, sum = 0;
+      for (int64_t j = 0; j < Tk; ++j) {
+        double acc = 0;
+        for (int64_t d = 0; d < D; ++d) acc += double(q[size_t((bh * Tq + i) * D + d)]) * k[size_t((bh * Tk + j) * D + d)];
+        lg[size_t(j)] = acc / std::sqrt(double(D));
+        mx = std::max(mx, lg[size_t(j)]);
+      }
+      for (double x : lg) sum += std::exp(x - mx);
+      want[size_t(bh * Tq + i)] = mx + std::log(sum);
+    }
+  for (DType compute : types) {
+    AttentionSpec s = spec_of(B, H, Tq, Tk, D, compute);
+    s.kv_block = 64;
+    std::vector<float> out(size_t(B * H * Tq * D)), lse(size_t(B * H * Tq), NAN);
+    Attention(s).run(q.data(), k.data(), v.data(), out.data(), lse.data());
+    // bf16 rounds q and k (2^-9 each): the logits move by up to about 1e-2 here.
+    kt::check_close(lse.data(), want.data(), want.size(), compute == DType::BF16 ? 1e-2 : 1e-6,
+                    compute == DType::BF16 ? 5e-2 : 1e-5, std::string("lse ") + dtype_name(compute));
+  }
 }
 
 TEST_CASE("LocalSelfAttention matches naive attention on packed QKV", "[kernels][attention][self_attention]") {
@@ -473,4 +460,69 @@ TEST_CASE("Attention::run on bf16 q, k, v gives run()'s bits on their values", "
   CHECK(sa->out_dtype() == DType::F32);
   std::vector<uint16_t> qkv(96);
   CHECK_THROWS_WITH(sa->forward(qkv.data(), x.data()), Catch::Contains("bf16 output needs bf16 compute"));
+}
+
+TEST_CASE("Attention::run_dense_part over successive key sets gives one run over all the keys",
+          "[kernels][attention][dense]") {
+  // Ring attention's use: the keys come in sets, each from another rank; the rows' online
+  // softmax carries over in m, l and the unnormalised output. Sets of whole kv blocks (16 keys
+  // here) do exactly the operations of one run over the keys: the same bits. Other splits
+  // round differently only in where the blocks end: within 1e-6 in f32; in bf16 each block's
+  // probabilities are rounded relative to its own running max, so within bf16's 2^-9 of |v|.
+  std::vector<DType> types = {DType::F32};
+  if (dit_test::bf16_available()) types.push_back(DType::BF16);
+  const int64_t B = 2, H = 3, Tq = 40, D = 24, KB = 16;
+  struct Split {
+    std::vector<int64_t> sets;
+    bool exact;
+  };
+  for (DType compute : types)
+    for (const Split& split : {Split{{32, 16}, true}, Split{{16, 16, 16}, true}, Split{{48}, true},
+                               Split{{20, 28}, false}, Split{{5, 40, 3}, false}}) {
+      int64_t Tk = 0;
+      for (int64_t n : split.sets) Tk += n;
+      const size_t esz = compute == DType::BF16 ? 2 : 4;
+      const std::vector<float> q = kt::randv(B * H * Tq * D, 31, -1.f, 1.f);
+      const std::vector<float> k = kt::randv(B * H * Tk * D, 32, -1.f, 1.f), v = kt::randv(B * H * Tk * D, 33, -1.f, 1.f);
+      auto dense = [&](const std::vector<float>& x, int64_t T, int64_t from, int64_t n) {  // tokens [from, from + n)
+        std::vector<char> d(size_t(B * H * n * D) * esz);
+        const float* src = x.data() + from * D;
+        attention_to_dense(src, AttnLayout::bhtd(H, T, D), B, H, n, D, compute, d.data());
+        return d;
+      };
+      auto spec = [&](int64_t kv) {
+        AttentionSpec s = spec_of(B, H, Tq, kv, D, compute);
+        s.q_block = 16;
+        s.kv_block = KB;
+        return s;
+      };
+      const std::vector<char> qd = dense(q, Tq, 0, Tq);
+      std::vector<float> want(size_t(B * H * Tq * D));
+      const std::vector<char> kall = dense(k, Tk, 0, Tk), vall = dense(v, Tk, 0, Tk);
+      Attention(spec(Tk)).run_dense(qd.data(), kall.data(), vall.data(), want.data(), nullptr);
+
+      std::vector<float> got(want.size(), NAN), m(size_t(B * H * Tq), NAN), l(m.size(), NAN);
+      int64_t from = 0;
+      for (size_t i = 0; i < split.sets.size(); ++i) {
+        const int64_t n = split.sets[i];
+        const std::vector<char> kd = dense(k, Tk, from, n), vd = dense(v, Tk, from, n);
+        AttentionCarry carry;
+        carry.m = m.data();
+        carry.l = l.data();
+        carry.first = i == 0;
+        carry.last = i + 1 == split.sets.size();
+        Attention(spec(n)).run_dense_part(qd.data(), kd.data(), vd.data(), got.data(), carry);
+        from += n;
+      }
+      INFO(dtype_name(compute) << " sets of " << split.sets.size() << (split.exact ? " (whole blocks)" : ""));
+      if (split.exact)
+        CHECK(std::memcmp(got.data(), want.data(), want.size() * 4) == 0);
+      else
+        kt::check_close(got.data(), want.data(), want.size(), compute == DType::BF16 ? 1e-2 : 1e-6,
+                        compute == DType::BF16 ? 2e-3 : 1e-6, "run_dense_part");
+    }
+  Attention a(spec_of(1, 1, 4, 4, 8, DType::F32));
+  std::vector<float> x(32);
+  CHECK_THROWS_WITH(a.run_dense_part(x.data(), x.data(), x.data(), x.data(), AttentionCarry{}),
+                    Catch::Contains("needs the rows' m and l"));
 }
