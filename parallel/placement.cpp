@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
 
 #include "parallel/launcher.h"
 #include "runtime/error.h"
@@ -35,6 +38,77 @@ std::vector<int> allowed_cpus() {
       if (CPU_ISSET(c, &set)) cpus.push_back(c);
   if (cpus.empty()) cpus.push_back(0);
   return cpus;
+}
+
+namespace {
+
+// "0-3,8,10-11" -> {0, 1, 2, 3, 8, 10, 11}; empty on anything else.
+std::vector<int> parse_cpu_list(const std::string& text) {
+  std::vector<int> out;
+  std::stringstream ss(text);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    while (!part.empty() && (part.back() == '\n' || part.back() == ' ')) part.pop_back();
+    if (part.empty()) continue;
+    int a = 0, b = 0;
+    char dash = 0;
+    std::istringstream in(part);
+    if (!(in >> a) || a < 0 || a >= CPU_SETSIZE) return {};
+    b = a;
+    if (in >> dash) {
+      if (dash != '-' || !(in >> b) || b < a || b >= CPU_SETSIZE) return {};
+    }
+    for (int c = a; c <= b; ++c) out.push_back(c);
+  }
+  return out;
+}
+
+std::vector<int> read_siblings(const std::string& sysfs, int cpu) {
+  for (const char* name : {"core_cpus_list", "thread_siblings_list"}) {
+    std::ifstream f(sysfs + "/cpu" + std::to_string(cpu) + "/topology/" + name);
+    std::string line;
+    if (f && std::getline(f, line)) {
+      std::vector<int> sib = parse_cpu_list(line);
+      if (std::find(sib.begin(), sib.end(), cpu) != sib.end()) return sib;  // (a list without the CPU is not its core's)
+    }
+  }
+  return {cpu};
+}
+
+}  // namespace
+
+std::vector<std::vector<int>> physical_cores(const std::vector<int>& allowed, const std::string& sysfs) {
+  std::vector<int> sorted = allowed;
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  std::map<int, size_t> core_of;  // a core's first sibling -> its index in `cores`
+  std::vector<std::vector<int>> cores;
+  for (int c : sorted) {
+    const std::vector<int> sib = read_siblings(sysfs, c);
+    const int key = *std::min_element(sib.begin(), sib.end());
+    auto [it, fresh] = core_of.emplace(key, cores.size());
+    if (fresh) cores.emplace_back();
+    cores[it->second].push_back(c);
+  }
+  return cores;
+}
+
+std::vector<int> placement_order(const std::vector<std::vector<int>>& cores, size_t need) {
+  std::vector<int> order;
+  if (need <= cores.size()) {  // every thread on a core of its own: first CPUs, then the rest
+    for (size_t k = 0;; ++k) {
+      bool any = false;
+      for (const std::vector<int>& core : cores)
+        if (k < core.size()) {
+          order.push_back(core[k]);
+          any = true;
+        }
+      if (!any) break;
+    }
+  } else {
+    for (const std::vector<int>& core : cores) order.insert(order.end(), core.begin(), core.end());
+  }
+  return order;
 }
 
 void pin_to_cpus(const std::vector<int>& cpus) {
@@ -68,7 +142,8 @@ Placement place_rank(const LaunchEnv& env, int threads, bool pin) {
     keep.note = "already bound to " + std::to_string(allowed.size()) + " core(s)";
     return keep;
   }
-  Placement p = rank_cores(allowed, env.local_rank, env.local_world, threads);
+  const size_t need = size_t(env.local_world) * size_t(threads);
+  Placement p = rank_cores(placement_order(physical_cores(allowed), need), env.local_rank, env.local_world, threads);
   pin_to_cpus(p.cpus);
   return p;
 }

@@ -1,9 +1,15 @@
 // Placement: which cores each local rank runs on.
 //
-// Local rank r of a machine's L ranks, each with T threads, gets the allowed cores
-// allowed[r*T .. r*T+T-1] (`allowed` is the process's CPU set from sched_getaffinity, in
-// order), so the ranks of one machine never share a core. Only when L×T exceeds the allowed
-// cores do the sets wrap around and overlap (`oversubscribed`).
+// Local rank r of a machine's L ranks, each with T threads, gets the CPUs
+// order[r*T .. r*T+T-1] of the process's allowed set (sched_getaffinity) in placement order,
+// so the ranks of one machine never share a CPU. Only when L×T exceeds the allowed CPUs do
+// the sets wrap around and overlap (`oversubscribed`).
+//
+// Placement order knows SMT: the CPUs of one physical core (hyperthreads) are siblings
+// (sysfs topology). When L×T fits in the allowed set's physical cores, every thread gets a core
+// of its own (each core's first CPU, cores in order); otherwise each core's CPUs go together,
+// so that a rank shares cores only with itself. Without SMT (or without sysfs) the order is
+// the allowed set's, ascending.
 //
 // A rank applies its placement with sched_setaffinity before it starts any thread (the
 // OpenMP threads it creates later inherit the set). The launcher's workers and externally
@@ -27,12 +33,24 @@ struct Placement {
   std::string note;             // why not pinned, when not
 };
 
-// Pure: the cores of local rank `local_rank` of `local_world` ranks with `threads` threads
-// each, out of `allowed`. Throws dit::Error on an empty set or out-of-range arguments.
+// Pure: the CPUs of local rank `local_rank` of `local_world` ranks with `threads` threads
+// each, out of `allowed` taken in its order (placement_order). Throws dit::Error on an empty
+// set or out-of-range arguments.
 Placement rank_cores(const std::vector<int>& allowed, int local_rank, int local_world, int threads);
 
 // This process's allowed CPUs (sched_getaffinity), ascending.
 std::vector<int> allowed_cpus();
+
+// `allowed` by physical core: each core's allowed CPUs (its SMT siblings) together, cores in
+// the order of their first CPU. From <sysfs>/cpuN/topology/core_cpus_list (or
+// thread_siblings_list, its older name); a CPU whose topology cannot be read is a core of its
+// own.
+std::vector<std::vector<int>> physical_cores(const std::vector<int>& allowed,
+                                             const std::string& sysfs = "/sys/devices/system/cpu");
+
+// The order in which ranks take CPUs for `need` = ranks × threads of them (above): one CPU of
+// each core first when `need` fits the cores, else each core's CPUs together.
+std::vector<int> placement_order(const std::vector<std::vector<int>>& cores, size_t need);
 
 // Restricts this process (its calling thread, and the threads it starts afterwards) to
 // `cpus`. Throws dit::Error naming the cores and errno on failure.

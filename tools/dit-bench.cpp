@@ -9,8 +9,9 @@
 //
 // Every (size, dtype, layout) runs in fresh processes started with the project's launcher
 // (parallel/launcher.h): `world` ranks, each with --threads threads (default 1), local rank r
-// pinned to its own cores r*threads .. r*threads+threads-1 of the allowed set
-// (parallel/placement.h; --no-pin to compare), so the speedups of one invocation are ratios
+// pinned to its own cores r*threads .. r*threads+threads-1 of the allowed set in placement
+// order (one CPU per physical core while they suffice; parallel/placement.h; --no-pin to
+// compare), so the speedups of one invocation are ratios
 // on the same machine state. `serial-all` is one rank, unpinned, with all cores' threads.
 //
 // Several machines (tools/netbench.sh simulates them in network namespaces): the same
@@ -213,7 +214,9 @@ int run_driver(const Opts& o, const char* argv0) {
                          {"head_dim", tcfg.get_int("attention_head_dim", 72)},
                          {"patch", tcfg.get_int("patch_size", 2)}};
   doc["cpus"] = allowed_cpus().size();
-  doc["pinning"] = o.no_pin ? "none (--no-pin)" : "local rank r on allowed cores r*threads .. r*threads+threads-1";
+  doc["pinning"] = o.no_pin ? "none (--no-pin)"
+                            : "local rank r on allowed cores r*threads .. r*threads+threads-1 in placement order "
+                              "(one CPU per physical core while they suffice)";
   if (o.nnodes > 1) {
     doc["nnodes"] = o.nnodes;
     doc["node_rank"] = o.node_rank;
@@ -317,7 +320,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str();
   app.add_option("-t,--threads", o.threads,
-                 "threads per rank; local rank r runs on allowed cores r*threads .. r*threads+threads-1 (wrapping, "
+                 "threads per rank; local rank r runs on allowed cores r*threads .. r*threads+threads-1, one CPU per "
+                 "physical core while they suffice (wrapping, "
                  "and \"oversubscribed\" in the JSON, when ranks x threads > cores; serial-all always runs all cores)")
       ->capture_default_str();
   app.add_flag("--no-pin", o.no_pin, "leave the ranks' CPU affinity alone (compare with the default placement)");

@@ -1,10 +1,15 @@
-// Placement: local rank r of L ranks with T threads gets its own T cores of the allowed set.
+// Placement: local rank r of L ranks with T threads gets its own T cores of the allowed set,
+// one CPU per physical core while the cores suffice (SMT siblings from a fake sysfs).
 #include <catch2/catch.hpp>
 
 #include <sched.h>
+#include <stdlib.h>
 
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "parallel/launcher.h"
 #include "parallel/placement.h"
@@ -109,4 +114,59 @@ TEST_CASE("placement: place_rank pins a local rank in a thread, and --no-pin or 
     CHECK_FALSE(pinned.pinned);  // one core: already bound
   }
   CHECK(allowed_cpus() == allowed);
+}
+
+namespace {
+// A fake /sys/devices/system/cpu: cpuN/topology/core_cpus_list for each (cpu, list) given.
+struct FakeSysfs {
+  std::string root;
+  explicit FakeSysfs(const std::vector<std::pair<int, std::string>>& lists, const char* name = "core_cpus_list") {
+    char tmpl[] = "/tmp/dit-sysfs-XXXXXX";
+    REQUIRE(::mkdtemp(tmpl) != nullptr);
+    root = tmpl;
+    for (const auto& [cpu, list] : lists) {
+      const std::string dir = root + "/cpu" + std::to_string(cpu) + "/topology";
+      std::filesystem::create_directories(dir);
+      std::ofstream(dir + "/" + name) << list << "\n";
+    }
+  }
+  ~FakeSysfs() { std::filesystem::remove_all(root); }
+};
+}  // namespace
+
+TEST_CASE("placement: SMT siblings are one core; ranks take one CPU per core while the cores suffice") {
+  // 4 cores x 2 hyperthreads numbered as Intel servers do: core k is CPUs k and k + 4.
+  const FakeSysfs intel({{0, "0,4"}, {1, "1,5"}, {2, "2,6"}, {3, "3,7"}, {4, "0,4"}, {5, "1,5"}, {6, "2,6"}, {7, "3,7"}});
+  const std::vector<std::vector<int>> cores = physical_cores(iota_cpus(8), intel.root);
+  CHECK(cores == std::vector<std::vector<int>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}});
+  // 4 ranks x 1 thread, or 2 x 2: a core each thread.
+  CHECK(placement_order(cores, 4) == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7});
+  CHECK(rank_cores(placement_order(cores, 4), 1, 2, 2).cpus == std::vector<int>{2, 3});
+  // 2 ranks x 4 threads: more threads than cores, so each rank gets whole cores, both siblings.
+  const std::vector<int> whole = placement_order(cores, 8);
+  CHECK(whole == std::vector<int>{0, 4, 1, 5, 2, 6, 3, 7});
+  CHECK(rank_cores(whole, 0, 2, 4).cpus == std::vector<int>{0, 1, 4, 5});
+  CHECK(rank_cores(whole, 1, 2, 4).cpus == std::vector<int>{2, 3, 6, 7});
+
+  // Siblings numbered next to each other (core k is CPUs 2k and 2k + 1), the older file name,
+  // and ranges: 2 ranks x 2 threads land on four different cores, not on two.
+  const FakeSysfs adjacent({{0, "0-1"}, {1, "0-1"}, {2, "2-3"}, {3, "2-3"}, {4, "4-5"}, {5, "4-5"}, {6, "6-7"}, {7, "6-7"}},
+                           "thread_siblings_list");
+  const std::vector<std::vector<int>> adj = physical_cores(iota_cpus(8), adjacent.root);
+  CHECK(adj == std::vector<std::vector<int>>{{0, 1}, {2, 3}, {4, 5}, {6, 7}});
+  CHECK(rank_cores(placement_order(adj, 4), 0, 2, 2).cpus == std::vector<int>{0, 2});
+  CHECK(rank_cores(placement_order(adj, 4), 1, 2, 2).cpus == std::vector<int>{4, 6});
+  // Before, the ascending order gave rank 0 CPUs 0 and 1: both hyperthreads of one core.
+  CHECK(rank_cores(iota_cpus(8), 0, 2, 2).cpus == std::vector<int>{0, 1});
+
+  // An allowed subset keeps only its own CPUs of each core.
+  CHECK(physical_cores({1, 4, 5, 6}, intel.root) == std::vector<std::vector<int>>{{1, 5}, {4}, {6}});
+}
+
+TEST_CASE("placement: without readable topology every CPU is its own core, in ascending order") {
+  const FakeSysfs broken({{0, "garbage"}, {1, "5-2"}, {2, "7"}});  // 2's list does not hold 2
+  CHECK(physical_cores({3, 2, 1, 0}, broken.root) == std::vector<std::vector<int>>{{0}, {1}, {2}, {3}});
+  CHECK(physical_cores(iota_cpus(3), "/nonexistent") == std::vector<std::vector<int>>{{0}, {1}, {2}});
+  CHECK(placement_order(physical_cores(iota_cpus(3), "/nonexistent"), 2) == iota_cpus(3));
+  CHECK(placement_order(physical_cores(iota_cpus(3), "/nonexistent"), 6) == iota_cpus(3));
 }

@@ -90,7 +90,8 @@ int run_worker(const Opts& o) {
       // threads against layouts of 2 x 8 and halved the baseline.
       threads = int(cpus.size());
     } else if (!o.no_pin) {
-      place = rank_cores(cpus, env.local_rank, env.local_world, threads);
+      const size_t need = size_t(env.local_world) * size_t(threads);
+      place = rank_cores(placement_order(physical_cores(cpus), need), env.local_rank, env.local_world, threads);
       pin_to_cpus(place.cpus);
     }
     set_num_threads(threads);
