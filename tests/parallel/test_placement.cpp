@@ -134,7 +134,7 @@ struct FakeSysfs {
 };
 }  // namespace
 
-TEST_CASE("placement: SMT siblings are one core; ranks take one CPU per core while the cores suffice") {
+TEST_CASE("placement: SMT siblings are one core, and ranks take one CPU per core while the cores suffice") {
   // 4 cores x 2 hyperthreads numbered as Intel servers do: core k is CPUs k and k + 4.
   const FakeSysfs intel({{0, "0,4"}, {1, "1,5"}, {2, "2,6"}, {3, "3,7"}, {4, "0,4"}, {5, "1,5"}, {6, "2,6"}, {7, "3,7"}});
   const std::vector<std::vector<int>> cores = physical_cores(iota_cpus(8), intel.root);
