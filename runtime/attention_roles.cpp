@@ -13,6 +13,10 @@ void SelfAttention::forward(const uint16_t*, uint16_t*) {
   DIT_CHECK(false, name() << " attention: forward into bf16 output, but it writes " << dtype_name(out_dtype()));
 }
 
+void CrossAttention::forward(const uint16_t*, const uint16_t*, const uint16_t*, const float*, uint16_t*) {
+  DIT_CHECK(false, "cross-attention: forward in bf16, but it takes " << dtype_name(io_dtype()));
+}
+
 namespace {
 
 class LocalSelfAttention : public SelfAttention {
@@ -79,6 +83,15 @@ class LocalCrossAttention : public CrossAttention {
     attn_ = Attention(a);
   }
   void forward(const float* q, const float* k, const float* v, const float* key_bias, float* out) override {
+    if (s_.q_tokens == 0) return;
+    AttnBias bias;
+    bias.key = key_bias;
+    attn_.run(q, k, v, out, nullptr, &bias);
+  }
+  DType io_dtype() const override { return s_.compute; }
+  void forward(const uint16_t* q, const uint16_t* k, const uint16_t* v, const float* key_bias,
+               uint16_t* out) override {
+    DIT_CHECK(io_dtype() == DType::BF16, "cross-attention: bf16 q, k, v need bf16 compute");
     if (s_.q_tokens == 0) return;
     AttnBias bias;
     bias.key = key_bias;

@@ -72,6 +72,13 @@ class CrossAttention {
   // key_bias: [batch, kv_tokens] added to the scaled logits (0 keep, -10000 padding), or null;
   // out: [batch, q_tokens, heads, head_dim].
   virtual void forward(const float* q, const float* k, const float* v, const float* key_bias, float* out) = 0;
+  // The type forward() may take q, k, v and write out in, once prepared: BF16 with bf16
+  // compute (the projections write them rounded, the output projection reads out as it is:
+  // the same bits, as the kernels and the matmul round them so anyway), else F32.
+  virtual DType io_dtype() const { return DType::F32; }
+  // q, k, v and out in bf16; only where io_dtype() is BF16.
+  virtual void forward(const uint16_t* q, const uint16_t* k, const uint16_t* v, const float* key_bias,
+                       uint16_t* out);
 };
 
 // Cross-attention computed where the queries are (the only implementation every layout needs).

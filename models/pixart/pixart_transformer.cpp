@@ -65,6 +65,15 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   attn_->prepare(SelfAttentionShape{B, T, N, Hl, c.head_dim, w_.compute});  // batch, tokens here, all, heads, d
   const DType qkv_type = attn_->qkv_dtype();  // bf16 where the attention reads bf16 q, k, v
   const DType attn_type = attn_->out_dtype();  // bf16 where it writes bf16 (local attention)
+  CrossAttentionShape cs;
+  cs.batch = B;
+  cs.q_tokens = T;
+  cs.kv_tokens = L;
+  cs.heads = Hl;
+  cs.head_dim = c.head_dim;
+  cs.compute = w_.compute;
+  cross_->prepare(cs);
+  const DType cross_type = cross_->io_dtype();  // its q, k, v and output: bf16 with bf16 compute
 
   if (R > 0) patch_ = make_linear(w_.patch, B * R);
   t_fc1_ = make_linear(w_.t_embed.fc1, B, Act::Silu);
@@ -83,19 +92,19 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   v2_.clear();
   for (const PixArtBlockWeights& bw : w_.blocks) {
     BlockOps o;
-    o.k2 = make_linear(bw.k2, B * L);
-    o.v2 = make_linear(bw.v2, B * L);
+    o.k2 = make_linear(bw.k2, B * L, Act::None, cross_type);
+    o.v2 = make_linear(bw.v2, B * L, Act::None, cross_type);
     if (T > 0) {
       o.qkv = QkvLinear(bw.qkv, B * T, qkv_type, normed);
       o.attn1_out = par(bw.attn1_out, B, T, D, /*gated=*/true, false, attn_type);
-      o.q2 = make_linear(bw.q2, B * T);
-      o.attn2_out = par(bw.attn2_out, B, T, D, false, /*accumulate=*/true);
+      o.q2 = make_linear(bw.q2, B * T, Act::None, cross_type);
+      o.attn2_out = par(bw.attn2_out, B, T, D, false, /*accumulate=*/true, cross_type);
       o.fc1 = make_linear(bw.fc1, B * T, Act::GeluTanh, hidden, normed);
       o.fc2 = par(bw.fc2, B, T, 4 * D, /*gated=*/true, false, hidden);
     }
     ops_.push_back(std::move(o));
-    k2_.push_back(Tensor::empty({B, L, Dl}));
-    v2_.push_back(Tensor::empty({B, L, Dl}));
+    k2_.push_back(Tensor::empty({B, L, Dl}, cross_type));
+    v2_.push_back(Tensor::empty({B, L, Dl}, cross_type));
   }
   if (R > 0) {
     ln_ = LayerNormModulate(B, R, D, c.norm_eps);
@@ -110,9 +119,9 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   hn_ = Tensor::empty({B, R, D}, normed);
   hout_ = O < R ? Tensor::empty({B, O, D}) : Tensor();
   qkv_ = Tensor::empty({B, T, 3 * Dl}, qkv_type);
-  attn_out_ = Tensor::empty({B, T, Dl});
   self_out_ = Tensor::empty({B, T, Dl}, attn_type);
-  q2_ = Tensor::empty({B, T, Dl});
+  cross_out_ = Tensor::empty({B, T, Dl}, cross_type);
+  q2_ = Tensor::empty({B, T, Dl}, cross_type);
   mlp_ = Tensor::empty({B, T, Ml}, hidden);
   tfreq_ = Tensor::empty({B, 256});
   temb_ = Tensor::empty({B, D});
@@ -127,15 +136,6 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
 
   pos_embed_2d(int(D), grid_h_, grid_w_, double(c.sample_size / c.patch), c.interpolation_scale, res_.begin,
                res_.end, pos_.f32());
-
-  CrossAttentionShape cs;
-  cs.batch = B;
-  cs.q_tokens = T;
-  cs.kv_tokens = L;
-  cs.heads = Hl;
-  cs.head_dim = c.head_dim;
-  cs.compute = w_.compute;
-  cross_->prepare(cs);
 }
 
 void PixArtTransformer::begin(const Conditioning& cond) {
@@ -151,8 +151,13 @@ void PixArtTransformer::begin(const Conditioning& cond) {
   caption1_.run(cond.text.f32(), caption_h_.f32());
   caption2_.run(caption_h_.f32(), caption_.f32());
   for (size_t l = 0; l < ops_.size(); ++l) {
-    ops_[l].k2.run(caption_.f32(), k2_[l].f32());
-    ops_[l].v2.run(caption_.f32(), v2_[l].f32());
+    if (k2_[l].dtype() == DType::BF16) {
+      ops_[l].k2.run(caption_.f32(), k2_[l].bf16());
+      ops_[l].v2.run(caption_.f32(), v2_[l].bf16());
+    } else {
+      ops_[l].k2.run(caption_.f32(), k2_[l].f32());
+      ops_[l].v2.run(caption_.f32(), v2_[l].f32());
+    }
   }
   if (!c.use_additional_conditions) return;
   // α micro-conditions of the generated size: [emb(H), emb(W)] ++ emb(H/W), each value through
@@ -205,12 +210,21 @@ void PixArtTransformer::cross_attention(size_t l, float* x) {
   const float* xf = tp_->gather(x);  // [B, T, D]
   if (tokens_.size() == 0) return;
   const BlockOps& o = ops_[l];
-  o.q2.run(xf, q2_.f32());
-  {
-    profile::Scope pa(profile::Cat::CrossAttention);
-    cross_->forward(q2_.f32(), k2_[l].f32(), v2_[l].f32(), key_bias_.f32(), attn_out_.f32());
+  if (q2_.dtype() == DType::BF16) {  // q, k, v and the output in bf16 (cross_->io_dtype())
+    o.q2.run(xf, q2_.bf16());
+    {
+      profile::Scope pa(profile::Cat::CrossAttention);
+      cross_->forward(q2_.bf16(), k2_[l].bf16(), v2_[l].bf16(), key_bias_.f32(), cross_out_.bf16());
+    }
+    o.attn2_out->run(cross_out_.bf16(), x);
+  } else {
+    o.q2.run(xf, q2_.f32());
+    {
+      profile::Scope pa(profile::Cat::CrossAttention);
+      cross_->forward(q2_.f32(), k2_[l].f32(), v2_[l].f32(), key_bias_.f32(), cross_out_.f32());
+    }
+    o.attn2_out->run(cross_out_.f32(), x);
   }
-  o.attn2_out->run(attn_out_.f32(), x);
 }
 
 void PixArtTransformer::forward(const float* latents, const double* t, float* out) {

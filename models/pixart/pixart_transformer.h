@@ -67,13 +67,13 @@ class PixArtTransformer final : public DiffusionModel {
   Tensor key_bias_;  // [B, L] (1 - mask)·(-10000)
   Tensor caption_;   // [B, L, D] projected caption (scratch)
   Tensor caption_h_; // [B, L, D] GELU(linear_1) (scratch)
-  std::vector<Tensor> k2_, v2_;  // per block [B, L, D']
+  std::vector<Tensor> k2_, v2_;  // per block [B, L, D'], in the cross-attention's io_dtype
 
   // Activations (allocated in prepare): x_, h_ [B, R, D] residual rows (h_ the final layer's
   // norm; hn_ the blocks', in block_input_dtype); qkv_ [B, T, 3D'], self_out_ (in the self-
-  // attention's out_dtype), attn_out_ (the cross-attention's), q2_ [B, T, D'], mlp_ [B, T, M']
-  // (D', M': this rank's heads × d and MLP columns).
-  Tensor patches_, pos_, x_, h_, hn_, hout_, qkv_, self_out_, attn_out_, q2_, mlp_;
+  // attention's out_dtype), q2_ and cross_out_ [B, T, D'] (in the cross-attention's io_dtype,
+  // as k2_ and v2_), mlp_ [B, T, M'] (D', M': this rank's heads × d and MLP columns).
+  Tensor patches_, pos_, x_, h_, hn_, hout_, qkv_, self_out_, cross_out_, q2_, mlp_;
   Tensor tfreq_, temb_, emb_, t6_, chunks_, final_chunks_;
 };
 

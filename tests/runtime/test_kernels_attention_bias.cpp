@@ -8,6 +8,7 @@
 #include "tests/compute_types.h"
 #include "kernel_test_util.h"
 #include "runtime/attention.h"
+#include "runtime/attention_roles.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 
@@ -235,4 +236,45 @@ TEST_CASE("Attention with a zero bias equals attention without one, bit for bit"
   p.head.assign(p.H * 16, 0.f);
   p.rel.assign(p.H * 7, 0.f);
   CHECK_THROWS_AS(run(p, DType::F32, 0, 0), dit::Error);  // head and rel together
+}
+
+TEST_CASE("Cross-attention in bf16: q, k, v and out in bf16 give the f32 path's bits, rounded",
+          "[kernels][attention][bias][bf16]") {
+  // PixArt's projections write q, k and v in bf16 and its output projection reads the output
+  // so (CrossAttention::io_dtype): the kernels round q, k, v to bf16 anyway, so the output must
+  // be the f32-input output rounded, padding bias included. A rank without image tokens
+  // writes nothing.
+  if (!dit_test::bf16_available()) return;
+  const int64_t B = 2, T = 37, L = 11, H = 3, D = 16;
+  auto q = kt::randv(B * T * H * D, 61, -2.f, 2.f), k = kt::randv(B * L * H * D, 62, -2.f, 2.f),
+       v = kt::randv(B * L * H * D, 63);
+  std::vector<float> bias(B * L, 0.f);
+  for (int64_t j = 7; j < L; ++j) bias[size_t(L + j)] = -10000.f;  // the second caption is padded
+  auto round16 = [](const std::vector<float>& x) {
+    std::vector<uint16_t> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = f32_to_bf16(x[i]);
+    return y;
+  };
+  const std::vector<uint16_t> q16 = round16(q), k16 = round16(k), v16 = round16(v);
+  auto cross = make_local_cross_attention();
+  cross->prepare(CrossAttentionShape{B, T, L, H, D, DType::BF16});
+  REQUIRE(cross->io_dtype() == DType::BF16);
+  std::vector<float> want(size_t(B * T * H * D), NAN);
+  cross->forward(q.data(), k.data(), v.data(), bias.data(), want.data());
+  std::vector<uint16_t> got(want.size(), 0x7fc1);
+  cross->forward(q16.data(), k16.data(), v16.data(), bias.data(), got.data());
+  size_t off = 0;
+  for (size_t i = 0; i < want.size(); ++i) off += got[i] != f32_to_bf16(want[i]);
+  CHECK(off == 0);
+
+  auto f32 = make_local_cross_attention();
+  f32->prepare(CrossAttentionShape{B, T, L, H, D, DType::F32});
+  CHECK(f32->io_dtype() == DType::F32);
+  CHECK_THROWS_WITH(f32->forward(q16.data(), k16.data(), v16.data(), bias.data(), got.data()),
+                    Catch::Contains("need bf16 compute"));
+  auto none = make_local_cross_attention();  // a rank holding no image tokens
+  none->prepare(CrossAttentionShape{B, 0, L, H, D, DType::BF16});
+  std::vector<uint16_t> untouched(4, 0x1234);
+  none->forward(q16.data(), k16.data(), v16.data(), bias.data(), untouched.data());
+  CHECK(untouched == std::vector<uint16_t>(4, 0x1234));
 }
