@@ -105,6 +105,7 @@ class SequenceParallelAttention final : public SelfAttention {
   void pack16(QkvRows qkv, TokenRange heads, uint16_t* dst, int64_t dst_tokens = 0, int64_t first = 0) const;
   void unpack_chunk16(QkvRows qkv, int c);
   void attend16(int64_t heads);
+  void exchange_outputs16(uint16_t* recv);
   void gather16(float* out);
   void gather16(uint16_t* out);
   void exchange_and_attend16(QkvRows qkv);

@@ -156,20 +156,24 @@ void SequenceParallelAttention::exchange_and_attend16(QkvRows qkv) {
   attend16(Hu_);
 }
 
-// bf16, one chunk: the other ranks' tokens of my heads rounded to bf16 and exchanged; my own
-// heads copied in f32; the other ranks' heads of my tokens widened into out [B, T, H, d].
+// bf16, one chunk: the other ranks' tokens of my heads, rounded to bf16, go to them, and their
+// heads of my tokens come into recv (bf16 in out's [B, T, H, d] layout: recv16_, or a bf16
+// out itself).
+void SequenceParallelAttention::exchange_outputs16(uint16_t* recv) {
+  for (int j = 0; j < U_; ++j)
+    if (j != u_) narrow_tokens(j, Hu_ * d_, out16_.data(), false);
+  profile::Scope pc(profile::Cat::Communication);
+  profile::add_bytes(uint64_t(B_ * (Tg_ - T_) * Hu_ * d_) * 2);
+  uly_->all_to_all_strided(reinterpret_cast<const float*>(out16_.data()), gather16_to_, reinterpret_cast<float*>(recv),
+                           gather16_from_);
+}
+
+// ... into an f32 out [B, T, H, d]: my own heads copied in f32, the other ranks' widened.
 void SequenceParallelAttention::gather16(float* out) {
   const int64_t row = Hu_ * d_, h0 = heads_of(u_).begin * d_, t0 = tokens_of(u_).begin - tokens_of(0).begin;
-  for (int j = 0; j < U_; ++j)
-    if (j != u_) narrow_tokens(j, row, out16_.data(), false);
   for (int64_t b = 0; b < B_; ++b)
     copy_cols(out + b * T_ * H_ * d_ + h0, H_ * d_, chunk_out_.data() + (b * Tg_ + t0) * row, row, T_, row);
-  {
-    profile::Scope pc(profile::Cat::Communication);
-    profile::add_bytes(uint64_t(B_ * (Tg_ - T_) * Hu_ * d_) * 2);
-    uly_->all_to_all_strided(reinterpret_cast<const float*>(out16_.data()), gather16_to_,
-                             reinterpret_cast<float*>(recv16_.data()), gather16_from_);
-  }
+  exchange_outputs16(recv16_.data());
   for (int j = 0; j < U_; ++j)
     if (j != u_) {
       const int64_t hj0 = heads_of(j).begin * d_, hjd = heads_of(j).size() * d_;
@@ -177,18 +181,13 @@ void SequenceParallelAttention::gather16(float* out) {
     }
 }
 
-// The same into a bf16 out [B, T, H, d]: the other ranks' heads land in it as they arrive
-// (their blocks of recv16_ have out's layout), my own heads are rounded into it.
+// ... into a bf16 out: the other ranks' heads land in it as they arrive, my own heads are
+// rounded into it.
 void SequenceParallelAttention::gather16(uint16_t* out) {
   const int64_t row = Hu_ * d_, h0 = heads_of(u_).begin * d_, t0 = tokens_of(u_).begin - tokens_of(0).begin;
-  for (int j = 0; j < U_; ++j)
-    if (j != u_) narrow_tokens(j, row, out16_.data(), false);
   for (int64_t b = 0; b < B_; ++b)
     narrow_cols(out + b * T_ * H_ * d_ + h0, H_ * d_, chunk_out_.data() + (b * Tg_ + t0) * row, row, T_, row);
-  profile::Scope pc(profile::Cat::Communication);
-  profile::add_bytes(uint64_t(B_ * (Tg_ - T_) * Hu_ * d_) * 2);
-  uly_->all_to_all_strided(reinterpret_cast<const float*>(out16_.data()), gather16_to_, reinterpret_cast<float*>(out),
-                           gather16_from_);
+  exchange_outputs16(out);
 }
 
 // Rank j's tokens of chunk_out_ [B, Tg, hc, d] (hcd = hc·d) rounded to bf16: into the same
