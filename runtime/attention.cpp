@@ -117,11 +117,7 @@ DIT_MULTIVERSION void store_row(const float* acc, float inv, float* o, int64_t D
 
 DIT_MULTIVERSION void store_row_bf16(const float* acc, float inv, uint16_t* o, int64_t D) {
 #pragma omp simd
-  for (int64_t j = 0; j < D; ++j) {
-    uint32_t u = __builtin_bit_cast(uint32_t, acc[j] * inv);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    o[j] = uint16_t(u >> 16);
-  }
+  for (int64_t j = 0; j < D; ++j) o[j] = f32_to_bf16_rne(acc[j] * inv);
 }
 
 }  // namespace

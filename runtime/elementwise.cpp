@@ -65,11 +65,7 @@ void gated_residual_add(const float* f, const float* gate, float* x, int64_t bat
 
 DIT_MULTIVERSION void to_bf16(const float* x, uint16_t* y, int64_t n) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t u = __builtin_bit_cast(uint32_t, x[i]);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    y[i] = uint16_t(u >> 16);
-  }
+  for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16_rne(x[i]);
 }
 
 void upsample_nearest2x(const float* x, void* y, DType out, int64_t n, int64_t h, int64_t w, int64_t c) {

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "runtime/dtype.h"
 #include "runtime/engine.h"
 #include "runtime/error.h"
 #include "runtime/parallel_for.h"
@@ -34,17 +35,12 @@ DIT_MULTIVERSION void layer_norm_row_bf16(const float* x, int64_t D, float eps, 
     sq += d * d;
   }
   const float rstd = 1.f / std::sqrt(sq / float(D) + eps);
-  auto round = [](float v) {
-    uint32_t u = __builtin_bit_cast(uint32_t, v);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return uint16_t(u >> 16);
-  };
   if (mul) {
 #pragma omp simd
-    for (int64_t i = 0; i < D; ++i) y[i] = round((x[i] - mean) * rstd * mul[i] + add[i]);
+    for (int64_t i = 0; i < D; ++i) y[i] = f32_to_bf16_rne((x[i] - mean) * rstd * mul[i] + add[i]);
   } else {
 #pragma omp simd
-    for (int64_t i = 0; i < D; ++i) y[i] = round((x[i] - mean) * rstd);
+    for (int64_t i = 0; i < D; ++i) y[i] = f32_to_bf16_rne((x[i] - mean) * rstd);
   }
 }
 
