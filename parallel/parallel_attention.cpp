@@ -72,7 +72,8 @@ void SequenceParallelAttention::prepare(const SelfAttentionShape& s) {
       a.out = AttnLayout::bthd(Tg_, d_, Hu_, Hu_ * d_);
       by_kv_len_.emplace(tj, Attention(a));
     }
-    q_dense_.assign(compute_ == DType::BF16 ? size_t(B_ * Hu_ * Tg_ * d_) * esz_ + 1 : 0, 0);
+    // (bf16 queries from rows; USP in bf16 reads them from Ulysses' planes)
+    q_dense_.assign(compute_ == DType::BF16 && !uly16_ ? size_t(B_ * Hu_ * Tg_ * d_) * esz_ + 1 : 0, 0);
     const size_t block_bytes = size_t(2 * B_ * Tmax_ * Hu_ * d_) * esz_;  // the largest block
     const size_t kv_elems = block_bytes / sizeof(float) + 1;
     window_ = ring_->ensure_window(kv_elems * sizeof(float));  // collective: every ring rank prepares
@@ -136,7 +137,7 @@ void SequenceParallelAttention::forward(const uint16_t* qkv, float* out) {
 }
 
 DType SequenceParallelAttention::out_dtype() const {
-  return prepared_ && qkv_dtype() == DType::BF16 && U_ > 1 && uly16_ && C_ == 1 ? DType::BF16 : DType::F32;
+  return prepared_ && U_ > 1 && uly16_ && C_ == 1 ? DType::BF16 : DType::F32;
 }
 
 void SequenceParallelAttention::forward(const uint16_t* qkv, uint16_t* out) {

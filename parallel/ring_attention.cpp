@@ -8,16 +8,23 @@
 namespace dit::detail {
 
 // The queries as the block attention reads them: bf16 converted (or copied from bf16 rows) once
-// into q_dense_, f32 in place.
+// into q_dense_, or read in place from the planes Ulysses' bf16 exchange left; f32 in place.
 const void* SequenceParallelAttention::queries(QkvRows qkv_g) {
   if (compute_ != DType::BF16) return qkv_g.f32();
+  if (qkv_g.planes) return qkv_g.b16();  // plane 0: q dense [B, Hu, Tg, d]
   to_dense(qkv_g, 0, AttnLayout::bthd(Tg_, d_, Hu_, 3 * Hu_ * d_), Hu_, Tg_, q_dense_.data());
   return q_dense_.data();
 }
 
-// This rank's K/V block from [B, Tg, 3, Hu, d]: K, then V, each dense [B, Hu, Tg, d].
+// This rank's K/V block from [B, Tg, 3, Hu, d]: K, then V, each dense [B, Hu, Tg, d] (from
+// planes: planes 1 and 2 as they are).
 void SequenceParallelAttention::pack_block(QkvRows qkv_g, char* block) const {
   const int64_t hd = Hu_ * d_;
+  if (qkv_g.planes) {
+    const size_t plane = size_t(B_ * Hu_ * Tg_ * d_);
+    copy_block_parallel(qkv_g.b16() + plane, kFlat, 0, reinterpret_cast<uint16_t*>(block), kFlat, 0, 2 * plane);
+    return;
+  }
   const AttnLayout in = AttnLayout::bthd(Tg_, d_, Hu_, 3 * hd);
   to_dense(qkv_g, hd, in, Hu_, Tg_, block);
   to_dense(qkv_g, 2 * hd, in, Hu_, Tg_, block + size_t(B_ * Tg_ * hd) * esz_);

@@ -53,10 +53,13 @@ inline void narrow_cols(uint16_t* dst, int64_t dst_stride, const float* src, int
 }
 
 // q, k, v rows as a forward was given them: f32, or bf16 (forward(const uint16_t*); only
-// where qkv_dtype() is BF16). The internal f32 buffers (chunk_qkv_) travel as f32 rows.
+// where qkv_dtype() is BF16). The internal f32 buffers (chunk_qkv_) travel as f32 rows. planes:
+// instead of rows, bf16 q, k and v each dense [B, heads, tokens, d], one after the other (what
+// Ulysses' bf16 exchange leaves in qkv16_): the ring reads q and its K/V block from there.
 struct QkvRows {
   const void* p;
   bool bf16;
+  bool planes = false;
   const float* f32() const {
     DIT_CHECK(!bf16, "sequence-parallel attention: an f32 path got bf16 q, k, v");
     return static_cast<const float*>(p);
@@ -80,12 +83,14 @@ class SequenceParallelAttention final : public SelfAttention {
   void prepare(const SelfAttentionShape& s) override;
   void forward(const float* qkv, float* out) override;
   // bf16 q, k, v where the kernels read bf16 without an f32 exchange: bf16 compute with the
-  // ring alone, or with Ulysses exchanging bf16 (uly16_) and no ring.
+  // ring alone, or with Ulysses exchanging bf16 (uly16_: an even head_dim), with or without
+  // a ring (USP).
   DType qkv_dtype() const override;
   void forward(const uint16_t* qkv, float* out) override;
   // bf16 output where the other ranks' outputs already return in bf16: Ulysses exchanging
-  // bf16 in one chunk (no ring). They land in out as they arrive, and this rank's own heads are
-  // rounded into it: the bits of the f32 output rounded, with no widening pass.
+  // bf16 in one chunk (with a ring or without). They land in out as they arrive, and this
+  // rank's own heads are rounded into it: the bits of the f32 output rounded, with no
+  // widening pass.
   DType out_dtype() const override;
   void forward(const uint16_t* qkv, uint16_t* out) override;
 
@@ -148,7 +153,8 @@ class SequenceParallelAttention final : public SelfAttention {
   // into its rows (no staging buffers): [j] = rank j's block in qkv / chunk_qkv_ (scatter),
   // chunk_out_ / out (gather).
   std::vector<StridedBlock> scatter_to_, scatter_from_, gather_to_, gather_from_;
-  // ... and in bf16 without a ring (uly16_): each rank converts its q,k,v once into the
+  // ... and in bf16 (uly16_; with a ring too, which then reads q and its K/V block from qkv16_
+  // as they are): each rank converts its q,k,v once into the
   // kernels' form per destination (send16_: for rank j, [3, B, hj, T, d] at send16_off_[j]),
   // the scatter moves half the bytes into qkv16_ ([3, B, Hu, Tg, d]: q, k and v each dense),
   // and the attention reads that as it is (run_dense): the conversion it would do, done before

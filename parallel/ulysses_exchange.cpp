@@ -1,7 +1,8 @@
 // Ulysses (parallel/parallel_attention.h): q, k, v of this rank's tokens for every rank's
 // heads become q, k, v of the group's tokens for this rank's heads, attention runs on them, and
 // the outputs go back. One chunk: two strided all-to-alls; chunks: every block posted at once
-// and computed as it arrives (docs/overlap.md). bf16 without a ring moves the kernels' bf16 form.
+// and computed as it arrives (docs/overlap.md). bf16 (an even head_dim) moves the kernels' bf16
+// form, with a ring (USP) too.
 #include <cstring>
 
 #include "parallel/sequence_parallel_attention.h"
@@ -18,7 +19,7 @@ void SequenceParallelAttention::prepare_ulysses() {
       chunk_heads_[size_t(c * U_ + j)] = {heads_of(j).begin + parts[size_t(c)].begin,
                                           heads_of(j).begin + parts[size_t(c)].end};
   }
-  uly16_ = compute_ == DType::BF16 && R_ == 1 && d_ % 2 == 0;
+  uly16_ = compute_ == DType::BF16 && d_ % 2 == 0;  // (with a ring, C_ is 1)
   if (C_ == 1) return prepare_ulysses_blocks();
   const size_t n = size_t(C_ * U_);
   ss_off_.assign(n + 1, 0);
@@ -351,6 +352,8 @@ void SequenceParallelAttention::ulysses_forward(QkvRows qkv, float* out) {
 
 // bf16 Ulysses: attention over qkv16_'s [3, B, heads, Tg, d] -> chunk_out_ [B, Tg, heads, d].
 void SequenceParallelAttention::attend16(int64_t heads) {
+  // USP: the ring over qkv16_'s planes (even with no tokens: this rank passes K/V on).
+  if (R_ > 1) return ring_attention(QkvRows{qkv16_.data(), true, true}, chunk_out_.data());
   if (Tg_ == 0 || heads == 0) return;
   const size_t plane = size_t(B_ * heads * Tg_ * d_);
   by_heads_.at(heads).run_dense(qkv16_.data(), qkv16_.data() + plane, qkv16_.data() + 2 * plane, chunk_out_.data(),

@@ -321,6 +321,7 @@ TEST_CASE("Ulysses in bf16: q, k, v sent in the kernels' form, outputs returned 
       // bf16 output (one chunk, bf16 pairs): every value is local attention's rounded, this
       // rank's own heads included.
       if (chunks != 1 || c.head_dim % 2 != 0) continue;
+      // (USP below)
       std::vector<Problem> ps16;
       for (int64_t b : {1, 2}) ps16.push_back(make_problem({b, c.heads, c.head_dim, c.tokens, DType::BF16}, unsigned(50 + b)));
       run_layout(c.ulysses, 1, ps16, 1, true, true);
@@ -337,14 +338,16 @@ TEST_CASE("bf16 q, k, v given as bf16 (a QKV projection writing bf16) give the b
           "[parallel][attention]") {
   // The kernels round q, k, v to bf16 before they use them, so q, k, v rounded by the projection
   // must change no bit: local attention, the ring (windows and messages), Ulysses exchanging
-  // bf16 with and without chunks. USP, and Ulysses with an odd head_dim, exchange f32: they take
-  // f32 q, k, v (qkv_dtype() F32) and refuse bf16 ones.
+  // bf16 with and without chunks, USP (the ring over Ulysses' bf16 planes). Ulysses and USP
+  // with an odd head_dim exchange f32: they take f32 q, k, v (qkv_dtype() F32) and refuse
+  // bf16 ones.
   if (!dit_test::bf16_available()) return;
   struct Case {
     int ulysses, ring, chunks;
     int64_t head_dim;
   };
-  for (const Case& c : {Case{1, 1, 1, 16}, Case{1, 3, 1, 16}, Case{2, 1, 1, 16}, Case{2, 1, 2, 16}, Case{3, 1, 2, 8}})
+  for (const Case& c : {Case{1, 1, 1, 16}, Case{1, 3, 1, 16}, Case{2, 1, 1, 16}, Case{2, 1, 2, 16}, Case{3, 1, 2, 8},
+                        Case{2, 2, 1, 16}})
     for (bool messages : {false, true}) {
       if (messages && c.ring == 1) continue;
       std::vector<Problem> f32_in, bf16_in;
@@ -380,7 +383,7 @@ TEST_CASE("bf16 q, k, v given as bf16 (a QKV projection writing bf16) give the b
       }
     }
   // f32 exchanges: f32 q, k, v only.
-  for (const auto& layout : {std::tuple<int, int, int64_t>{2, 2, 16}, {2, 1, 7}}) {
+  for (const auto& layout : {std::tuple<int, int, int64_t>{2, 2, 7}, {2, 1, 7}}) {
     // Plain copies: clang (C++17) does not let the lambda below capture structured bindings.
     const int u = std::get<0>(layout), r = std::get<1>(layout);
     const int64_t d = std::get<2>(layout);
@@ -520,4 +523,30 @@ TEST_CASE("Ulysses chunks: as asked, else pipelined across machines and not on o
   CHECK(ulysses_chunks_for(unknown, 0) == 1);
   CHECK(ulysses_chunks_for(one, 3) == 3);
   CHECK(ulysses_chunks_for(two, 1) == 1);
+}
+
+TEST_CASE("USP in bf16: q, k, v exchanged in bf16, the ring over them, outputs returned in bf16",
+          "[parallel][attention]") {
+  // Ulysses inside a ring group exchanges the kernels' bf16 form and the ring reads q and its
+  // K/V block from there: f32 and bf16 q, k, v give the same bits (above), and a bf16 output is
+  // the f32 output rounded, every value. u2r2 and u2r3 (tokens uneven, one group short).
+  if (!dit_test::bf16_available()) return;
+  for (int ring : {2, 3})
+    for (bool messages : {false, true}) {
+      std::vector<Problem> f32_out, bf16_out;
+      for (int64_t n : {64, 37})
+        for (std::vector<Problem>* ps : {&f32_out, &bf16_out})
+          ps->push_back(make_problem({2, 4, 16, n, DType::BF16}, unsigned(90 + n)));
+      if (messages) setenv("DIT_NO_SHM_WINDOWS", "1", 1);
+      run_layout(2, ring, f32_out, 1, true);
+      run_layout(2, ring, bf16_out, 1, true, true);
+      unsetenv("DIT_NO_SHM_WINDOWS");
+      for (size_t i = 0; i < f32_out.size(); ++i) {
+        size_t off = 0;
+        for (size_t k = 0; k < f32_out[i].got.size(); ++k)
+          off += bf16_out[i].got[k] != bf16_to_f32(f32_to_bf16(f32_out[i].got[k]));
+        INFO("u2r" << ring << (messages ? " messages" : " windows") << " problem " << i);
+        CHECK(off == 0);
+      }
+    }
 }
