@@ -2,11 +2,6 @@
 
 #include <omp.h>
 
-#if defined(__GNUC__) && defined(__x86_64__)
-#include <immintrin.h>
-#define DIT_HAVE_AVX512_ROWS 1
-#endif
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -138,56 +133,31 @@ struct Attention::Impl {
   Tensor kd, vd;
   bool dense = false;  // the spec's q, k, v are dense bhtd: run_dense may be used
 
-  // out: f32, or bf16 (out16) rounded to nearest even, in the spec's out layout. With carry,
-  // the rows' online softmax continues from and/or into carry's m, l and the unnormalised out.
-  void run_blocks(const void* qbase, const void* kbase, const void* vbase, void* out, bool out16, float* lse,
-                  const AttnBias* bias, const AttentionCarry* carry = nullptr);
+  // One run over the blocks: q, k, v in the matmuls' layouts (eq, ek, ev); out f32, or bf16
+  // (out16) rounded to nearest even, in the spec's out layout; lse, bias and carry optional.
+  // With carry, the rows' online softmax continues from and/or into carry's m, l and the
+  // unnormalised out (run_dense_part).
+  struct BlockRun {
+    const char *q, *k, *v;
+    void* out;
+    bool out16;
+    float* lse;
+    const AttnBias* bias;
+    const AttentionCarry* carry;
+  };
+  // A task's rows: q block [q0, q0 + rows) of (batch b, head h); o0 the first row's element in
+  // out, r0 its index in lse / m / l.
+  struct TaskRows {
+    int64_t b = 0, h = 0, q0 = 0, rows = 0, o0 = 0, r0 = 0;
+  };
+  void run_blocks(const BlockRun& r);
+  void run_task(ThreadState& T, int64_t task, const BlockRun& r);
+  void start_rows(ThreadState& T, const BlockRun& r, const TaskRows& t) const;
+  void add_block_bias(ThreadState& T, const AttnBias& bias, const TaskRows& t, int64_t k0, int64_t kc) const;
+  void finish_rows(ThreadState& T, const BlockRun& r, const TaskRows& t) const;
 };
 
 namespace {
-
-// `rows` rows of D floats, src_stride apart, rounded to bf16 (to nearest even: the bits of
-// to_bf16) into dense rows. A call per row through to_bf16 cost about as much as the conversion
-// at D = 72 (the vector loop's scalar remainder). The AVX-512 kernel does a row in whole vectors
-// of 16, the last one redone from D - 16 (the overlap gets the same bits): masked stores to lines
-// not in cache were twice as slow here (Zen 4).
-void rows_to_bf16_generic(const float* src, int64_t src_stride, uint16_t* dst, int64_t rows, int64_t D) {
-  for (int64_t r = 0; r < rows; ++r) to_bf16(src + r * src_stride, dst + r * D, D);
-}
-
-#ifdef DIT_HAVE_AVX512_ROWS
-// GCC 12's AVX-512 headers warn of their own _mm512_undefined_* placeholders once inlined.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#ifndef __clang__  // (a GCC-only group: clang warns of it as unknown)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-__attribute__((target("avx512f,avx512bw,avx512vl"))) inline void round16(const float* src, uint16_t* dst) {
-  __m512i u = _mm512_castps_si512(_mm512_loadu_ps(src));
-  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  u = _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16)));
-}
-
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void rows_to_bf16_avx512(const float* src, int64_t src_stride,
-                                                                           uint16_t* dst, int64_t rows, int64_t D) {
-  for (int64_t r = 0; r < rows; ++r, src += src_stride, dst += D) {
-    for (int64_t i = 0; i + 16 <= D; i += 16) round16(src + i, dst + i);
-    if (D % 16) round16(src + D - 16, dst + D - 16);
-  }
-}
-
-#pragma GCC diagnostic pop
-#endif
-
-void rows_to_bf16(const float* src, int64_t src_stride, uint16_t* dst, int64_t rows, int64_t D) {
-#ifdef DIT_HAVE_AVX512_ROWS
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                             __builtin_cpu_supports("avx512vl");
-  if (avx512 && D >= 16) return rows_to_bf16_avx512(src, src_stride, dst, rows, D);
-#endif
-  rows_to_bf16_generic(src, src_stride, dst, rows, D);
-}
 
 static_assert(std::tuple_size<decltype(AttentionPhases{}.values())>::value == profile::kAttentionPhases);
 
@@ -210,43 +180,7 @@ class ProfilePhases {
   const Attention* a_;
   std::array<double, 6> before_{};
 };
-// Calls f(src, at, n) for runs of up to 64 tokens of one (batch, head): src the run's first row
-// in x (layout L), at its first element in the dense [batch, heads, Td, D] destination. The runs
-// are shared among the threads; no division per row.
-template <class T, class F>
-void for_dense_runs(const T* x, const AttnLayout& L, int64_t batch, int64_t heads, int64_t tokens, int64_t D,
-                    int64_t dst_tokens, int64_t dst_first, F&& f) {
-  constexpr int64_t kChunk = 64;
-  const int64_t Td = dst_tokens > 0 ? dst_tokens : tokens, chunks = (tokens + kChunk - 1) / kChunk;
-  parallel_for(batch * heads * chunks, batch * heads * tokens * D > 16384, [&](int64_t task) {
-    const int64_t bh = task / chunks, t0 = task % chunks * kChunk, n = std::min(kChunk, tokens - t0);
-    const int64_t b = bh / heads, h = bh % heads;
-    f(x + b * L.batch_stride + h * L.head_stride + t0 * L.token_stride, (bh * Td + dst_first + t0) * D, n);
-  });
-}
-
 }  // namespace
-
-void attention_to_dense(const float* x, const AttnLayout& L, int64_t batch, int64_t heads, int64_t tokens,
-                        int64_t head_dim, DType compute, void* dst, int64_t dst_tokens, int64_t dst_first) {
-  const int64_t D = head_dim;
-  for_dense_runs(x, L, batch, heads, tokens, D, dst_tokens, dst_first, [&](const float* src, int64_t at, int64_t n) {
-    if (compute == DType::BF16) {
-      rows_to_bf16(src, L.token_stride, static_cast<uint16_t*>(dst) + at, n, D);
-    } else {
-      float* d = static_cast<float*>(dst) + at;
-      for (int64_t t = 0; t < n; ++t) std::memcpy(d + t * D, src + t * L.token_stride, sizeof(float) * D);
-    }
-  });
-}
-
-void attention_to_dense(const uint16_t* x, const AttnLayout& L, int64_t batch, int64_t heads, int64_t tokens,
-                        int64_t head_dim, uint16_t* dst, int64_t dst_tokens, int64_t dst_first) {
-  const int64_t D = head_dim;
-  for_dense_runs(x, L, batch, heads, tokens, D, dst_tokens, dst_first, [&](const uint16_t* src, int64_t at, int64_t n) {
-    for (int64_t t = 0; t < n; ++t) std::memcpy(dst + at + t * D, src + t * L.token_stride, sizeof(uint16_t) * D);
-  });
-}
 
 Attention::Attention() = default;
 Attention::Attention(Attention&&) noexcept = default;
@@ -421,7 +355,8 @@ void Attention::run(const float* q, const float* k, const float* v, float* out, 
     vbase = m.vd.data();
   }
   if (bf16 || m.pack_kv) m.prepare_s += seconds_since(t0);
-  m.run_blocks(qbase, kbase, vbase, out, false, lse, bias);
+  m.run_blocks({static_cast<const char*>(qbase), static_cast<const char*>(kbase), static_cast<const char*>(vbase), out,
+                false, lse, bias, nullptr});
 }
 
 void Attention::run(const uint16_t* q, const uint16_t* k, const uint16_t* v, float* out, float* lse,
@@ -447,14 +382,16 @@ void Attention::run16(const uint16_t* q, const uint16_t* k, const uint16_t* v, v
   attention_to_dense(k, s.k, s.batch, s.heads, s.kv_len, s.head_dim, m.kb.bf16());
   attention_to_dense(v, s.v, s.batch, s.heads, s.kv_len, s.head_dim, m.vb.bf16());
   m.prepare_s += seconds_since(t0);
-  m.run_blocks(m.qb.data(), m.kb.data(), m.vb.data(), out, out16, lse, bias);
+  m.run_blocks({static_cast<const char*>(m.qb.data()), static_cast<const char*>(m.kb.data()),
+                static_cast<const char*>(m.vb.data()), out, out16, lse, bias, nullptr});
 }
 
 void Attention::run_dense(const void* q, const void* k, const void* v, float* out, float* lse) const {
   DIT_CHECK(impl_, "Attention::run_dense on an empty Attention");
   DIT_CHECK(impl_->dense, impl_->what << ": run_dense needs dense [batch, heads, tokens, head_dim] k and v (and q for bf16)");
   const ProfilePhases prof(*this);
-  impl_->run_blocks(q, k, v, out, false, lse, nullptr);
+  impl_->run_blocks({static_cast<const char*>(q), static_cast<const char*>(k), static_cast<const char*>(v), out, false,
+                     lse, nullptr, nullptr});
 }
 
 void Attention::run_dense_part(const void* q, const void* k, const void* v, float* out,
@@ -463,120 +400,145 @@ void Attention::run_dense_part(const void* q, const void* k, const void* v, floa
   DIT_CHECK(impl_->dense, impl_->what << ": run_dense_part needs dense [batch, heads, tokens, head_dim] k and v (and q for bf16)");
   DIT_CHECK(carry.m && carry.l, impl_->what << ": run_dense_part needs the rows' m and l");
   const ProfilePhases prof(*this);
-  impl_->run_blocks(q, k, v, out, false, nullptr, nullptr, &carry);
+  impl_->run_blocks({static_cast<const char*>(q), static_cast<const char*>(k), static_cast<const char*>(v), out, false,
+                     nullptr, nullptr, &carry});
 }
 
-void Attention::Impl::run_blocks(const void* qbase, const void* kbase, const void* vbase, void* out, bool out16,
-                                 float* lse, const AttnBias* bias, const AttentionCarry* carry) {
-  Impl& m = *this;
-  const AttentionSpec& s = m.spec;
-  const float* key_bias = bias ? bias->key : nullptr;
-  const float* head_bias = bias ? bias->head : nullptr;
-  const float* rel_bias = bias ? bias->rel : nullptr;
-  DIT_CHECK(!(head_bias && rel_bias), m.what << ": AttnBias takes head or rel, not both");
-  const bool has_bias = key_bias || head_bias || rel_bias;
+// The rows of one task (q block) before its first K/V block: afresh, or the state a previous
+// call left (m, l and the unnormalised output).
+void Attention::Impl::start_rows(ThreadState& T, const BlockRun& r, const TaskRows& t) const {
+  const int64_t D = spec.head_dim;
+  if (r.carry && !r.carry->first) {
+    for (int64_t i = 0; i < t.rows; ++i) {
+      T.m[i] = r.carry->m[t.r0 + i];
+      T.l[i] = r.carry->l[t.r0 + i];
+      std::memcpy(T.O + i * D, static_cast<const float*>(r.out) + t.o0 + i * spec.out.token_stride, sizeof(float) * D);
+    }
+    return;
+  }
+  for (int64_t i = 0; i < t.rows; ++i) {
+    T.m[i] = kNegInf;
+    T.l[i] = 0.f;
+  }
+}
+
+// The bias of K/V block [k0, k0 + kc) added to the task's scaled logits S.
+void Attention::Impl::add_block_bias(ThreadState& T, const AttnBias& bias, const TaskRows& t, int64_t k0,
+                                     int64_t kc) const {
+  const AttentionSpec& s = spec;
   const int64_t rel_width = s.q_len + s.kv_len - 1;
+  const float* kb = bias.key ? bias.key + t.b * s.kv_len + k0 : nullptr;
+  for (int64_t i = 0; i < t.rows; ++i) {
+    const int64_t q = t.q0 + i;
+    const float* hb = bias.head  ? bias.head + (t.h * s.q_len + q) * s.kv_len + k0
+                      : bias.rel ? bias.rel + t.h * rel_width + (k0 - q) + (s.q_len - 1)
+                                 : nullptr;
+    add_bias_row(T.S + i * KB, hb, kb, kc);
+  }
+}
+
+// The rows of one task after its last K/V block: normalised into out (f32 or bf16) with their
+// lse, or, for the next call of run_dense_part, m, l and the output unnormalised.
+void Attention::Impl::finish_rows(ThreadState& T, const BlockRun& r, const TaskRows& t) const {
+  const int64_t D = spec.head_dim, stride = spec.out.token_stride;
+  if (r.carry && !r.carry->last) {
+    for (int64_t i = 0; i < t.rows; ++i) {
+      r.carry->m[t.r0 + i] = T.m[i];
+      r.carry->l[t.r0 + i] = T.l[i];
+      std::memcpy(static_cast<float*>(r.out) + t.o0 + i * stride, T.O + i * D, sizeof(float) * D);
+    }
+    return;
+  }
+  for (int64_t i = 0; i < t.rows; ++i) {
+    const int64_t at = t.o0 + i * stride;
+    if (r.out16)
+      store_row_bf16(T.O + i * D, 1.f / T.l[i], static_cast<uint16_t*>(r.out) + at, D);
+    else
+      store_row(T.O + i * D, 1.f / T.l[i], static_cast<float*>(r.out) + at, D);
+  }
+  if (r.lse)
+    for (int64_t i = 0; i < t.rows; ++i) r.lse[t.r0 + i] = T.m[i] + std::log(T.l[i]);
+}
+
+// One task: the rows of q block qi of (batch b, head h) over every K/V block, online softmax.
+void Attention::Impl::run_task(ThreadState& T, int64_t task, const BlockRun& r) {
+  const AttentionSpec& s = spec;
   const int64_t D = s.head_dim, H = s.heads;
   const bool bf16 = s.compute == DType::BF16;
-  const int nthr = std::min(m.nthr, std::max(1, omp_get_max_threads()));
   const size_t esz = bf16 ? 2 : 4;
+  TaskRows t;
+  t.b = task / (H * nqb);
+  t.h = (task / nqb) % H;
+  const int64_t qi = task % nqb;
+  const int qt = (qi == nqb - 1 && q_tail != QB) ? 1 : 0;
+  t.q0 = qi * QB;
+  t.rows = qt ? q_tail : QB;
+  t.o0 = t.b * s.out.batch_stride + t.h * s.out.head_stride + t.q0 * s.out.token_stride;
+  t.r0 = (t.b * H + t.h) * s.q_len + t.q0;
+  const char* qp = r.q + (t.b * eq.batch_stride + t.h * eq.head_stride + t.q0 * eq.token_stride) * esz;
+  const char* kp = r.k + (t.b * ek.batch_stride + t.h * ek.head_stride) * esz;
+  const char* vp = r.v + (t.b * ev.batch_stride + t.h * ev.head_stride) * esz;
+  const bool resume = r.carry && !r.carry->first;
+  start_rows(T, r, t);
+  for (int64_t kj = 0; kj < nkb; ++kj) {
+    const int64_t k0 = kj * KB;
+    const int kt = (kj == nkb - 1 && kv_tail != KB) ? 1 : 0;
+    const int64_t kc = kt ? kv_tail : KB;
+    auto& A = T.args[qt][kt];
+    const BlockPrims& p = prims[qt][kt];
+    A.qk_src.set_data_handle(const_cast<char*>(qp));
+    A.qk_wei.set_data_handle(const_cast<char*>(kp + k0 * ek.token_stride * esz));
+    auto clock = std::chrono::steady_clock::now();
+    execute(p.qk, T.stream, A.qk);  // S = Q·Kᵀ·scale   [rows, kc]
+    T.phases.qk += seconds_since(clock);
+    if (r.bias) add_block_bias(T, *r.bias, t, k0, kc);
+    if (bf16)  // P = exp(S - m'), m' and l updated, a = exp(m - m')
+      softmax_block_bf16(T.S, static_cast<uint16_t*>(T.P), t.rows, kc, KB, T.m, T.l, T.a);
+    else
+      softmax_block(T.S, static_cast<float*>(T.P), t.rows, kc, KB, T.m, T.l, T.a);
+    T.phases.softmax += seconds_since(clock);
+    A.pv_wei.set_data_handle(const_cast<char*>(vp + k0 * ev.token_stride * esz));
+    execute(p.pv, T.stream, A.pv);  // PV = P·V   [rows, D]
+    T.phases.pv += seconds_since(clock);
+    rescale_add(T.O, T.PV, T.a, t.rows, D, kj == 0 && !resume);  // O = O·a + PV
+    T.phases.rescale += seconds_since(clock);
+  }
+  auto clock = std::chrono::steady_clock::now();
+  finish_rows(T, r, t);
+  T.phases.store += seconds_since(clock);
+}
 
-  const int64_t tasks = s.batch * H * m.nqb;
+void Attention::Impl::run_blocks(const BlockRun& run) {
+  BlockRun r = run;
+  if (r.bias) {
+    DIT_CHECK(!(r.bias->head && r.bias->rel), what << ": AttnBias takes head or rel, not both");
+    if (!r.bias->key && !r.bias->head && !r.bias->rel) r.bias = nullptr;  // adds nothing
+  }
+  const int nthr_now = std::min(nthr, std::max(1, omp_get_max_threads()));
+  const int64_t tasks = spec.batch * spec.heads * nqb;
   std::string error;
-  auto run_task = [&](ThreadState& T, int64_t task) {
-      try {
-        const int64_t b = task / (H * m.nqb), h = (task / m.nqb) % H, qi = task % m.nqb;
-        const int64_t q0 = qi * m.QB;
-        const int qt = (qi == m.nqb - 1 && m.q_tail != m.QB) ? 1 : 0;
-        const int64_t qr = qt ? m.q_tail : m.QB;
-        const char* qp = static_cast<const char*>(qbase) +
-                         (b * m.eq.batch_stride + h * m.eq.head_stride + q0 * m.eq.token_stride) * esz;
-        const char* kp = static_cast<const char*>(kbase) + (b * m.ek.batch_stride + h * m.ek.head_stride) * esz;
-        const char* vp = static_cast<const char*>(vbase) + (b * m.ev.batch_stride + h * m.ev.head_stride) * esz;
-        const int64_t o0 = b * s.out.batch_stride + h * s.out.head_stride + q0 * s.out.token_stride;
-        const int64_t r0 = (b * H + h) * s.q_len + q0;  // the rows' first index in lse / m / l
-        const bool resume = carry && !carry->first;
-        if (resume) {  // the state a previous call left: m, l and the unnormalised output
-          for (int64_t i = 0; i < qr; ++i) {
-            T.m[i] = carry->m[r0 + i];
-            T.l[i] = carry->l[r0 + i];
-            std::memcpy(T.O + i * D, static_cast<const float*>(out) + o0 + i * s.out.token_stride, sizeof(float) * D);
-          }
-        } else {
-          for (int64_t i = 0; i < qr; ++i) {
-            T.m[i] = kNegInf;
-            T.l[i] = 0.f;
-          }
-        }
-        for (int64_t kj = 0; kj < m.nkb; ++kj) {
-          const int64_t k0 = kj * m.KB;
-          const int kt = (kj == m.nkb - 1 && m.kv_tail != m.KB) ? 1 : 0;
-          const int64_t kc = kt ? m.kv_tail : m.KB;
-          auto& A = T.args[qt][kt];
-          const BlockPrims& p = m.prims[qt][kt];
-          A.qk_src.set_data_handle(const_cast<char*>(qp));
-          A.qk_wei.set_data_handle(const_cast<char*>(kp + k0 * m.ek.token_stride * esz));
-          auto t = std::chrono::steady_clock::now();
-          execute(p.qk, T.stream, A.qk);
-          T.phases.qk += seconds_since(t);
-          if (has_bias) {
-            const float* kb = key_bias ? key_bias + b * s.kv_len + k0 : nullptr;
-            for (int64_t i = 0; i < qr; ++i) {
-              const float* hb = head_bias  ? head_bias + (h * s.q_len + q0 + i) * s.kv_len + k0
-                                : rel_bias ? rel_bias + h * rel_width + (k0 - (q0 + i)) + (s.q_len - 1)
-                                           : nullptr;
-              add_bias_row(T.S + i * m.KB, hb, kb, kc);
-            }
-          }
-          if (bf16)
-            softmax_block_bf16(T.S, static_cast<uint16_t*>(T.P), qr, kc, m.KB, T.m, T.l, T.a);
-          else
-            softmax_block(T.S, static_cast<float*>(T.P), qr, kc, m.KB, T.m, T.l, T.a);
-          T.phases.softmax += seconds_since(t);
-          A.pv_wei.set_data_handle(const_cast<char*>(vp + k0 * m.ev.token_stride * esz));
-          execute(p.pv, T.stream, A.pv);
-          T.phases.pv += seconds_since(t);
-          rescale_add(T.O, T.PV, T.a, qr, D, kj == 0 && !resume);
-          T.phases.rescale += seconds_since(t);
-        }
-        auto t = std::chrono::steady_clock::now();
-        if (carry && !carry->last) {  // for the next call: m, l and the output unnormalised
-          for (int64_t i = 0; i < qr; ++i) {
-            carry->m[r0 + i] = T.m[i];
-            carry->l[r0 + i] = T.l[i];
-            std::memcpy(static_cast<float*>(out) + o0 + i * s.out.token_stride, T.O + i * D, sizeof(float) * D);
-          }
-        } else {
-          for (int64_t i = 0; i < qr; ++i) {
-            const int64_t at = o0 + i * s.out.token_stride;
-            if (out16)
-              store_row_bf16(T.O + i * D, 1.f / T.l[i], static_cast<uint16_t*>(out) + at, D);
-            else
-              store_row(T.O + i * D, 1.f / T.l[i], static_cast<float*>(out) + at, D);
-          }
-          if (lse)
-            for (int64_t i = 0; i < qr; ++i) lse[r0 + i] = T.m[i] + std::log(T.l[i]);
-        }
-        T.phases.store += seconds_since(t);
-      } catch (const dnnl::error& e) {
+  auto guarded = [&](ThreadState& T, int64_t task) {
+    try {
+      run_task(T, task, r);
+    } catch (const dnnl::error& e) {
 #pragma omp critical(dit_attention_error)
-        if (error.empty()) error = std::string(e.what()) + " (status " + std::to_string(int(e.status)) + ")";
-      } catch (const std::exception& e) {
+      if (error.empty()) error = std::string(e.what()) + " (status " + std::to_string(int(e.status)) + ")";
+    } catch (const std::exception& e) {
 #pragma omp critical(dit_attention_error)
-        if (error.empty()) error = e.what();
-      }
+      if (error.empty()) error = e.what();
+    }
   };
-  if (nthr == 1 || tasks == 1) {  // no parallel region: libgomp allocates a team per 1-thread region
-    for (int64_t task = 0; task < tasks; ++task) run_task(m.th[0], task);
+  if (nthr_now == 1 || tasks == 1) {  // no parallel region: libgomp allocates a team per 1-thread region
+    for (int64_t task = 0; task < tasks; ++task) guarded(th[0], task);
   } else {
-#pragma omp parallel num_threads(nthr)
+#pragma omp parallel num_threads(nthr_now)
     {
-      ThreadState& T = m.th[omp_get_thread_num()];
+      ThreadState& T = th[omp_get_thread_num()];
 #pragma omp for schedule(dynamic, 1)
-      for (int64_t task = 0; task < tasks; ++task) run_task(T, task);
+      for (int64_t task = 0; task < tasks; ++task) guarded(T, task);
     }
   }
-  if (!error.empty()) throw Error(m.what + ": oneDNN: " + error);
+  if (!error.empty()) throw Error(what + ": oneDNN: " + error);
 }
 
 const AttentionSpec& Attention::spec() const { return impl_->spec; }

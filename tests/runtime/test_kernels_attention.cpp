@@ -333,10 +333,11 @@ TEST_CASE("Attention::run_dense on attention_to_dense inputs gives run()'s resul
 }
 
 TEST_CASE("attention_to_dense: every element as f32_to_bf16 (or the float), any head_dim", "[kernels][attention][dense]") {
-  // The bf16 rows are converted in vectors of 16 with the last one redone from D - 16; the
-  // tokens in tasks of 64. Head dims below, at and between multiples of 16, token counts
-  // across task boundaries, values that round up, down and to even.
-  for (int64_t D : {int64_t(5), int64_t(16), int64_t(24), int64_t(72), int64_t(80)})
+  // The bf16 rows are converted in vectors of 16 with the last one redone from D - 16 (and
+  // bf16 rows copied in vectors of 32); the tokens in tasks of 64. Head dims below, at and
+  // between multiples of 16 and 32, token counts across task boundaries, values that round
+  // up, down and to even.
+  for (int64_t D : {int64_t(5), int64_t(16), int64_t(24), int64_t(32), int64_t(40), int64_t(72), int64_t(80)})
     for (int64_t T : {int64_t(1), int64_t(130)}) {
       const int64_t B = 2, H = 3, row = 3 * H * D;
       std::vector<float> x = kt::randv(B * T * row, 21, -3.f, 3.f);
@@ -366,6 +367,24 @@ TEST_CASE("attention_to_dense: every element as f32_to_bf16 (or the float), any 
         INFO(dtype_name(c) << " D " << D << " T " << T);
         CHECK(bad == 0);
       }
+      // From bf16 rows (a projection that wrote bf16): a copy, in vectors of 32 with the last
+      // redone from D - 32 where D >= 32, into a longer sequence at token 1 with nothing
+      // written outside the rows.
+      std::vector<uint16_t> x16(x.size());
+      for (size_t i = 0; i < x.size(); ++i) x16[i] = f32_to_bf16(x[i]);
+      const int64_t Td = T + 2;
+      std::vector<uint16_t> got16(size_t(B * H * Td * D), 0x5555);
+      attention_to_dense(x16.data() + H * D, L, B, H, T, D, got16.data(), Td, 1);
+      size_t bad = 0;
+      for (int64_t bh = 0; bh < B * H; ++bh)
+        for (int64_t t = 0; t < Td; ++t)
+          for (int64_t i = 0; i < D; ++i) {
+            const int64_t b = bh / H, h = bh % H;
+            const uint16_t g = got16[size_t((bh * Td + t) * D + i)];
+            bad += t >= 1 && t <= T ? g != x16[size_t(b * T * row + (t - 1) * row + H * D + h * D + i)] : g != 0x5555;
+          }
+      INFO("bf16 rows, D " << D << " T " << T);
+      CHECK(bad == 0);
     }
 }
 

@@ -1,0 +1,120 @@
+// attention_to_dense (runtime/attention.h): Q, K or V rows as the block matmuls read them,
+// dense [batch, heads, tokens, head_dim] in the compute type, the rows split over the threads.
+#include <omp.h>
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define DIT_HAVE_AVX512_ROWS 1
+#endif
+
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/attention.h"
+#include "runtime/elementwise.h"
+#include "runtime/parallel_for.h"
+
+namespace dit {
+
+namespace {
+
+// `rows` rows of D floats, src_stride apart, rounded to bf16 (to nearest even: the bits of
+// to_bf16) into dense rows. A call per row through to_bf16 cost about as much as the conversion
+// at D = 72 (the vector loop's scalar remainder). The AVX-512 kernel does a row in whole vectors
+// of 16, the last one redone from D - 16 (the overlap gets the same bits): masked stores to lines
+// not in cache were twice as slow here (Zen 4).
+void rows_to_bf16_generic(const float* src, int64_t src_stride, uint16_t* dst, int64_t rows, int64_t D) {
+  for (int64_t r = 0; r < rows; ++r) to_bf16(src + r * src_stride, dst + r * D, D);
+}
+
+#ifdef DIT_HAVE_AVX512_ROWS
+// GCC 12's AVX-512 headers warn of their own _mm512_undefined_* placeholders once inlined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#ifndef __clang__  // (a GCC-only group: clang warns of it as unknown)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline void round16(const float* src, uint16_t* dst) {
+  __m512i u = _mm512_castps_si512(_mm512_loadu_ps(src));
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  u = _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16)));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void rows_to_bf16_avx512(const float* src, int64_t src_stride,
+                                                                           uint16_t* dst, int64_t rows, int64_t D) {
+  for (int64_t r = 0; r < rows; ++r, src += src_stride, dst += D) {
+    for (int64_t i = 0; i + 16 <= D; i += 16) round16(src + i, dst + i);
+    if (D % 16) round16(src + D - 16, dst + D - 16);
+  }
+}
+
+// `rows` bf16 rows of D elements, src_stride apart, copied into dense rows, in whole vectors of
+// 32 (the last redone from D - 32) where D >= 32: a memcpy call per 144-byte row (D = 72) was
+// a sixth of bf16 attention's time at 256 tokens.
+__attribute__((target("avx512f,avx512bw"))) void rows_copy16_avx512(const uint16_t* src, int64_t src_stride,
+                                                                   uint16_t* dst, int64_t rows, int64_t D) {
+  for (int64_t r = 0; r < rows; ++r, src += src_stride, dst += D) {
+    for (int64_t i = 0; i + 32 <= D; i += 32) _mm512_storeu_si512(dst + i, _mm512_loadu_si512(src + i));
+    if (D % 32) _mm512_storeu_si512(dst + D - 32, _mm512_loadu_si512(src + D - 32));
+  }
+}
+
+#pragma GCC diagnostic pop
+#endif
+
+void rows_copy16(const uint16_t* src, int64_t src_stride, uint16_t* dst, int64_t rows, int64_t D) {
+#ifdef DIT_HAVE_AVX512_ROWS
+  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  if (avx512 && D >= 32) return rows_copy16_avx512(src, src_stride, dst, rows, D);
+#endif
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * D, src + r * src_stride, sizeof(uint16_t) * D);
+}
+
+void rows_to_bf16(const float* src, int64_t src_stride, uint16_t* dst, int64_t rows, int64_t D) {
+#ifdef DIT_HAVE_AVX512_ROWS
+  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                             __builtin_cpu_supports("avx512vl");
+  if (avx512 && D >= 16) return rows_to_bf16_avx512(src, src_stride, dst, rows, D);
+#endif
+  rows_to_bf16_generic(src, src_stride, dst, rows, D);
+}
+
+// Calls f(src, at, n) for runs of up to 64 tokens of one (batch, head): src the run's first row
+// in x (layout L), at its first element in the dense [batch, heads, Td, D] destination. The runs
+// are shared among the threads; no division per row.
+template <class T, class F>
+void for_dense_runs(const T* x, const AttnLayout& L, int64_t batch, int64_t heads, int64_t tokens, int64_t D,
+                    int64_t dst_tokens, int64_t dst_first, F&& f) {
+  constexpr int64_t kChunk = 64;
+  const int64_t Td = dst_tokens > 0 ? dst_tokens : tokens, chunks = (tokens + kChunk - 1) / kChunk;
+  parallel_for(batch * heads * chunks, batch * heads * tokens * D > 16384, [&](int64_t task) {
+    const int64_t bh = task / chunks, t0 = task % chunks * kChunk, n = std::min(kChunk, tokens - t0);
+    const int64_t b = bh / heads, h = bh % heads;
+    f(x + b * L.batch_stride + h * L.head_stride + t0 * L.token_stride, (bh * Td + dst_first + t0) * D, n);
+  });
+}
+
+}  // namespace
+
+void attention_to_dense(const float* x, const AttnLayout& L, int64_t batch, int64_t heads, int64_t tokens,
+                        int64_t head_dim, DType compute, void* dst, int64_t dst_tokens, int64_t dst_first) {
+  const int64_t D = head_dim;
+  for_dense_runs(x, L, batch, heads, tokens, D, dst_tokens, dst_first, [&](const float* src, int64_t at, int64_t n) {
+    if (compute == DType::BF16) {
+      rows_to_bf16(src, L.token_stride, static_cast<uint16_t*>(dst) + at, n, D);
+    } else {
+      float* d = static_cast<float*>(dst) + at;
+      for (int64_t t = 0; t < n; ++t) std::memcpy(d + t * D, src + t * L.token_stride, sizeof(float) * D);
+    }
+  });
+}
+
+void attention_to_dense(const uint16_t* x, const AttnLayout& L, int64_t batch, int64_t heads, int64_t tokens,
+                        int64_t head_dim, uint16_t* dst, int64_t dst_tokens, int64_t dst_first) {
+  const int64_t D = head_dim;
+  for_dense_runs(x, L, batch, heads, tokens, D, dst_tokens, dst_first,
+                 [&](const uint16_t* src, int64_t at, int64_t n) { rows_copy16(src, L.token_stride, dst + at, n, D); });
+}
+
+}  // namespace dit
