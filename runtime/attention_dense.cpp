@@ -49,26 +49,31 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void rows_to_bf16_avx512(co
   }
 }
 
-// `rows` bf16 rows of D elements, src_stride apart, copied into dense rows, in whole vectors of
-// 32 (the last redone from D - 32) where D >= 32: a memcpy call per 144-byte row (D = 72) was
-// a sixth of bf16 attention's time at 256 tokens.
-__attribute__((target("avx512f,avx512bw"))) void rows_copy16_avx512(const uint16_t* src, int64_t src_stride,
-                                                                   uint16_t* dst, int64_t rows, int64_t D) {
-  for (int64_t r = 0; r < rows; ++r, src += src_stride, dst += D) {
-    for (int64_t i = 0; i + 32 <= D; i += 32) _mm512_storeu_si512(dst + i, _mm512_loadu_si512(src + i));
-    if (D % 32) _mm512_storeu_si512(dst + D - 32, _mm512_loadu_si512(src + D - 32));
+// `rows` rows of `bytes` bytes, src_stride bytes apart, copied into dense rows, in whole
+// 64-byte vectors (the last redone from bytes - 64) where a row has at least 64: a memcpy
+// call per 144-byte row (bf16, head_dim 72) was a sixth of bf16 attention's time at 256 tokens.
+__attribute__((target("avx512f"))) void rows_copy_avx512(const char* src, int64_t src_stride, char* dst, int64_t rows,
+                                                         int64_t bytes) {
+  for (int64_t r = 0; r < rows; ++r, src += src_stride, dst += bytes) {
+    for (int64_t i = 0; i + 64 <= bytes; i += 64) _mm512_storeu_si512(dst + i, _mm512_loadu_si512(src + i));
+    if (bytes % 64) _mm512_storeu_si512(dst + bytes - 64, _mm512_loadu_si512(src + bytes - 64));
   }
 }
 
 #pragma GCC diagnostic pop
 #endif
 
-void rows_copy16(const uint16_t* src, int64_t src_stride, uint16_t* dst, int64_t rows, int64_t D) {
+// Rows of D elements of T, src_stride elements apart, into dense rows.
+template <class T>
+void rows_copy(const T* src, int64_t src_stride, T* dst, int64_t rows, int64_t D) {
+  const int64_t bytes = D * int64_t(sizeof(T));
 #ifdef DIT_HAVE_AVX512_ROWS
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-  if (avx512 && D >= 32) return rows_copy16_avx512(src, src_stride, dst, rows, D);
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (avx512 && bytes >= 64)
+    return rows_copy_avx512(reinterpret_cast<const char*>(src), src_stride * int64_t(sizeof(T)),
+                            reinterpret_cast<char*>(dst), rows, bytes);
 #endif
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * D, src + r * src_stride, sizeof(uint16_t) * D);
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * D, src + r * src_stride, size_t(bytes));
 }
 
 void rows_to_bf16(const float* src, int64_t src_stride, uint16_t* dst, int64_t rows, int64_t D) {
@@ -104,8 +109,7 @@ void attention_to_dense(const float* x, const AttnLayout& L, int64_t batch, int6
     if (compute == DType::BF16) {
       rows_to_bf16(src, L.token_stride, static_cast<uint16_t*>(dst) + at, n, D);
     } else {
-      float* d = static_cast<float*>(dst) + at;
-      for (int64_t t = 0; t < n; ++t) std::memcpy(d + t * D, src + t * L.token_stride, sizeof(float) * D);
+      rows_copy(src, L.token_stride, static_cast<float*>(dst) + at, n, D);
     }
   });
 }
@@ -114,7 +118,7 @@ void attention_to_dense(const uint16_t* x, const AttnLayout& L, int64_t batch, i
                         int64_t head_dim, uint16_t* dst, int64_t dst_tokens, int64_t dst_first) {
   const int64_t D = head_dim;
   for_dense_runs(x, L, batch, heads, tokens, D, dst_tokens, dst_first,
-                 [&](const uint16_t* src, int64_t at, int64_t n) { rows_copy16(src, L.token_stride, dst + at, n, D); });
+                 [&](const uint16_t* src, int64_t at, int64_t n) { rows_copy(src, L.token_stride, dst + at, n, D); });
 }
 
 }  // namespace dit
