@@ -36,8 +36,10 @@ GemmProbe::GemmProbe(int64_t M, int64_t K, int64_t N, DType compute) : impl_(std
     Tensor fa = Tensor::empty({M, K}), fb = Tensor::empty({K, N});
     std::mt19937 g(1);
     std::uniform_real_distribution<float> d(-0.05f, 0.05f);
-    for (int64_t i = 0; i < fa.numel(); ++i) fa.f32()[i] = d(g);
-    for (int64_t i = 0; i < fb.numel(); ++i) fb.f32()[i] = d(g);
+    for (Tensor* t : {&fa, &fb}) {
+      float* x = t->f32();
+      for (int64_t i = 0, n = t->numel(); i < n; ++i) x[i] = d(g);
+    }
     memory fa_m({{M, K}, memory::data_type::f32, memory::format_tag::ab}, eng, fa.data());
     memory fb_m({{K, N}, memory::data_type::f32, memory::format_tag::ab}, eng, fb.data());
     dnnl::reorder(fa_m, p.a).execute(st, fa_m, p.a);

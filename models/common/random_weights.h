@@ -66,7 +66,8 @@ class TensorSet {
     if (fan_in == 0) fan_in = shape.size() > 1 ? shape_numel(shape) / shape[0] : 1;
     Tensor t = Tensor::empty(shape);
     const float s = float(scale / std::sqrt(double(fan_in)));
-    for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = rng_() * s;
+    float* x = t.f32();
+    for (int64_t i = 0, n = t.numel(); i < n; ++i) x[i] = rng_() * s;
     return add(name, t);
   }
   Tensor& norm(const std::string& name, int64_t c) {  // affine GroupNorm: weight ≈ 1, bias ≈ 0
