@@ -413,14 +413,7 @@ TEST_CASE("bf16 q, k, v given as bf16 (a QKV projection writing bf16) give the b
   const std::string e = run_ranks(2, std::chrono::milliseconds(30000), [&](std::shared_ptr<ProcessGroup> pg, int) {
     DeviceMesh mesh(pg, MeshDegrees{1, 1, 1, 2});
     auto attn = make_sequence_parallel_attention(ref_of(mesh.ulysses()), ref_of(mesh.ring()), 2);
-    SelfAttentionShape s;
-    s.batch = 1;
-    s.local_tokens = 8;
-    s.total_tokens = 16;
-    s.heads = 4;
-    s.head_dim = 16;
-    s.compute = DType::BF16;
-    attn->prepare(s);
+    attn->prepare(SelfAttentionShape{1, 8, 16, 4, 16, DType::BF16});  // batch, tokens here, all, heads, d
     DIT_CHECK(attn->qkv_dtype() == DType::BF16 && attn->out_dtype() == DType::F32,
               "chunked Ulysses: qkv " << dtype_name(attn->qkv_dtype()) << ", out " << dtype_name(attn->out_dtype()));
     std::vector<uint16_t> in(8 * 3 * 4 * 16), out(8 * 4 * 16);
