@@ -163,10 +163,11 @@ class SequenceParallelAttention final : public SelfAttention {
   // chunks the same: each (chunk, peer) block is [3, B, hc_j, T, d] bf16 in scatter_send_'s
   // room for it, and qkv16_ holds one chunk's [3, B, hc, Tg, d].
   // The outputs return in bf16 too (out16_: chunk_out_ rounded; recv16_: [B, T, H, d], the
-  // other ranks' heads, widened into out): the next matmul (the output projection, in bf16)
-  // rounds its input to bf16 anyway, to nearest even as to_bf16 does, so the result is the
-  // same bit for bit; this rank's own heads stay f32. With chunks, gather_send_ and
-  // gather_recv_ hold bf16 in their blocks' room.
+  // other ranks' heads, widened into an f32 out, or received straight into a bf16 out): the
+  // next matmul (the output projection, in bf16) rounds its input to bf16 anyway, to nearest
+  // even as to_bf16 does, so the result is the same bit for bit; this rank's own heads stay
+  // f32 (or are rounded into a bf16 out). With chunks, gather_send_ and gather_recv_ hold
+  // bf16 in their blocks' room.
   bool uly16_ = false;
   std::vector<uint16_t> send16_, qkv16_, out16_, recv16_;
   std::vector<size_t> send16_off_;
