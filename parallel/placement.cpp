@@ -69,7 +69,8 @@ std::vector<int> read_siblings(const std::string& sysfs, int cpu) {
     std::string line;
     if (f && std::getline(f, line)) {
       std::vector<int> sib = parse_cpu_list(line);
-      if (std::find(sib.begin(), sib.end(), cpu) != sib.end()) return sib;  // (a list without the CPU is not its core's)
+      // (a list without the CPU is not its core's)
+      if (std::find(sib.begin(), sib.end(), cpu) != sib.end()) return sib;
     }
   }
   return {cpu};

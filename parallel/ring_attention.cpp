@@ -1,7 +1,8 @@
 // Ring attention (parallel/parallel_attention.h): every rank keeps its queries and meets
-// every rank's K/V block in turn, its rows' online softmax carried from block to block. Blocks travel
-// round the ring as messages (double buffered, posted before the block's attention), or on
-// one machine lie in their owners' shared-memory windows, read in the same order.
+// every rank's K/V block in turn, its rows' online softmax carried from block to block.
+// Blocks travel round the ring as messages (double buffered, posted before the block's
+// attention), or on one machine lie in their owners' shared-memory windows, read in the same
+// order.
 #include "parallel/sequence_parallel_attention.h"
 #include "runtime/profile.h"
 

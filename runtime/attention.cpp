@@ -397,7 +397,8 @@ void Attention::run_dense(const void* q, const void* k, const void* v, float* ou
 void Attention::run_dense_part(const void* q, const void* k, const void* v, float* out,
                                const AttentionCarry& carry) const {
   DIT_CHECK(impl_, "Attention::run_dense_part on an empty Attention");
-  DIT_CHECK(impl_->dense, impl_->what << ": run_dense_part needs dense [batch, heads, tokens, head_dim] k and v (and q for bf16)");
+  DIT_CHECK(impl_->dense,
+            impl_->what << ": run_dense_part needs dense [batch, heads, tokens, head_dim] k and v (and q for bf16)");
   DIT_CHECK(carry.m && carry.l, impl_->what << ": run_dense_part needs the rows' m and l");
   const ProfilePhases prof(*this);
   impl_->run_blocks({static_cast<const char*>(q), static_cast<const char*>(k), static_cast<const char*>(v), out, false,

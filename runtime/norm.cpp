@@ -139,7 +139,8 @@ void LayerNormModulate::run(const float* x, uint16_t* y, const float* shift, con
   profile::Scope prof(profile::Cat::NormElementwise);
   Impl& m = *impl_;
   DIT_CHECK((shift == nullptr) == (scale == nullptr), m.what << ": shift and scale must both be given or both null");
-  DIT_CHECK(static_cast<const void*>(x) != static_cast<const void*>(y), m.what << ": bf16 output cannot overwrite its f32 input");
+  DIT_CHECK(static_cast<const void*>(x) != static_cast<const void*>(y),
+            m.what << ": bf16 output cannot overwrite its f32 input");
   const int64_t B = m.batch, R = m.rows, D = m.dim;
   float* ops = m.one_plus_scale.f32();
   if (scale)

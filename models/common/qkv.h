@@ -75,9 +75,9 @@ class QkvLinear {
 // A block's self-attention after its norm, shared by the families: q, k, v = h·W + b into qkv
 // ([B, T, 3, H', d] in attn.qkv_dtype(): bf16 where the attention reads bf16, so the projection
 // writes half the bytes and the attention converts nothing; the same bits), then out [B, T, H',
-// d] = attention (which may talk to other ranks; bf16 where attn.out_dtype() says so). With no tokens here (T = 0) only the
-// attention runs: a rank without tokens still takes part in its exchanges.
-// h is in the op's input type (QkvLinear's input); out [B, T, H', d] in attn.out_dtype().
+// d] = attention (which may talk to other ranks), in attn.out_dtype(). With no tokens here
+// (T = 0) only the attention runs: a rank without tokens still takes part in its exchanges.
+// h is in the op's input type (QkvLinear's input).
 void project_and_attend(const QkvLinear& op, SelfAttention& attn, BlockInput h, Tensor& qkv, Tensor& out,
                         bool has_tokens);
 

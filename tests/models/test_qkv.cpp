@@ -54,7 +54,8 @@ TEST_CASE("QkvLinear with bf16 output: the f32 output's bits rounded, fused and 
     for (size_t i = 0; i < y.size(); ++i) wrong += y16[i] != f32_to_bf16(y[i]);
     CHECK(wrong == 0);
     CHECK_THROWS_WITH(bf.run(x.f32(), y.data()), Catch::Contains("f32 q, k, v, made for f32 and bf16"));
-    CHECK_THROWS_WITH(QkvLinear(*w, rows).run(x.f32(), y16.data()), Catch::Contains("bf16 q, k, v, made for f32 and f32"));
+    CHECK_THROWS_WITH(QkvLinear(*w, rows).run(x.f32(), y16.data()),
+                      Catch::Contains("bf16 q, k, v, made for f32 and f32"));
 
     // x given in bf16 (a norm's bf16 output): what the f32 x is rounded to inside, so the same
     // bits in both output types.
@@ -66,7 +67,8 @@ TEST_CASE("QkvLinear with bf16 output: the f32 output's bits rounded, fused and 
     std::vector<float> z(y.size(), 7.f);
     QkvLinear(*w, rows, DType::F32, DType::BF16).run(x16.data(), z.data());
     CHECK(z == y);
-    CHECK_THROWS_WITH(bf.run(x16.data(), y16.data()), Catch::Contains("bf16 x and bf16 q, k, v, made for f32 and bf16"));
+    CHECK_THROWS_WITH(bf.run(x16.data(), y16.data()),
+                      Catch::Contains("bf16 x and bf16 q, k, v, made for f32 and bf16"));
   }
   // A bf16 x needs bf16 compute.
   QkvWeights f32w;
