@@ -20,7 +20,6 @@ namespace dit {
 struct BlockInput {
   const float* f32 = nullptr;
   const uint16_t* bf16 = nullptr;
-  DType dtype() const { return bf16 ? DType::BF16 : DType::F32; }
 };
 
 // The type of a block's normalised rows for a compute type.

@@ -73,7 +73,7 @@ void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   pos_ = Tensor::empty({R, D});
   x_ = Tensor::empty({B, R, D});
   h_ = Tensor::empty({B, R, D});  // the final layer's norm
-  hn_ = Tensor::empty({B, R, D}, normed);
+  hn_ = normed == DType::F32 ? h_ : Tensor::empty({B, R, D}, normed);  // (f32: the same buffer, used in turn)
   hout_ = O < R ? Tensor::empty({B, O, D}) : Tensor();
   qkv_ = Tensor::empty({B, T, 3 * Dl}, qkv_type);
   attn_out_ = Tensor::empty({B, T, Dl}, attn_type);
