@@ -123,7 +123,7 @@ DType SequenceParallelAttention::qkv_dtype() const {
 void SequenceParallelAttention::forward(const float* qkv, float* out) {
   DIT_CHECK(prepared_, "sequence-parallel attention: forward before prepare()");
   const QkvRows rows{qkv, false};
-  if (U_ > 1) return ulysses_forward(rows, out);
+  if (U_ > 1) return ulysses_forward(rows, OutRows{out, false});
   attend(rows, out, Hu_);  // U == 1: the group is this rank, [B, T, 3, H, d] read in place
 }
 
@@ -132,20 +132,19 @@ void SequenceParallelAttention::forward(const uint16_t* qkv, float* out) {
   DIT_CHECK(qkv_dtype() == DType::BF16, name() << " attention: forward with bf16 q, k, v, but it takes "
                                                << dtype_name(qkv_dtype()) << " (its exchange is f32)");
   const QkvRows rows{qkv, true};
-  if (U_ > 1) return ulysses_forward(rows, out);
+  if (U_ > 1) return ulysses_forward(rows, OutRows{out, false});
   attend(rows, out, Hu_);
 }
 
 DType SequenceParallelAttention::out_dtype() const {
-  return prepared_ && U_ > 1 && uly16_ && C_ == 1 ? DType::BF16 : DType::F32;
+  return prepared_ && U_ > 1 && uly16_ ? DType::BF16 : DType::F32;
 }
 
 void SequenceParallelAttention::forward(const uint16_t* qkv, uint16_t* out) {
   DIT_CHECK(prepared_, "sequence-parallel attention: forward before prepare()");
   DIT_CHECK(out_dtype() == DType::BF16, name() << " attention: forward into bf16 output, but it writes f32 (bf16 "
-                                                  "output: Ulysses exchanging bf16 in one chunk)");
-  exchange_and_attend16(QkvRows{qkv, true});
-  gather16(out);
+                                                  "output: Ulysses exchanging bf16)");
+  ulysses_forward(QkvRows{qkv, true}, OutRows{out, true});
 }
 
 }  // namespace detail

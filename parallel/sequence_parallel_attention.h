@@ -67,6 +67,18 @@ struct QkvRows {
   const uint16_t* b16() const { return static_cast<const uint16_t*>(p); }
 };
 
+// The output [B, T, H, d] as a forward was given it: f32, or bf16 (forward(..., uint16_t*);
+// only where out_dtype() is BF16).
+struct OutRows {
+  void* p;
+  bool bf16;
+  float* f32() const {
+    DIT_CHECK(!bf16, "sequence-parallel attention: an f32 path got a bf16 output");
+    return static_cast<float*>(p);
+  }
+  uint16_t* b16() const { return static_cast<uint16_t*>(p); }
+};
+
 class SequenceParallelAttention final : public SelfAttention {
  public:
   SequenceParallelAttention(std::shared_ptr<ProcessGroup> ulysses, std::shared_ptr<ProcessGroup> ring, int chunks)
@@ -88,9 +100,9 @@ class SequenceParallelAttention final : public SelfAttention {
   DType qkv_dtype() const override;
   void forward(const uint16_t* qkv, float* out) override;
   // bf16 output where the other ranks' outputs already return in bf16: Ulysses exchanging
-  // bf16 in one chunk (with a ring or without). They land in out as they arrive, and this
-  // rank's own heads are rounded into it: the bits of the f32 output rounded, with no
-  // widening pass.
+  // bf16, in one chunk or in several (with a ring: one). They land in out as they
+  // arrive (one chunk) or are copied into it (chunks), and this rank's own heads are rounded
+  // into it: the bits of the f32 output rounded, with no widening pass.
   DType out_dtype() const override;
   void forward(const uint16_t* qkv, uint16_t* out) override;
 
@@ -104,7 +116,7 @@ class SequenceParallelAttention final : public SelfAttention {
   TokenRange tokens_of(int j) const { return ranges_[size_t(r_ * U_ + j)]; }  // Ulysses rank j's tokens
   void prepare_ulysses();
   void prepare_ulysses_blocks();
-  void ulysses_forward(QkvRows qkv, float* out);
+  void ulysses_forward(QkvRows qkv, OutRows out);
   void ulysses_all_to_all(QkvRows qkv, float* out);
   void scatter16(QkvRows qkv);
   void pack16(QkvRows qkv, TokenRange heads, uint16_t* dst, int64_t dst_tokens = 0, int64_t first = 0) const;
@@ -117,8 +129,8 @@ class SequenceParallelAttention final : public SelfAttention {
   void narrow_tokens(int j, int64_t hcd, uint16_t* dst, bool packed) const;
   void post_scatter(QkvRows qkv, uint32_t tag0);
   void unpack_chunk(QkvRows qkv, int c);
-  void post_gather_chunk(int c, float* out, uint32_t tag0);
-  void finish_gather(float* out);
+  void post_gather_chunk(int c, OutRows out, uint32_t tag0);
+  void finish_gather(OutRows out);
   void attend(QkvRows qkv_g, float* out_g, int64_t heads);
   void ring_attention(QkvRows qkv_g, float* out_g);
   void ring_attention_window(QkvRows qkv_g, float* out_g);
@@ -167,7 +179,7 @@ class SequenceParallelAttention final : public SelfAttention {
   // next matmul (the output projection, in bf16) rounds its input to bf16 anyway, to nearest
   // even as to_bf16 does, so the result is the same bit for bit; this rank's own heads stay
   // f32 (or are rounded into a bf16 out). With chunks, gather_send_ and gather_recv_ hold
-  // bf16 in their blocks' room.
+  // bf16 in their blocks' room, widened into an f32 out or copied into a bf16 one.
   bool uly16_ = false;
   std::vector<uint16_t> send16_, qkv16_, out16_, recv16_;
   std::vector<size_t> send16_off_;

@@ -283,16 +283,23 @@ void SequenceParallelAttention::unpack_chunk16(QkvRows qkv, int c) {
   }
 }
 
-// chunk_out_ [B, Tg, hc, d] -> each peer's tokens to it (posted now), mine into out [B, T, H, d].
-void SequenceParallelAttention::post_gather_chunk(int c, float* out, uint32_t tag0) {
+// chunk_out_ [B, Tg, hc, d] -> each peer's tokens to it (posted now), mine into out [B, T, H, d]
+// (copied in f32, or rounded into a bf16 out).
+void SequenceParallelAttention::post_gather_chunk(int c, OutRows out, uint32_t tag0) {
   const int64_t hc = chunk_heads(c, u_).size(), hcd = hc * d_, h0 = chunk_heads(c, u_).begin * d_;
   for (int j = 0; j < U_; ++j) {
     const size_t i = size_t(c * U_ + j);
     const TokenRange tj = tokens_of(j);
     const int64_t t0 = tj.begin - tokens_of(0).begin;
     if (j == u_) {
-      for (int64_t b = 0; b < B_; ++b)
-        copy_cols(out + b * T_ * H_ * d_ + h0, H_ * d_, chunk_out_.data() + (b * Tg_ + t0) * hcd, hcd, T_, hcd);
+      for (int64_t b = 0; b < B_; ++b) {
+        const float* mine = chunk_out_.data() + (b * Tg_ + t0) * hcd;
+        const int64_t at = b * T_ * H_ * d_ + h0;
+        if (out.bf16)
+          narrow_cols(out.b16() + at, H_ * d_, mine, hcd, T_, hcd);
+        else
+          copy_cols(out.f32() + at, H_ * d_, mine, hcd, T_, hcd);
+      }
       continue;
     }
     if (gs_off_[i + 1] == gs_off_[i]) continue;
@@ -309,9 +316,10 @@ void SequenceParallelAttention::post_gather_chunk(int c, float* out, uint32_t ta
   }
 }
 
-// Waits for the other ranks' outputs of my tokens and writes them into out [B, T, H, d];
-// then for every send, so that the buffers may be reused.
-void SequenceParallelAttention::finish_gather(float* out) {
+// Waits for the other ranks' outputs of my tokens and writes them into out [B, T, H, d]
+// (bf16 blocks widened into an f32 out, copied into a bf16 one); then for every send, so that
+// the buffers may be reused.
+void SequenceParallelAttention::finish_gather(OutRows out) {
   const size_t n = size_t(C_ * U_);
   for (int c = 0; c < C_; ++c)
     for (int j = 0; j < U_; ++j) {
@@ -322,11 +330,14 @@ void SequenceParallelAttention::finish_gather(float* out) {
         recvs_[n + i].wait();
       }
       const int64_t h0 = chunk_heads(c, j).begin * d_, hjd = chunk_heads(c, j).size() * d_;
-      if (uly16_)
-        widen_cols(out + h0, H_ * d_, reinterpret_cast<const uint16_t*>(gather_recv_.data() + gr_off_[i]), hjd, B_ * T_,
-                   hjd);
+      const float* block = gather_recv_.data() + gr_off_[i];
+      const uint16_t* block16 = reinterpret_cast<const uint16_t*>(block);
+      if (out.bf16)
+        copy_cols(out.b16() + h0, H_ * d_, block16, hjd, B_ * T_, hjd);
+      else if (uly16_)
+        widen_cols(out.f32() + h0, H_ * d_, block16, hjd, B_ * T_, hjd);
       else
-        copy_cols(out + h0, H_ * d_, gather_recv_.data() + gr_off_[i], hjd, B_ * T_, hjd);
+        copy_cols(out.f32() + h0, H_ * d_, block, hjd, B_ * T_, hjd);
     }
   profile::Scope pw(profile::Cat::Waiting);
   for (P2PHandle& h : sends_) h.wait();
@@ -334,8 +345,12 @@ void SequenceParallelAttention::finish_gather(float* out) {
 
 // Ulysses: scatter all chunks at once; then per chunk wait, attend, send the outputs back, so
 // chunk c+1's q,k,v and chunk c's outputs travel while chunk c+1 is computed.
-void SequenceParallelAttention::ulysses_forward(QkvRows qkv, float* out) {
-  if (C_ == 1) return ulysses_all_to_all(qkv, out);
+void SequenceParallelAttention::ulysses_forward(QkvRows qkv, OutRows out) {
+  if (C_ == 1 && out.bf16) {
+    exchange_and_attend16(qkv);
+    return gather16(out.b16());
+  }
+  if (C_ == 1) return ulysses_all_to_all(qkv, out.f32());
   const uint32_t tag0 = tag_;
   tag_ += uint32_t(2 * C_);
   post_scatter(qkv, tag0);
