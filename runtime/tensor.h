@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "runtime/dtype.h"
@@ -46,6 +47,14 @@ class Tensor {
   const float* f32() const;
   uint16_t* bf16();  // throws dit::Error if the dtype is not bf16
   const uint16_t* bf16() const;
+  // f32() for T = float, bf16() for T = uint16_t: code written once over the element type
+  // (with for_element_type below).
+  template <class T>
+  T* as();
+  template <class T>
+  const T* as() const {
+    return const_cast<Tensor*>(this)->as<T>();
+  }
 
   // Same storage, another shape with the same element count.
   Tensor reshape(const Shape& shape) const;
@@ -58,5 +67,22 @@ class Tensor {
   void* data_ = nullptr;
   std::shared_ptr<void> owner_;
 };
+
+template <class T>
+T* Tensor::as() {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, uint16_t>, "Tensor::as<float> or Tensor::as<uint16_t>");
+  if constexpr (std::is_same_v<T, float>)
+    return f32();
+  else
+    return bf16();
+}
+
+// f(float{}) for F32, f(uint16_t{}) for BF16: one generic lambda over the element type
+// (auto tag; using T = decltype(tag)) instead of a branch per type.
+template <class F>
+decltype(auto) for_element_type(DType t, F&& f) {
+  if (t == DType::BF16) return f(uint16_t{});
+  return f(float{});
+}
 
 }  // namespace dit

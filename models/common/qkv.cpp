@@ -143,10 +143,7 @@ void project_and_attend(const QkvLinear& op, SelfAttention& attn, BlockInput h, 
 }
 
 void attention_output(ParallelLinear& op, const Tensor& out, float* x, const float* gate) {
-  if (out.dtype() == DType::BF16)
-    op.run(out.bf16(), x, gate);
-  else
-    op.run(out.f32(), x, gate);
+  for_element_type(out.dtype(), [&](auto tag) { op.run(out.as<decltype(tag)>(), x, gate); });
 }
 
 }  // namespace dit

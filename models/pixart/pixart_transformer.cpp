@@ -150,15 +150,12 @@ void PixArtTransformer::begin(const Conditioning& cond) {
   // y = linear_2(GELU-tanh(linear_1(T5 states)))   [B, L, D], then every block's K and V of it.
   caption1_.run(cond.text.f32(), caption_h_.f32());
   caption2_.run(caption_h_.f32(), caption_.f32());
-  for (size_t l = 0; l < ops_.size(); ++l) {
-    if (k2_[l].dtype() == DType::BF16) {
-      ops_[l].k2.run(caption_.f32(), k2_[l].bf16());
-      ops_[l].v2.run(caption_.f32(), v2_[l].bf16());
-    } else {
-      ops_[l].k2.run(caption_.f32(), k2_[l].f32());
-      ops_[l].v2.run(caption_.f32(), v2_[l].f32());
-    }
-  }
+  for (size_t l = 0; l < ops_.size(); ++l)
+    for_element_type(k2_[l].dtype(), [&](auto tag) {  // bf16 where the cross-attention reads bf16
+      using T = decltype(tag);
+      ops_[l].k2.run(caption_.f32(), k2_[l].as<T>());
+      ops_[l].v2.run(caption_.f32(), v2_[l].as<T>());
+    });
   if (!c.use_additional_conditions) return;
   // α micro-conditions of the generated size: [emb(H), emb(W)] ++ emb(H/W), each value through
   // the 256-d sinusoid (flip, shift 0) and its embedder   [B, D]
@@ -210,21 +207,15 @@ void PixArtTransformer::cross_attention(size_t l, float* x) {
   const float* xf = tp_->gather(x);  // [B, T, D]
   if (tokens_.size() == 0) return;
   const BlockOps& o = ops_[l];
-  if (q2_.dtype() == DType::BF16) {  // q, k, v and the output in bf16 (cross_->io_dtype())
-    o.q2.run(xf, q2_.bf16());
+  for_element_type(q2_.dtype(), [&](auto tag) {  // q, k, v and the output in cross_->io_dtype()
+    using T = decltype(tag);
+    o.q2.run(xf, q2_.as<T>());  // [B, T, D]
     {
       profile::Scope pa(profile::Cat::CrossAttention);
-      cross_->forward(q2_.bf16(), k2_[l].bf16(), v2_[l].bf16(), key_bias_.f32(), cross_out_.bf16());
+      cross_->forward(q2_.as<T>(), k2_[l].as<T>(), v2_[l].as<T>(), key_bias_.f32(), cross_out_.as<T>());
     }
-    o.attn2_out->run(cross_out_.bf16(), x);
-  } else {
-    o.q2.run(xf, q2_.f32());
-    {
-      profile::Scope pa(profile::Cat::CrossAttention);
-      cross_->forward(q2_.f32(), k2_[l].f32(), v2_[l].f32(), key_bias_.f32(), cross_out_.f32());
-    }
-    o.attn2_out->run(cross_out_.f32(), x);
-  }
+    o.attn2_out->run(cross_out_.as<T>(), x);
+  });
 }
 
 void PixArtTransformer::forward(const float* latents, const double* t, float* out) {

@@ -88,3 +88,22 @@ TEST_CASE("Tensor::empty maps large tensors 2 MB-aligned with transparent huge p
     t.f32()[n - 1] = 1.f;  // the tail past the last 2 MB boundary is mapped too
   }
 }
+
+TEST_CASE("Tensor::as<T> is f32() or bf16(), and for_element_type picks T by dtype", "[runtime][tensor]") {
+  dit::Tensor f = dit::Tensor::empty({3}), b = dit::Tensor::empty({3}, dit::DType::BF16);
+  CHECK(f.as<float>() == f.f32());
+  CHECK(b.as<uint16_t>() == b.bf16());
+  const dit::Tensor& cb = b;
+  CHECK(cb.as<uint16_t>() == cb.bf16());
+  CHECK_THROWS_WITH(f.as<uint16_t>(), Catch::Contains("is f32, not bf16"));
+  CHECK_THROWS_WITH(b.as<float>(), Catch::Contains("is bf16, not f32"));
+  for (dit::Tensor* t : {&f, &b}) {
+    const size_t size = dit::for_element_type(t->dtype(), [&](auto tag) {
+      t->as<decltype(tag)>()[1] = decltype(tag)(7);
+      return sizeof(tag);
+    });
+    CHECK(size == dit::dtype_size(t->dtype()));
+  }
+  CHECK(f.f32()[1] == 7.f);
+  CHECK(b.bf16()[1] == 7);
+}
