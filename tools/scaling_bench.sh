@@ -114,10 +114,14 @@ part() {
 
 bench=("$bin/dit-bench" --preset xl --layers "$layers" $steps)
 
-# 1. Kernels at all cores: the GEMM reference and attention (f32 and bf16).
+# 1. Kernels at all cores: the GEMM reference, attention (f32 and bf16), the copies, the linears.
 part kernels 90 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs 5 --only gemm
 part kernels 90 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs 5 --only attention --no-4096
 part kernels 60 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs 5 --only copy
+# The block's linears with the weights as they are read (in place) and reordered into the
+# matmul's preferred layout (what a packed weight cache would give).
+if [ $quick = 1 ]; then lruns="--runs 1 --warmup 0"; else lruns="--runs 5"; fi
+part kernels 90 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" $lruns --only linear --packed
 
 # 2. One machine, 1024 tokens: each layout of R ranks with cores/R threads against serial-all.
 for r in 2 4 8 16; do

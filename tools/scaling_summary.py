@@ -79,6 +79,17 @@ def kernels(docs):
             if r.get("op", "").startswith("attention") and r.get("dtype") in gemm:
                 print(f"- {r['op']} {r['dtype']} {r.get('tokens', '')} tokens: {r['gflops']:.0f} GFLOP/s, "
                       f"{r['gflops'] / gemm[r['dtype']]:.2f} of the GEMM")
+    linear = {}
+    for doc in docs:
+        for r in doc.get("results", []):
+            if r.get("op", "").startswith("linear_"):
+                linear[(r["op"], r["dtype"], r["tokens"])] = r["gflops"]
+    for (op, dt, tokens), g in sorted(linear.items()):
+        if op.endswith("_packed") or dt not in gemm:
+            continue
+        packed = linear.get((op + "_packed", dt, tokens))
+        print(f"- {op} {dt} {tokens} tokens: {g:.0f} GFLOP/s, {g / gemm[dt]:.2f} of the GEMM"
+              + ("" if packed is None else f"; weights packed {packed:.0f} ({packed / g:.2f}x)"))
     for doc in docs:
         for r in doc.get("results", []):
             if r.get("op") == "copy":
