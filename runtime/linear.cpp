@@ -6,6 +6,7 @@
 #include "runtime/elementwise.h"
 #include "runtime/engine.h"
 #include "runtime/error.h"
+#include "runtime/packed_weights.h"
 #include "runtime/profile.h"
 
 namespace dit {
@@ -45,7 +46,7 @@ struct Linear::Impl {
   memory src, wei, bias, dst, gate, mul, scratch;
   std::unordered_map<int, memory> args;
   Tensor scratch_buf;
-  Tensor packed;  // weights in the primitive's layout (pack_weights only)
+  Tensor packed;  // weights in the primitive's layout (pack_weights: private; LinearWeight::packed: mapped)
   // bf16 compute: x (f32) -> xb (bf16) through a reorder created once.
   dnnl::reorder cvt;
   memory cvt_src;
@@ -100,7 +101,7 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
     dnnl::matmul::primitive_desc pd;
     // The gated form (gate and residual sum as post-ops), or the plain one; with manual_gate
     // one batch element per execution.
-    auto describe = [&](bool gated) {
+    auto describe = [&](bool gated, bool pack) {
       if (gated) {
         src_md = memory::desc({B, M, K}, cdt, memory::dims{M * K, K, 1});
         wei_md = memory::desc({1, K, N}, cdt, memory::dims{K * N, 1, K});
@@ -130,32 +131,41 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
       attr = dnnl::primitive_attr();
       attr.set_post_ops(po);
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-      const memory::desc wei_any =
-          spec.pack_weights ? memory::desc(wei_md.dims(), cdt, memory::format_tag::any) : wei_md;
+      const memory::desc wei_any = pack ? memory::desc(wei_md.dims(), cdt, memory::format_tag::any) : wei_md;
       auto d = has_bias ? dnnl::matmul::desc(src_md, wei_any, bias_md, dst_md)
                         : dnnl::matmul::desc(src_md, wei_any, dst_md);
       return dnnl::matmul::primitive_desc(d, attr, eng);
     };
-    pd = describe(spec.gated_residual);
+    const bool pack = spec.pack_weights || bool(w.packed);
+    pd = describe(spec.gated_residual, pack);
     if (spec.gated_residual && std::string(pd.impl_info_str()).rfind("ref", 0) == 0) {
       m.manual_gate = true;  // the reference matmul is ~100x slower than a jit GEMM
-      pd = describe(false);
+      pd = describe(false, pack);
     }
     if (m.manual_gate) m.tmp = Tensor::empty({M, N});
-    m.impl_name = std::string(pd.impl_info_str()) + (m.manual_gate ? " (gate applied after the matmul)" : "");
+    std::string packed_note;
+    if (pack && pd.weights_desc() != wei_md) {
+      if (spec.pack_weights) {  // a private copy, reordered here
+        m.packed = Tensor::empty({int64_t((pd.weights_desc().get_size() + 3) / 4)});
+        memory user_wei(wei_md, eng, const_cast<void*>(w.weight.data())), to(pd.weights_desc(), eng, m.packed.data());
+        auto& st = Engine::get().stream;
+        dnnl::reorder(user_wei, to).execute(st, user_wei, to);
+        st.wait();
+        packed_note = " (packed weights)";
+      } else {  // mapped from the machine's packed entry; undefined when an optional one failed
+        m.packed = w.packed.dir->get(w.packed.key, wei_md, w.weight.data(), pd.weights_desc());
+        packed_note = " (packed weights, shared)";
+      }
+      if (!m.packed.defined()) {
+        pd = describe(spec.gated_residual && !m.manual_gate, false);  // the weights in place after all
+        packed_note.clear();
+      }
+    }
+    m.impl_name = std::string(pd.impl_info_str()) + (m.manual_gate ? " (gate applied after the matmul)" : "") + packed_note;
     m.prim = dnnl::matmul(pd);
     m.src = memory(src_md, eng, nullptr);
-    memory user_wei(wei_md, eng, const_cast<void*>(w.weight.data()));
-    if (spec.pack_weights && pd.weights_desc() != wei_md) {
-      m.packed = Tensor::empty({int64_t((pd.weights_desc().get_size() + 3) / 4)});
-      m.wei = memory(pd.weights_desc(), eng, m.packed.data());
-      auto& st = Engine::get().stream;
-      dnnl::reorder(user_wei, m.wei).execute(st, user_wei, m.wei);
-      st.wait();
-      m.impl_name += " (packed weights)";
-    } else {
-      m.wei = user_wei;
-    }
+    m.wei = m.packed.defined() ? memory(pd.weights_desc(), eng, m.packed.data())
+                               : memory(wei_md, eng, const_cast<void*>(w.weight.data()));
     m.dst = memory(dst_md, eng, nullptr);
     m.args = {{DNNL_ARG_SRC, m.src}, {DNNL_ARG_WEIGHTS, m.wei}, {DNNL_ARG_DST, m.dst}};
     if (has_bias) {

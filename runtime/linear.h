@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 
+#include "runtime/packed_source.h"
 #include "runtime/tensor.h"
 
 namespace dit {
@@ -32,6 +33,10 @@ struct LinearWeight {
   Tensor weight;  // [out, in], dtype == compute
   Tensor bias;    // [out] f32, or undefined
   DType compute = DType::F32;
+  // Where the weight's packed form is kept (runtime/packed_weights.h): when set, a Linear reads
+  // the weight in the matmul's preferred layout from there (mapped, shared by the machine's
+  // processes; the same bits) instead of in place. Not with set_weight.
+  PackedSource packed;
   int64_t in() const { return weight.dim(1); }
   int64_t out() const { return weight.dim(0); }
   static LinearWeight prepare(const Tensor& weight, const Tensor& bias, DType compute);
@@ -45,7 +50,8 @@ struct LinearSpec {
   bool gated_residual = false;  // y += gate ⊙ act(x·Wᵀ + b) instead of y = ...
   // Reorder the weights once (constructor) into the layout the matmul prefers for this
   // shape. Costs a private copy of the weights per Linear (no sharing of the mmap); the
-  // default (false) reads the [out, in] weights in place.
+  // default (false) reads the [out, in] weights in place, or their shared packed form
+  // (LinearWeight::packed).
   bool pack_weights = false;
   // Elements from one output row to the next (0: out). Larger: y is a column block of a
   // wider [batch·rows, out_stride] buffer, e.g. Q, K and V written by three matmuls into
@@ -85,7 +91,7 @@ class Linear {
   // Points the layer at other weights of the same shape, compute type and bias presence
   // (e.g. the next block's, so that one Linear serves every block of a deep model: one
   // primitive, one scratchpad, one bf16 input buffer). Allocates nothing; the weights must
-  // outlive their use. Not with pack_weights.
+  // outlive their use. Not with packed weights (pack_weights, LinearWeight::packed).
   void set_weight(const LinearWeight& w);
   const LinearSpec& spec() const;
   double flops() const;  // 2·batch·rows·in·out

@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/packed_source.h"
 #include "runtime/tensor.h"
 
 namespace dit {
@@ -112,6 +113,13 @@ class WeightStore {
   // as F32 from it; bfloat16: get_as(name, BF16) reads F32 / F16 weights from it, get() is
   // unchanged. Throws dit::Error naming the cache file on failure.
   void use_converted_cache(const std::string& dir, DType compute);
+  // From now on, packed_source() names entries in `dir` (runtime/packed_weights.h): the
+  // linear weights in the matmul's layout, made once per machine and mapped by every process.
+  void use_packed_weights(std::shared_ptr<const PackedWeightDir> dir) { packed_ = std::move(dir); }
+  // Where linear weight `name`, read as `dtype`, may be kept packed: use_packed_weights' directory
+  // and a key naming its content (its file's path, size and modification time, the tensor, the
+  // type; a shard appends its range). Empty when use_packed_weights was not called.
+  PackedSource packed_source(const std::string& name, DType dtype) const;
   // SafeTensorsFile::drop_pages() on every file: returns the bytes advised.
   size_t drop_pages() const;
   // Gives back the mapped pages of `t` (a tensor of this store) after it was copied; no-op
@@ -128,6 +136,7 @@ class WeightStore {
   std::vector<std::shared_ptr<SafeTensorsFile>> converted_;  // files_[i]'s converted copy, or null
   DType converted_dtype_ = DType::F32;                       // the type of converted_
   std::map<std::string, size_t> where_;  // tensor name -> index in files_
+  std::shared_ptr<const PackedWeightDir> packed_;
 };
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;

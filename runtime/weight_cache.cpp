@@ -1,9 +1,6 @@
 #include "runtime/weight_cache.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
@@ -19,6 +16,8 @@
 #include "runtime/atomic_file.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
+#include "runtime/file_lock.h"
+#include "runtime/packed_weights.h"
 #include "runtime/parallel_for.h"
 #include "runtime/printable.h"
 #include "runtime/safetensors.h"
@@ -52,28 +51,13 @@ bool converts(const std::string& dtype, DType to) {
   return to == DType::F32 ? (dtype == "F16" || dtype == "BF16") : (dtype == "F32" || dtype == "F16");
 }
 
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-std::string hex16(uint64_t v) {
-  char b[17];
-  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
-  return b;
-}
-
 Source describe(const SafeTensorsFile& src, DType to) {
   Source s;
   s.to = to;
-  std::error_code ec;
-  s.path = fs::canonical(src.path(), ec).string();
-  if (ec) s.path = src.path();
-  struct stat st {};
-  DIT_CHECK(::stat(src.path().c_str(), &st) == 0, src.path() << ": cannot stat: " << std::strerror(errno));
-  s.size = uint64_t(st.st_size);
-  s.mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  const FileIdentity id = file_identity(src.path());
+  s.path = id.path;
+  s.size = id.size;
+  s.mtime_ns = id.mtime_ns;
   for (const std::string& n : src.names()) {
     if (!converts(src.info(n).dtype, to)) continue;
     s.names.push_back(n);
@@ -104,27 +88,6 @@ std::shared_ptr<SafeTensorsFile> open_valid(const std::string& path, const SafeT
     if (!f->has(n) || f->info(n).dtype != safetensors_dtype(s.to) || f->info(n).shape != src.info(n).shape) return nullptr;
   return f;
 }
-
-// Exclusive advisory lock on <path>.lock for the lifetime of this object.
-class FileLock {
- public:
-  explicit FileLock(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-    DIT_CHECK(fd_ >= 0, path << ": cannot create the weight-cache lock: " << std::strerror(errno));
-    while (::flock(fd_, LOCK_EX) != 0) {
-      DIT_CHECK(errno == EINTR, path << ": cannot lock: " << std::strerror(errno));
-    }
-  }
-  ~FileLock() {
-    if (fd_ >= 0) ::close(fd_);  // closing releases the lock
-  }
-  FileLock(const FileLock&) = delete;
-  FileLock& operator=(const FileLock&) = delete;
-
- private:
-  std::string path_;
-  int fd_ = -1;
-};
 
 // Element i of a source tensor, read with memcpy: a checkpoint's data need not be aligned.
 template <class T>
@@ -193,6 +156,34 @@ void build(const std::string& path, const SafeTensorsFile& src, const Source& s)
 
 }  // namespace
 
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::string hex16(uint64_t v) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+FileIdentity file_identity(const std::string& path) {
+  FileIdentity id;
+  std::error_code ec;
+  id.path = fs::canonical(path, ec).string();
+  if (ec) id.path = path;
+  struct stat st {};
+  DIT_CHECK(::stat(path.c_str(), &st) == 0, path << ": cannot stat: " << std::strerror(errno));
+  id.size = uint64_t(st.st_size);
+  id.mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  return id;
+}
+
+std::string FileIdentity::str() const {
+  return path + "|" + std::to_string(size) + "|" + std::to_string(mtime_ns);
+}
+
 std::shared_ptr<SafeTensorsFile> converted_cache_for(const SafeTensorsFile& src, const std::string& dir, DType to) {
   const Source s = describe(src, to);
   if (s.names.empty()) return nullptr;
@@ -228,6 +219,7 @@ std::shared_ptr<SafeTensorsFile> f32_cache_for(const SafeTensorsFile& src, const
 
 void use_weight_cache(WeightStore& store, DType compute, const WeightCacheOption& cache) {
   if (cache.dir.empty()) return;
+  store.use_packed_weights(std::make_shared<PackedWeightDir>(cache.dir + "/packed", cache.optional));
   try {
     store.use_converted_cache(cache.dir, compute);
   } catch (const Error& e) {

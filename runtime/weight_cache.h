@@ -21,6 +21,7 @@
 // Conversion runs on all of the process's threads, tensor by tensor in 16 MB pieces.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -53,6 +54,19 @@ std::shared_ptr<SafeTensorsFile> f32_cache_for(const SafeTensorsFile& src, const
 // The option for a --weight-cache flag's value: "" = the default directory, optional (a
 // failure warns); "off" = none; anything else = that directory, required.
 WeightCacheOption weight_cache_option(const std::string& flag_value);
+
+// What keys a cache entry to its source: the canonical path, size and modification time (ns)
+// of a file (a changed checkpoint gets new entries). Throws dit::Error when it cannot be stat'ed.
+struct FileIdentity {
+  std::string path;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  std::string str() const;  // "path|size|mtime_ns"
+};
+FileIdentity file_identity(const std::string& path);
+// The caches' file-name hash (FNV-1a, 64 bits) and its 16 hex digits.
+uint64_t fnv1a(const std::string& s);
+std::string hex16(uint64_t v);
 
 // The default directory: $DIT_WEIGHT_CACHE, else $XDG_CACHE_HOME/dit-gen/weights, else
 // $HOME/.cache/dit-gen/weights; empty when none of them is set.

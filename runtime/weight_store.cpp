@@ -127,6 +127,11 @@ void WeightStore::use_converted_cache(const std::string& dir, DType compute) {
   converted_dtype_ = compute;
 }
 
+PackedSource WeightStore::packed_source(const std::string& name, DType dtype) const {
+  if (!packed_) return {};
+  return {packed_, file_identity(file_of(name).path()).str() + "|" + name + "|" + dtype_name(dtype)};
+}
+
 const SafeTensorsFile& WeightStore::file_of(const std::string& name) const {
   auto it = where_.find(name);
   if (it == where_.end()) throw Error("missing tensor '" + printable(name) + "' in " + (describe_.empty() ? dir_ : describe_));

@@ -42,17 +42,27 @@ ShardedLinear load_linear(const WeightStore& s, const std::string& name, int64_t
   const Tensor b = bias ? s.get(name + ".bias", {out}) : Tensor();
   const TpRule* rule = find_rule(plan, name);
   ShardedLinear sl;
+  const PackedSource packed = s.packed_source(wn, compute);  // the matmul's layout, where the cache keeps it
   if (!rule || rule->split == Split::Replicated) {
     sl.w = LinearWeight::prepare(w, b, compute);
+    sl.w.packed = packed;
     return sl;
   }
   sl.split = rule->split;
   const int64_t unit = rule->unit == TpUnit::Heads ? head_dim : 1;
+  auto shard_key = [&](const char* dim, TokenRange r) {
+    PackedSource p = packed;
+    if (p) p.key += std::string("|") + dim + " " + std::to_string(r.begin) + ":" + std::to_string(r.end);
+    return p;
+  };
   if (rule->split == Split::Row) {
-    sl.w = shard_cols(w, b, compute, tp.shard(in, unit));
+    const TokenRange cols = tp.shard(in, unit);
+    sl.w = shard_cols(w, b, compute, cols);
+    sl.w.packed = shard_key("cols", cols);
   } else {
     const TokenRange rows = tp.shard(out, unit);
     sl.w = shard_rows(w, b, compute, rows);
+    sl.w.packed = shard_key("rows", rows);
     // A part of the rows: copied, like the column shards. The ranks' shards are disjoint, so
     // nothing that could be shared is copied, and a rank's memory is exactly its shard (reading
     // a view in place also maps the file pages around it).

@@ -75,7 +75,9 @@ T5Weights T5Weights::load(const std::string& dir, DType compute, const TensorPar
 
   auto linear = [&](const std::string& name, int64_t out, int64_t in) {
     const std::string prefix = name.substr(0, name.size() - std::string(".weight").size());
-    return load_linear(s, prefix, out, in, compute, t5_tp_plan(), tp, c.d_kv, /*bias=*/false).w;
+    LinearWeight lw = load_linear(s, prefix, out, in, compute, t5_tp_plan(), tp, c.d_kv, /*bias=*/false).w;
+    lw.packed = {};  // one Linear serves every layer (set_weight): the weights are read in place
+    return lw;
   };
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const std::string p = "encoder.block." + std::to_string(i) + ".layer.";

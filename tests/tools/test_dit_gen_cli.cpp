@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -466,4 +467,36 @@ TEST_CASE("dit-gen ranks started by another launcher: the machine's first rank w
   const std::string line = "dit-gen: warning: 2 ranks x " + std::to_string(cores + 1) + " threads on this machine's ";
   CHECK(r.err.find(line) != std::string::npos);
   CHECK(r1.find("warning") == std::string::npos);
+}
+
+TEST_CASE("dit-gen: linear weights packed into the weight cache once, mapped by later runs, the same latents",
+          "[cli][cache]") {
+  Scratch s;
+  const std::string wc = s.file("wc"), packed = wc + "/packed";
+  auto entries = [&] {
+    std::map<std::string, fs::file_time_type> out;
+    if (fs::exists(packed))
+      for (const auto& e : fs::directory_iterator(packed))
+        if (e.path().extension() == ".packed") out[e.path().filename().string()] = fs::last_write_time(e.path());
+    return out;
+  };
+  auto latents = [&](const std::string& flags, const std::string& name) {
+    RunResult r = run(gen(kTiny + " -p 3 --steps 2 " + flags + " -o " + s.file(name + ".png") + " --save-latents " +
+                          s.file(name + ".npy")));
+    INFO(flags << "\n" << r.err);
+    REQUIRE(r.code == 0);
+    return slurp(s.file(name + ".npy"));
+  };
+  const std::string a = latents("--weight-cache " + wc, "a");
+  const auto made = entries();
+  // Every block's linears (QKV, output, MLP, adaLN) have an entry where the kernels prefer a
+  // blocked layout (AVX-512: always).
+  if (__builtin_cpu_supports("avx512f")) CHECK(made.size() >= 4);
+  CHECK(latents("--weight-cache " + wc, "b") == a);
+  CHECK(entries() == made);  // mapped, not rewritten
+  CHECK(latents("--weight-cache off", "c") == a);
+  // Tensor parallelism packs each rank's shard under its own key: the same latents again.
+  const std::string tp = latents("--tp 2 --weight-cache " + wc, "d");
+  CHECK(tp == latents("--tp 2 --weight-cache off", "e"));
+  if (__builtin_cpu_supports("avx512f")) CHECK(entries().size() > made.size());
 }

@@ -1,0 +1,166 @@
+#include "runtime/packed_weights.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/atomic_file.h"
+#include "runtime/error.h"
+#include "runtime/file_lock.h"
+#include "runtime/printable.h"
+#include "runtime/weight_cache.h"
+
+namespace dit {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kVersion = "1";
+constexpr size_t kHeader = 4096;  // the payload starts page-aligned
+constexpr size_t kTellFrom = size_t(256) << 20;  // bytes packed by a process before it says so
+
+template <class T>
+void list(std::ostringstream& os, const char* name, const T* v, int n) {
+  os << " " << name << "=";
+  for (int i = 0; i < n; ++i) os << (i ? "," : "") << v[i];
+}
+
+struct Entry {
+  std::string key, layout;
+  size_t bytes = 0;
+  DType dtype = DType::F32;
+};
+
+// The entry at `path` mapped, when it is exactly `e`'s; else undefined (missing, damaged or
+// another key's after a hash collision: the caller makes it again).
+Tensor open_entry(const std::string& path, const Entry& e) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Tensor();
+  struct stat st {};
+  std::string header(kHeader, '\0');
+  const bool sized = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && uint64_t(st.st_size) == kHeader + e.bytes;
+  if (!sized || ::pread(fd, header.data(), kHeader, 0) != ssize_t(kHeader)) {
+    ::close(fd);
+    return Tensor();
+  }
+  const nlohmann::json h = nlohmann::json::parse(header.c_str(), nullptr, /*allow_exceptions=*/false);
+  const bool ours = h.is_object() && h.value("version", "") == kVersion && h.value("key", "") == e.key &&
+                    h.value("layout", "") == e.layout && h.value("bytes", uint64_t(0)) == e.bytes;
+  void* p = ours ? ::mmap(nullptr, kHeader + e.bytes, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+  ::close(fd);
+  if (p == MAP_FAILED) return Tensor();
+  const size_t len = kHeader + e.bytes;
+  std::shared_ptr<void> owner(p, [len](void* q) { ::munmap(q, len); });
+  return Tensor::view(static_cast<char*>(p) + kHeader, {int64_t(e.bytes / dtype_size(e.dtype))}, e.dtype, owner);
+}
+
+void write_entry(const std::string& path, const Entry& e, const dnnl::memory::desc& user, const void* plain,
+                 const dnnl::memory::desc& packed) {
+  Tensor buf = Tensor::empty({int64_t(e.bytes / dtype_size(e.dtype))}, e.dtype);
+  dnnl_call("packing a linear weight", [&] {
+    auto& eng = Engine::get();
+    dnnl::memory from(user, eng.engine, const_cast<void*>(plain)), to(packed, eng.engine, buf.data());
+    dnnl::reorder(from, to).execute(eng.stream, from, to);
+    eng.stream.wait();
+  });
+  std::string header;
+  try {
+    header = nlohmann::json{{"version", kVersion}, {"key", e.key}, {"layout", e.layout}, {"bytes", e.bytes}}.dump();
+  } catch (const nlohmann::json::exception& x) {  // a key that is not valid UTF-8
+    DIT_FAIL("cannot write the header: " << x.what());
+  }
+  DIT_CHECK(header.size() < kHeader, "the header is " << header.size() << " bytes (a key too long for " << kHeader << ")");
+  header.resize(kHeader, ' ');
+  header.back() = '\n';
+  AtomicFile f(path);
+  f.write(header.data(), header.size());
+  f.write(buf.data(), e.bytes);
+  f.commit();
+}
+
+}  // namespace
+
+std::string describe_layout(const dnnl::memory::desc& md) {
+  const dnnl_memory_desc_t& d = md.data;
+  if (d.format_kind != dnnl_blocked) return "";  // not one we can name (and so keep)
+  std::ostringstream os;
+  os << "dt=" << int(d.data_type);
+  list(os, "dims", d.dims, d.ndims);
+  list(os, "padded", d.padded_dims, d.ndims);
+  list(os, "offsets", d.padded_offsets, d.ndims);
+  os << " offset0=" << d.offset0;
+  const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+  list(os, "strides", b.strides, d.ndims);
+  list(os, "blocks", b.inner_blks, b.inner_nblks);
+  list(os, "idxs", b.inner_idxs, b.inner_nblks);
+  os << " extra=" << d.extra.flags << "," << d.extra.compensation_mask << "," << d.extra.scale_adjust << " dnnl="
+     << dnnl_version()->major << "." << dnnl_version()->minor << "." << dnnl_version()->patch;
+  return os.str();
+}
+
+PackedWeightDir::PackedWeightDir(std::string dir, bool optional) : dir_(std::move(dir)), optional_(optional) {
+  DIT_CHECK(!dir_.empty(), "packed weights: no directory");
+}
+
+Tensor PackedWeightDir::get(const std::string& key, const dnnl::memory::desc& user, const void* plain,
+                            const dnnl::memory::desc& packed) const {
+  if (failed_) return Tensor();  // an optional directory that failed once is not tried again
+  try {
+    return get_or_throw(key, user, plain, packed);
+  } catch (const Error& e) {
+    if (!optional_) throw;
+    std::fprintf(stderr, "warning: %s; reading the weights in place (--weight-cache off silences this)\n",
+                 printable(e.what()).c_str());
+    failed_ = true;
+    return Tensor();
+  }
+}
+
+Tensor PackedWeightDir::get_or_throw(const std::string& key, const dnnl::memory::desc& user, const void* plain,
+                                     const dnnl::memory::desc& packed) const {
+  Entry e;
+  e.key = key;
+  e.layout = describe_layout(packed);
+  e.bytes = packed.get_size();
+  const auto dt = packed.data_type();
+  DIT_CHECK(dt == dnnl::memory::data_type::f32 || dt == dnnl::memory::data_type::bf16,
+            "packed weights: a layout of another type than f32 or bf16");
+  e.dtype = dt == dnnl::memory::data_type::bf16 ? DType::BF16 : DType::F32;
+  if (e.layout.empty() || e.bytes == 0) return Tensor();  // nothing we can keep
+  const std::string path = dir_ + "/" + hex16(fnv1a(std::string(kVersion) + "|" + key + "|" + e.layout)) + ".packed";
+  if (Tensor t = open_entry(path, e); t.defined()) return t;
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  DIT_CHECK(!ec, "weight cache " << dir_ << ": cannot create the directory: " << ec.message());
+  FileLock lock(dir_ + "/.lock");
+  if (Tensor t = open_entry(path, e); t.defined()) return t;  // another process made it while we waited
+  try {
+    write_entry(path, e, user, plain, packed);
+  } catch (const Error& x) {
+    DIT_FAIL("weight cache " << path << ": cannot write the packed weight " << key << ": " << x.what());
+  }
+  ++made_;
+  // One line, from a process that packs enough for it to take a while (a first run of a large
+  // model writes every linear weight once).
+  made_bytes_ += e.bytes;
+  if (!told_ && made_bytes_ >= kTellFrom) {
+    told_ = true;
+    std::fprintf(stderr, "weight cache: packing the linear weights into the matmul's layout once, into %s; later runs map them\n",
+                 printable(dir_).c_str());
+  }
+  Tensor t = open_entry(path, e);
+  DIT_CHECK(t.defined(), "weight cache " << path << ": the packed weight just written does not read back");
+  return t;
+}
+
+}  // namespace dit

@@ -1,0 +1,59 @@
+// Linear weights in the layout the matmul prefers, made once per machine and mapped by every
+// process. oneDNN's matmul reads a PyTorch [out, in] weight in place by copying the blocks it
+// needs into its own blocked ("packed") layout at every call; given the weights in that layout
+// it skips the copy: 1.04-1.12x on DiT-XL's linears on the 2-core VM (docs/benchmarks.md,
+// "Packed weights"). The packed form depends on the CPU's kernels and the weight's shape, not
+// on the rows multiplied, and gives the same bits.
+//
+//   PackedWeightDir dir("/root/.cache/dit-gen/weights/packed", /*optional=*/true);
+//   Tensor p = dir.get(key, user_md, w.data(), pd.weights_desc());   // undefined: use w as it is
+//
+// File: <dir>/<hash of key and layout>.packed: a 4096-byte JSON header (this format's version,
+// the key, the layout's description, the payload's size), then the payload. The key names the
+// plain weight's content (WeightStore::packed_source: the checkpoint's path, size and
+// modification time, the tensor, the compute type and the shard), so a changed checkpoint gets
+// new entries (the old ones are left; delete the directory to reclaim them). One process packs
+// an entry under the directory's lock (<dir>/.lock), through AtomicFile; the others wait and map it.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "runtime/engine.h"
+#include "runtime/packed_source.h"
+#include "runtime/tensor.h"
+
+namespace dit {
+
+class PackedWeightDir {
+ public:
+  // optional: a failure to create or read an entry (a read-only or full disk) prints one
+  // warning, and get() returns an undefined Tensor from then on (the caller reads the weights
+  // in place); otherwise it throws dit::Error naming the file.
+  PackedWeightDir(std::string dir, bool optional);
+  const std::string& dir() const { return dir_; }
+
+  // The weight `plain` (laid out as `user`) in layout `packed`, mapped read-only from its entry
+  // (created when missing or not this key's and layout's): a Tensor of the compute type's
+  // elements spanning packed.get_size() bytes, which keeps the mapping alive.
+  Tensor get(const std::string& key, const dnnl::memory::desc& user, const void* plain,
+             const dnnl::memory::desc& packed) const;
+
+  // Entries made by this object (packed here rather than mapped from an earlier run).
+  int made() const { return made_; }
+
+ private:
+  Tensor get_or_throw(const std::string& key, const dnnl::memory::desc& user, const void* plain,
+                      const dnnl::memory::desc& packed) const;
+  std::string dir_;
+  bool optional_ = false;
+  mutable int made_ = 0;
+  mutable size_t made_bytes_ = 0;
+  mutable bool failed_ = false, told_ = false;
+};
+
+// A memory layout in words (data type, dims, padded dims, strides, inner blocks, extra
+// flags): what an entry is checked against.
+std::string describe_layout(const dnnl::memory::desc& md);
+
+}  // namespace dit

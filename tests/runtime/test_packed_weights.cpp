@@ -1,0 +1,219 @@
+// Packed linear weights (runtime/packed_weights.h): a Linear reading the weights in the
+// matmul's layout from a packed entry gives the bits of one reading them in place; entries are
+// made once per key and layout, mapped by later users, remade when damaged; an unusable
+// directory falls back (optional) or names the file (required); WeightStore's keys follow the
+// checkpoint's content.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "io_test_util.h"
+#include "runtime/error.h"
+#include "runtime/linear.h"
+#include "runtime/packed_weights.h"
+#include "runtime/safetensors.h"
+#include "runtime/weight_cache.h"
+#include "tests/compute_types.h"
+
+using namespace dit;
+namespace fs = std::filesystem;
+
+namespace {
+
+Tensor random_tensor(const Shape& shape, unsigned seed, DType t = DType::F32) {
+  Tensor x = Tensor::empty(shape);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = nd(rng);
+  return t == DType::F32 ? x : x.to(t);
+}
+
+size_t entries(const std::string& dir) {
+  size_t n = 0;
+  if (fs::exists(dir))
+    for (const auto& e : fs::directory_iterator(dir)) n += e.path().extension() == ".packed";
+  return n;
+}
+
+bool packed_in(const Linear& l) { return l.impl_info().find("(packed weights, shared)") != std::string::npos; }
+
+// y of a Linear of `spec` over weight w (optionally packed from `src`), x random; the output
+// type and epilogue operands as the spec asks.
+std::vector<float> run_linear(const LinearSpec& spec, LinearWeight w, PackedSource src, bool* packed = nullptr) {
+  w.packed = std::move(src);
+  Linear l(spec, w);
+  if (packed) *packed = packed_in(l);
+  const int64_t rows = spec.batch * spec.rows, ldy = spec.out_stride ? spec.out_stride : spec.out;
+  const Tensor x = random_tensor({rows, spec.in}, 7);
+  const Tensor gate = random_tensor({spec.batch, spec.out}, 8);
+  std::vector<float> y(size_t(rows * ldy), 0.5f);
+  if (spec.output == DType::BF16) {
+    std::vector<uint16_t> y16(y.size(), 0);
+    l.run(x.f32(), y16.data());
+    for (size_t i = 0; i < y.size(); ++i) y[i] = bf16_to_f32(y16[i]);
+  } else {
+    l.run(x.f32(), y.data(), spec.gated_residual ? gate.f32() : nullptr);
+  }
+  return y;
+}
+
+LinearSpec spec_of(int64_t batch, int64_t rows, int64_t in, int64_t out) {
+  LinearSpec s;
+  s.batch = batch;
+  s.rows = rows;
+  s.in = in;
+  s.out = out;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("packed weights: a Linear reading the packed entry gives the bits of one reading the weights in place",
+          "[runtime][packed]") {
+  dit_test::TempDir d;
+  auto dir = std::make_shared<PackedWeightDir>(d.path() + "/packed", false);
+  std::vector<DType> types{DType::F32};
+  if (dit_test::bf16_available()) types.push_back(DType::BF16);
+  int used = 0, n = 0;
+  for (DType compute : types) {
+    const LinearWeight w = LinearWeight::prepare(random_tensor({160, 96}, 1, compute), random_tensor({160}, 2), compute);
+    std::vector<LinearSpec> specs;
+    LinearSpec plain = spec_of(1, 37, 96, 160);
+    plain.act = Act::GeluTanh;
+    specs.push_back(plain);
+    LinearSpec gated = spec_of(2, 19, 96, 160);
+    gated.gated_residual = true;
+    specs.push_back(gated);
+    LinearSpec wide = spec_of(1, 37, 96, 160);
+    wide.out_stride = 480;  // a column block of a wider buffer, as Q, K and V are written
+    specs.push_back(wide);
+    LinearSpec acc = spec_of(1, 5, 96, 160);
+    acc.accumulate = true;
+    specs.push_back(acc);
+    if (compute == DType::BF16) {
+      LinearSpec out16 = spec_of(1, 37, 96, 160);
+      out16.output = DType::BF16;
+      specs.push_back(out16);
+    }
+    for (const LinearSpec& s : specs) {
+      bool packed = false;
+      const std::vector<float> want = run_linear(s, w, {});
+      const std::vector<float> got = run_linear(s, w, {dir, std::string("w|") + dtype_name(compute)}, &packed);
+      INFO(dtype_name(compute) << " spec " << n);
+      CHECK(std::memcmp(want.data(), got.data(), want.size() * 4) == 0);
+      used += packed;
+      ++n;
+    }
+  }
+  // An entry per type and layout (the gated form's weights are 3-D; a layout may differ with
+  // the rows), each made by the first Linear that asked for it.
+  CHECK(dir->made() == int(entries(d.path() + "/packed")));
+  // Where oneDNN's kernels prefer a blocked layout (AVX-512: always), the entries are used.
+  if (__builtin_cpu_supports("avx512f")) {
+    CHECK(used == n);
+    CHECK(dir->made() >= 2 * int(types.size()));
+    CHECK(dir->made() < n);
+  }
+}
+
+TEST_CASE("packed weights: made once per key, mapped by the next user, remade when damaged", "[runtime][packed]") {
+  if (!__builtin_cpu_supports("avx512f")) return;  // (where plain layouts are preferred nothing is packed)
+  dit_test::TempDir d;
+  const std::string pd = d.path() + "/packed";
+  const LinearWeight w = LinearWeight::prepare(random_tensor({64, 48}, 3), Tensor(), DType::F32);
+  const LinearSpec s = spec_of(1, 9, 48, 64);
+  const std::vector<float> want = run_linear(s, w, {});
+  auto check = [&](const char* key, int made, size_t files) {
+    auto dir = std::make_shared<PackedWeightDir>(pd, false);
+    bool packed = false;
+    const std::vector<float> got = run_linear(s, w, {dir, key}, &packed);
+    INFO(key << ": made " << dir->made() << ", entries " << entries(pd));
+    CHECK(packed);
+    CHECK(dir->made() == made);
+    CHECK(entries(pd) == files);
+    CHECK(std::memcmp(want.data(), got.data(), want.size() * 4) == 0);
+  };
+  check("a", 1, 1);
+  check("a", 0, 1);  // mapped, not packed again
+  check("b", 1, 2);  // another weight
+  // Damaged entries (truncated; a header of another key with the right size) are made again.
+  for (const auto& e : fs::directory_iterator(pd))
+    if (e.path().extension() == ".packed") fs::resize_file(e.path(), 100);
+  check("a", 1, 2);
+  for (const auto& e : fs::directory_iterator(pd))
+    if (e.path().extension() == ".packed") {
+      std::string bytes = dit_test::read_bytes(e.path().string());
+      bytes.replace(0, 8, "{\"key\":1");  // no longer this key's JSON
+      dit_test::write_bytes(e.path().string(), bytes);
+    }
+  check("b", 1, 2);
+  check("a", 1, 2);
+  // Processes (here threads, each with its own lock descriptor) asking at once make it once.
+  std::vector<std::shared_ptr<PackedWeightDir>> dirs;
+  for (int i = 0; i < 4; ++i) dirs.push_back(std::make_shared<PackedWeightDir>(pd, false));
+  std::vector<std::thread> ts;
+  std::vector<int> ok(4, 0);
+  for (int i = 0; i < 4; ++i)
+    ts.emplace_back([&, i] {
+      bool packed = false;
+      const std::vector<float> got = run_linear(s, w, {dirs[size_t(i)], "c"}, &packed);
+      ok[size_t(i)] = packed && std::memcmp(want.data(), got.data(), want.size() * 4) == 0;
+    });
+  for (auto& t : ts) t.join();
+  int made = 0;
+  for (const auto& dir : dirs) made += dir->made();
+  CHECK(made == 1);
+  CHECK(ok == std::vector<int>(4, 1));
+  CHECK(entries(pd) == 3);
+}
+
+TEST_CASE("packed weights: an unusable directory falls back when optional, names itself when required",
+          "[runtime][packed]") {
+  if (!__builtin_cpu_supports("avx512f")) return;
+  dit_test::TempDir d;
+  dit_test::write_bytes(d.file("file"), "x");
+  const std::string bad = d.file("file") + "/packed";  // under a regular file: cannot be created
+  const LinearWeight w = LinearWeight::prepare(random_tensor({64, 48}, 3), Tensor(), DType::F32);
+  const LinearSpec s = spec_of(1, 9, 48, 64);
+  const std::vector<float> want = run_linear(s, w, {});
+  bool packed = true;
+  const std::vector<float> got = run_linear(s, w, {std::make_shared<PackedWeightDir>(bad, true), "a"}, &packed);
+  CHECK_FALSE(packed);
+  CHECK(std::memcmp(want.data(), got.data(), want.size() * 4) == 0);
+  const std::string e =
+      dit_test::error_of([&] { run_linear(s, w, {std::make_shared<PackedWeightDir>(bad, false), "a"}); });
+  CHECK(e.find(bad) != std::string::npos);
+  // A Linear on packed weights cannot be pointed at other weights.
+  LinearWeight pw = w;
+  pw.packed = {std::make_shared<PackedWeightDir>(d.path() + "/p", false), "a"};
+  Linear l(s, pw);
+  CHECK_THROWS_WITH(l.set_weight(w), Catch::Contains("set_weight with packed weights"));
+}
+
+TEST_CASE("packed weights: WeightStore keys name the file's identity, the tensor and the type", "[runtime][packed]") {
+  dit_test::TempDir d;
+  const std::string src = d.file("diffusion_pytorch_model.safetensors");
+  write_safetensors(src, {{"a.weight", random_tensor({4, 3}, 1)}});
+  WeightStore ws = WeightStore::open_dir(d.path());
+  CHECK_FALSE(ws.packed_source("a.weight", DType::F32));  // packing off
+  auto dir = std::make_shared<PackedWeightDir>(d.path() + "/packed", false);
+  ws.use_packed_weights(dir);
+  const PackedSource a = ws.packed_source("a.weight", DType::F32), b = ws.packed_source("a.weight", DType::BF16);
+  REQUIRE(a);
+  CHECK(a.dir == dir);
+  CHECK(a.key.find(fs::canonical(src).string()) == 0);
+  CHECK(a.key.find("|a.weight|f32") != std::string::npos);
+  CHECK(a.key != b.key);
+  struct timespec times[2] = {{0, UTIME_OMIT}, {1700000000, 123}};
+  REQUIRE(::utimensat(AT_FDCWD, src.c_str(), times, 0) == 0);
+  CHECK(ws.packed_source("a.weight", DType::F32).key != a.key);  // a changed checkpoint: new entries
+  CHECK_THROWS_WITH(ws.packed_source("missing", DType::F32), Catch::Contains("missing tensor"));
+}
