@@ -19,6 +19,8 @@
 // exclusive lock on <dir>/.lock, the others wait for it and map the result; the file is
 // written through AtomicFile (temporary + fsync + rename), so a crash leaves no half entry.
 // Conversion runs on all of the process's threads, tensor by tensor in 16 MB pieces.
+// use_weight_cache also keeps the linear weights' packed forms in <dir>/packed
+// (runtime/packed_weights.h).
 #pragma once
 
 #include <cstdint>

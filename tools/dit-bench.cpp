@@ -351,7 +351,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "tcp"}))
       ->capture_default_str();
   app.add_option("--weight-cache", o.weight_cache,
-                 "converted-weight cache as dit-gen's --weight-cache: DIR, or off (default: dit-gen's default "
+                 "converted and packed weights as dit-gen's --weight-cache: DIR, or off (default: dit-gen's default "
                  "directory)");
   app.add_flag("--load-only", o.load_only,
                "measure memory after loading only (every rank's RSS and PSS, their sum against serial): no GEMM, no "

@@ -38,11 +38,16 @@ ShardedLinear load_linear(const WeightStore& s, const std::string& name, int64_t
   // In the compute type when that is a view (stored so, or in the converted-weight cache);
   // else as stored, so that a shard converts its own part only.
   const std::string wn = name + ".weight";
-  const Tensor w = s.in_place(wn, compute) ? s.get_as(wn, compute, {out, in}) : s.get(wn, {out, in});
+  const bool mapped = s.in_place(wn, compute);
+  const Tensor w = mapped ? s.get_as(wn, compute, {out, in}) : s.get(wn, {out, in});
   const Tensor b = bias ? s.get(name + ".bias", {out}) : Tensor();
   const TpRule* rule = find_rule(plan, name);
+  // The matmul's layout from the weight cache (runtime/packed_weights.h) where the weight stays
+  // a view of the mapping: its pages are read once to pack it and not again, so the entry adds
+  // no memory. A private copy (a column shard, a conversion) is read as it is: packing it would
+  // keep both.
+  const PackedSource packed = mapped ? s.packed_source(wn, compute) : PackedSource{};
   ShardedLinear sl;
-  const PackedSource packed = s.packed_source(wn, compute);  // the matmul's layout, where the cache keeps it
   if (!rule || rule->split == Split::Replicated) {
     sl.w = LinearWeight::prepare(w, b, compute);
     sl.w.packed = packed;
@@ -50,25 +55,23 @@ ShardedLinear load_linear(const WeightStore& s, const std::string& name, int64_t
   }
   sl.split = rule->split;
   const int64_t unit = rule->unit == TpUnit::Heads ? head_dim : 1;
-  auto shard_key = [&](const char* dim, TokenRange r) {
-    PackedSource p = packed;
-    if (p) p.key += std::string("|") + dim + " " + std::to_string(r.begin) + ":" + std::to_string(r.end);
-    return p;
-  };
+  TokenRange rows{0, out};
   if (rule->split == Split::Row) {
-    const TokenRange cols = tp.shard(in, unit);
-    sl.w = shard_cols(w, b, compute, cols);
-    sl.w.packed = shard_key("cols", cols);
+    sl.w = shard_cols(w, b, compute, tp.shard(in, unit));  // a copy unless all columns
   } else {
-    const TokenRange rows = tp.shard(out, unit);
-    sl.w = shard_rows(w, b, compute, rows);
-    sl.w.packed = shard_key("rows", rows);
-    // A part of the rows: copied, like the column shards. The ranks' shards are disjoint, so
-    // nothing that could be shared is copied, and a rank's memory is exactly its shard (reading
-    // a view in place also maps the file pages around it).
-    if (rows.size() < out && sl.w.weight.data() >= w.data() &&
-        static_cast<const char*>(sl.w.weight.data()) < static_cast<const char*>(w.data()) + w.nbytes())
-      sl.w.weight = sl.w.weight.clone();
+    rows = tp.shard(out, unit);
+    sl.w = shard_rows(w, b, compute, rows);  // a view
+  }
+  const bool view = sl.w.weight.data() >= w.data() &&
+                    static_cast<const char*>(sl.w.weight.data()) < static_cast<const char*>(w.data()) + w.nbytes();
+  if (view && packed) {  // packed from the view, a part of the rows under its own key
+    sl.w.packed = packed;
+    if (rows.size() < out) sl.w.packed.key += "|rows " + std::to_string(rows.begin) + ":" + std::to_string(rows.end);
+  } else if (view && rows.size() < out) {
+    // A part of the rows, not packed: copied, like the column shards. The ranks' shards are
+    // disjoint, so nothing that could be shared is copied, and a rank's memory is exactly its
+    // shard (reading a view in place also maps the file pages around it).
+    sl.w.weight = sl.w.weight.clone();
   }
   // A copied shard (columns, rows, or converted to the compute type) no longer needs the
   // checkpoint's pages it was read from: give them back, so a rank's resident memory is its

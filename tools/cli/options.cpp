@@ -68,8 +68,9 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
                  "the VAE decoder's convolution type: f32|bf16 (default: --dtype's; bf16 accumulates in f32)");
   app.add_option("--weight-cache", o.weight_cache,
                  "weights stored in another type than --dtype (f16/bf16 checkpoints in f32, f32/f16 linear weights in "
-                 "bf16) are converted once into this directory and memory-mapped from there, shared by every rank of "
-                 "the machine; 'off': convert in each process's memory (default: "
+                 "bf16) are converted once into this directory, and the blocks' linear weights packed once into the "
+                 "matmul's layout (DIR/packed), and memory-mapped from there, shared by every rank of the machine; "
+                 "'off': convert in each process's memory and read the weights as stored (default: "
                  "$DIT_WEIGHT_CACHE, else $XDG_CACHE_HOME/dit-gen/weights, else ~/.cache/dit-gen/weights)");
   app.add_option_function<int>(
       "-t,--threads", [&o](const int& v) { o.threads = v > 0 ? v : -1; },  // -1: given but not positive
