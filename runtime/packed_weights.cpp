@@ -144,6 +144,7 @@ Tensor PackedWeightDir::get_or_throw(const std::string& key, const dnnl::memory:
   DIT_CHECK(!ec, "weight cache " << dir_ << ": cannot create the directory: " << ec.message());
   FileLock lock(dir_ + "/.lock");
   if (Tensor t = open_entry(path, e); t.defined()) return t;  // another process made it while we waited
+  if (made_ == 0) remove_stale_temp_files(dir_);  // what writers killed mid-entry left (runtime/atomic_file.h)
   try {
     write_entry(path, e, user, plain, packed);
   } catch (const Error& x) {

@@ -199,6 +199,7 @@ std::shared_ptr<SafeTensorsFile> converted_cache_for(const SafeTensorsFile& src,
   DIT_CHECK(!ec, "weight cache " << dir << ": cannot create the directory: " << ec.message());
   FileLock lock(dir + "/.lock");  // one lock per cache directory: conversions into it take turns
   if (auto f = open_valid(path, src, s)) return f;  // another process made it while we waited
+  remove_stale_temp_files(dir);  // what writers killed mid-conversion left (runtime/atomic_file.h)
   // One line, from the one process that converts: a first run can take a while on a large checkpoint.
   std::fprintf(stderr, "weight cache: converting %s to %s once (%.0f MB) into %s; later runs map it\n",
                printable(src.path()).c_str(), dtype_name(to), double(s.bytes) / 1e6, printable(dir).c_str());

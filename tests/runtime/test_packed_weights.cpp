@@ -6,7 +6,10 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "io_test_util.h"
+#include "runtime/atomic_file.h"
 #include "runtime/error.h"
 #include "runtime/linear.h"
 #include "runtime/packed_weights.h"
@@ -216,4 +220,40 @@ TEST_CASE("packed weights: WeightStore keys name the file's identity, the tensor
   REQUIRE(::utimensat(AT_FDCWD, src.c_str(), times, 0) == 0);
   CHECK(ws.packed_source("a.weight", DType::F32).key != a.key);  // a changed checkpoint: new entries
   CHECK_THROWS_WITH(ws.packed_source("missing", DType::F32), Catch::Contains("missing tensor"));
+}
+
+TEST_CASE("packed weights: a writer killed mid-entry leaves a temporary file the next writer removes",
+          "[runtime][packed]") {
+  if (!__builtin_cpu_supports("avx512f")) return;
+  dit_test::TempDir d;
+  const std::string pd = d.path() + "/packed";
+  fs::create_directories(pd);
+  int pipefd[2];
+  REQUIRE(::pipe(pipefd) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {  // an entry's writer SIGKILLed half-way
+    AtomicFile f(pd + "/0123456789abcdef.packed");
+    f.write("partial", 7);
+    (void)::write(pipefd[1], "x", 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char c;
+  REQUIRE(::read(pipefd[0], &c, 1) == 1);
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  auto temps = [&] {
+    size_t n = 0;
+    for (const auto& e : fs::directory_iterator(pd)) n += e.path().filename().string().find(".dit-tmp.") != std::string::npos;
+    return n;
+  };
+  REQUIRE(temps() == 1);
+  const LinearWeight w = LinearWeight::prepare(random_tensor({64, 48}, 3), Tensor(), DType::F32);
+  auto dir = std::make_shared<PackedWeightDir>(pd, false);
+  bool packed = false;
+  run_linear(spec_of(1, 9, 48, 64), w, {dir, "a"}, &packed);
+  CHECK(packed);
+  CHECK(temps() == 0);
+  CHECK(entries(pd) == 1);
 }
