@@ -64,3 +64,47 @@ inline std::string error_of(const std::function<void()>& f) {
 }
 
 }  // namespace dit_test
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <stdexcept>
+
+#include "runtime/atomic_file.h"
+
+namespace dit_test {
+
+// A child process that opens an AtomicFile for `path` (after remove_partial_files_on_signal()
+// when `handler`), writes 7 bytes and waits to be killed: returned once its temporary file
+// exists. kill_writer() ends and reaps it.
+inline pid_t start_partial_writer(const std::string& path, bool handler = false) {
+  int fds[2];
+  if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    if (handler) dit::remove_partial_files_on_signal();
+    dit::AtomicFile f(path);
+    f.write("partial", 7);
+    (void)::write(fds[1], "x", 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char c;
+  const bool ready = ::read(fds[0], &c, 1) == 1;
+  ::close(fds[0]);
+  ::close(fds[1]);
+  if (!ready) throw std::runtime_error("the partial writer did not start");
+  return pid;
+}
+
+// Kills the writer with `sig` and reaps it; returns its wait status.
+inline int kill_writer(pid_t pid, int sig) {
+  ::kill(pid, sig);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return status;
+}
+
+}  // namespace dit_test

@@ -25,24 +25,8 @@ std::set<std::string> names(const std::string& dir) {
 
 TEST_CASE("temporary files of SIGKILLed writers are recognised and removed", "[io][atomic]") {
   dit_test::TempDir dir;
-  int pipefd[2];
-  REQUIRE(::pipe(pipefd) == 0);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {  // a writer that gets SIGKILLed half-way
-    dit::AtomicFile f(dir.file("img.png"));
-    f.write("partial", 7);
-    (void)::write(pipefd[1], "x", 1);
-    ::pause();
-    ::_exit(0);
-  }
-  char c;
-  REQUIRE(::read(pipefd[0], &c, 1) == 1);
-  ::kill(pid, SIGKILL);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ::close(pipefd[0]);
-  ::close(pipefd[1]);
+  const pid_t pid = dit_test::start_partial_writer(dir.file("img.png"));  // then SIGKILLed half-way
+  dit_test::kill_writer(pid, SIGKILL);
   const auto left = names(dir.path());
   REQUIRE(left.size() == 1);
   const std::string stale = *left.begin();

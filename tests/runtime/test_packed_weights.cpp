@@ -228,21 +228,7 @@ TEST_CASE("packed weights: a writer killed mid-entry leaves a temporary file the
   dit_test::TempDir d;
   const std::string pd = d.path() + "/packed";
   fs::create_directories(pd);
-  int pipefd[2];
-  REQUIRE(::pipe(pipefd) == 0);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {  // an entry's writer SIGKILLed half-way
-    AtomicFile f(pd + "/0123456789abcdef.packed");
-    f.write("partial", 7);
-    (void)::write(pipefd[1], "x", 1);
-    ::pause();
-    ::_exit(0);
-  }
-  char c;
-  REQUIRE(::read(pipefd[0], &c, 1) == 1);
-  ::kill(pid, SIGKILL);
-  ::waitpid(pid, nullptr, 0);
+  dit_test::kill_writer(dit_test::start_partial_writer(pd + "/0123456789abcdef.packed"), SIGKILL);  // mid-entry
   auto temps = [&] {
     size_t n = 0;
     for (const auto& e : fs::directory_iterator(pd)) n += e.path().filename().string().find(".dit-tmp.") != std::string::npos;
