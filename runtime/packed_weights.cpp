@@ -53,9 +53,13 @@ Tensor open_entry(const std::string& path, const Entry& e) {
     ::close(fd);
     return Tensor();
   }
-  const nlohmann::json h = nlohmann::json::parse(header.c_str(), nullptr, /*allow_exceptions=*/false);
-  const bool ours = h.is_object() && h.value("version", "") == kVersion && h.value("key", "") == e.key &&
-                    h.value("layout", "") == e.layout && h.value("bytes", uint64_t(0)) == e.bytes;
+  bool ours = false;
+  try {  // a header of other types than ours (value() would throw) is not ours either
+    const nlohmann::json h = nlohmann::json::parse(header.c_str(), nullptr, /*allow_exceptions=*/false);
+    ours = h.is_object() && h.value("version", "") == kVersion && h.value("key", "") == e.key &&
+           h.value("layout", "") == e.layout && h.value("bytes", uint64_t(0)) == e.bytes;
+  } catch (const nlohmann::json::exception&) {
+  }
   void* p = ours ? ::mmap(nullptr, kHeader + e.bytes, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
   ::close(fd);
   if (p == MAP_FAILED) return Tensor();
