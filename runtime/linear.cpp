@@ -59,6 +59,25 @@ struct Linear::Impl {
   Tensor tmp;
 };
 
+// The weights in the matmul's layout `want` (from `user`): a private copy reordered here
+// (spec.pack_weights), or mapped from the machine's packed entry (w.packed); undefined when
+// an optional entry failed. `note` says which, for impl_info().
+static Tensor weights_in_layout(const LinearSpec& spec, const LinearWeight& w, const memory::desc& user,
+                                const memory::desc& want, std::string& note) {
+  if (!spec.pack_weights) {
+    Tensor t = w.packed.dir->get(w.packed.key, user, w.weight.data(), want);
+    note = t.defined() ? " (packed weights, shared)" : "";
+    return t;
+  }
+  Tensor t = Tensor::empty({int64_t((want.get_size() + 3) / 4)});
+  auto& e = Engine::get();
+  memory from(user, e.engine, const_cast<void*>(w.weight.data())), to(want, e.engine, t.data());
+  dnnl::reorder(from, to).execute(e.stream, from, to);
+  e.stream.wait();
+  note = " (packed weights)";
+  return t;
+}
+
 Linear::Linear() = default;
 Linear::Linear(Linear&&) noexcept = default;
 Linear& Linear::operator=(Linear&&) noexcept = default;
@@ -145,21 +164,8 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
     if (m.manual_gate) m.tmp = Tensor::empty({M, N});
     std::string packed_note;
     if (pack && pd.weights_desc() != wei_md) {
-      if (spec.pack_weights) {  // a private copy, reordered here
-        m.packed = Tensor::empty({int64_t((pd.weights_desc().get_size() + 3) / 4)});
-        memory user_wei(wei_md, eng, const_cast<void*>(w.weight.data())), to(pd.weights_desc(), eng, m.packed.data());
-        auto& st = Engine::get().stream;
-        dnnl::reorder(user_wei, to).execute(st, user_wei, to);
-        st.wait();
-        packed_note = " (packed weights)";
-      } else {  // mapped from the machine's packed entry; undefined when an optional one failed
-        m.packed = w.packed.dir->get(w.packed.key, wei_md, w.weight.data(), pd.weights_desc());
-        packed_note = " (packed weights, shared)";
-      }
-      if (!m.packed.defined()) {
-        pd = describe(spec.gated_residual && !m.manual_gate, false);  // the weights in place after all
-        packed_note.clear();
-      }
+      m.packed = weights_in_layout(spec, w, wei_md, pd.weights_desc(), packed_note);
+      if (!m.packed.defined()) pd = describe(spec.gated_residual && !m.manual_gate, false);  // in place after all
     }
     m.impl_name = std::string(pd.impl_info_str()) + (m.manual_gate ? " (gate applied after the matmul)" : "") + packed_note;
     m.prim = dnnl::matmul(pd);
