@@ -160,8 +160,10 @@ Tensor PackedWeightDir::get_or_throw(const std::string& key, const dnnl::memory:
   made_bytes_ += e.bytes;
   if (!told_ && made_bytes_ >= kTellFrom) {
     told_ = true;
-    std::fprintf(stderr, "weight cache: packing the linear weights into the matmul's layout once, into %s; later runs map them\n",
-                 printable(dir_).c_str());
+    std::fprintf(stderr,
+                 "weight cache: packing the linear weights into the matmul's layout once (a copy on disk, %.0f MB so "
+                 "far), into %s; later runs map them\n",
+                 double(made_bytes_) / 1e6, printable(dir_).c_str());
   }
   Tensor t = open_entry(path, e);
   DIT_CHECK(t.defined(), "weight cache " << path << ": the packed weight just written does not read back");
