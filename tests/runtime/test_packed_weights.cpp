@@ -117,8 +117,8 @@ TEST_CASE("packed weights: a Linear reading the packed entry gives the bits of o
       ++n;
     }
   }
-  // An entry per type and layout (the gated form's weights are 3-D; a layout may differ with
-  // the rows), each made by the first Linear that asked for it.
+  // An entry per type and layout (the gated form's weights are 3-D, and a strided output asks
+  // for another layout), each made by the first Linear that asked for it.
   CHECK(dir->made() == int(entries(d.path() + "/packed")));
   // Where oneDNN's kernels prefer a blocked layout (AVX-512: always), the entries are used.
   if (__builtin_cpu_supports("avx512f")) {
