@@ -65,7 +65,7 @@ struct Linear::Impl {
 static Tensor weights_in_layout(const LinearSpec& spec, const LinearWeight& w, const memory::desc& user,
                                 const memory::desc& want, std::string& note) {
   if (!spec.pack_weights) {
-    Tensor t = w.packed.dir->get(w.packed.key, user, w.weight.data(), want);
+    Tensor t = w.packed.dir->get(w.packed.key, user, w.weight.data(), want, w.packed.release_plain);
     note = t.defined() ? " (packed weights, shared)" : "";
     return t;
   }

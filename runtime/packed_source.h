@@ -2,8 +2,11 @@
 // headers: WeightStore hands these out, Linear reads them.
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 namespace dit {
 
@@ -12,8 +15,16 @@ class PackedWeightDir;
 // A directory and the key of the weight's content (both empty: nowhere; the Linear reads the
 // weight in place).
 struct PackedSource {
+  PackedSource() = default;
+  PackedSource(std::shared_ptr<const PackedWeightDir> d, std::string k, std::function<size_t()> release = {})
+      : dir(std::move(d)), key(std::move(k)), release_plain(std::move(release)) {}
+
   std::shared_ptr<const PackedWeightDir> dir;
   std::string key;
+  // Optional: gives back the plain weight's mapped pages once an entry was made from them
+  // (a first run reads every plain weight once to pack it, and needs it no more); returns
+  // the bytes given back (WeightStore::releaser).
+  std::function<size_t()> release_plain;
   explicit operator bool() const { return dir != nullptr && !key.empty(); }
 };
 

@@ -117,10 +117,10 @@ PackedWeightDir::PackedWeightDir(std::string dir, bool optional) : dir_(std::mov
 }
 
 Tensor PackedWeightDir::get(const std::string& key, const dnnl::memory::desc& user, const void* plain,
-                            const dnnl::memory::desc& packed) const {
+                            const dnnl::memory::desc& packed, const std::function<size_t()>& release_plain) const {
   if (failed_) return Tensor();  // an optional directory that failed once is not tried again
   try {
-    return get_or_throw(key, user, plain, packed);
+    return get_or_throw(key, user, plain, packed, release_plain);
   } catch (const Error& e) {
     if (!optional_) throw;
     std::fprintf(stderr, "warning: %s; reading the weights in place (--weight-cache off silences this)\n",
@@ -131,7 +131,8 @@ Tensor PackedWeightDir::get(const std::string& key, const dnnl::memory::desc& us
 }
 
 Tensor PackedWeightDir::get_or_throw(const std::string& key, const dnnl::memory::desc& user, const void* plain,
-                                     const dnnl::memory::desc& packed) const {
+                                     const dnnl::memory::desc& packed,
+                                     const std::function<size_t()>& release_plain) const {
   Entry e;
   e.key = key;
   e.layout = describe_layout(packed);
@@ -155,6 +156,12 @@ Tensor PackedWeightDir::get_or_throw(const std::string& key, const dnnl::memory:
     DIT_FAIL("weight cache " << path << ": cannot write the packed weight " << key << ": " << x.what());
   }
   ++made_;
+  if (release_plain) {  // read once to pack it; the entry is what is read from now on
+    try {
+      release_plain();
+    } catch (const Error&) {  // (only memory is at stake: the entry stands)
+    }
+  }
   // One line, from a process that packs enough for it to take a while (a first run of a large
   // model writes every linear weight once).
   made_bytes_ += e.bytes;

@@ -35,16 +35,17 @@ class PackedWeightDir {
 
   // The weight `plain` (laid out as `user`) in layout `packed`, mapped read-only from its entry
   // (created when missing or not this key's and layout's): a Tensor of the compute type's
-  // elements spanning packed.get_size() bytes, which keeps the mapping alive.
+  // elements spanning packed.get_size() bytes, which keeps the mapping alive. After making an
+  // entry, `release_plain` (when given) gives the plain weight's pages back.
   Tensor get(const std::string& key, const dnnl::memory::desc& user, const void* plain,
-             const dnnl::memory::desc& packed) const;
+             const dnnl::memory::desc& packed, const std::function<size_t()>& release_plain = {}) const;
 
   // Entries made by this object (packed here rather than mapped from an earlier run).
   int made() const { return made_; }
 
  private:
   Tensor get_or_throw(const std::string& key, const dnnl::memory::desc& user, const void* plain,
-                      const dnnl::memory::desc& packed) const;
+                      const dnnl::memory::desc& packed, const std::function<size_t()>& release_plain) const;
   std::string dir_;
   bool optional_ = false;
   mutable int made_ = 0;

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -120,6 +121,9 @@ class WeightStore {
   // and a key naming its content (its file's path, size and modification time, the tensor, the
   // type; a shard appends its range). Empty when use_packed_weights was not called.
   PackedSource packed_source(const std::string& name, DType dtype) const;
+  // drop(t) for later: a function that gives back t's mapped pages when called (it keeps the
+  // store's files alive, not the store); returns the bytes advised.
+  std::function<size_t()> releaser(const Tensor& t) const;
   // SafeTensorsFile::drop_pages() on every file: returns the bytes advised.
   size_t drop_pages() const;
   // Gives back the mapped pages of `t` (a tensor of this store) after it was copied; no-op

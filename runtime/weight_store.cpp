@@ -146,6 +146,19 @@ size_t WeightStore::drop(const Tensor& t) const {
   return n;
 }
 
+std::function<size_t()> WeightStore::releaser(const Tensor& t) const {
+  std::vector<std::shared_ptr<SafeTensorsFile>> files = files_;
+  for (const auto& f : converted_)
+    if (f) files.push_back(f);
+  const void* p = t.data();
+  const size_t bytes = t.nbytes();
+  return [files = std::move(files), p, bytes] {
+    size_t n = 0;
+    for (const auto& f : files) n += f->drop_range(p, bytes);
+    return n;
+  };
+}
+
 size_t WeightStore::drop_pages() const {
   size_t n = 0;
   for (const auto& f : files_) n += f->drop_pages();

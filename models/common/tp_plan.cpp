@@ -51,6 +51,7 @@ ShardedLinear load_linear(const WeightStore& s, const std::string& name, int64_t
   if (!rule || rule->split == Split::Replicated) {
     sl.w = LinearWeight::prepare(w, b, compute);
     sl.w.packed = packed;
+    if (packed) sl.w.packed.release_plain = s.releaser(sl.w.weight);
     return sl;
   }
   sl.split = rule->split;
@@ -66,6 +67,7 @@ ShardedLinear load_linear(const WeightStore& s, const std::string& name, int64_t
                     static_cast<const char*>(sl.w.weight.data()) < static_cast<const char*>(w.data()) + w.nbytes();
   if (view && packed) {  // packed from the view, a part of the rows under its own key
     sl.w.packed = packed;
+    sl.w.packed.release_plain = s.releaser(sl.w.weight);
     if (rows.size() < out) sl.w.packed.key += "|rows " + std::to_string(rows.begin) + ":" + std::to_string(rows.end);
   } else if (view && rows.size() < out) {
     // A part of the rows, not packed: copied, like the column shards. The ranks' shards are

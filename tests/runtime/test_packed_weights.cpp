@@ -138,10 +138,12 @@ TEST_CASE("packed weights: made once per key, mapped by the next user, remade wh
   auto check = [&](const char* key, int made, size_t files) {
     auto dir = std::make_shared<PackedWeightDir>(pd, false);
     bool packed = false;
-    const std::vector<float> got = run_linear(s, w, {dir, key}, &packed);
+    int released = 0;  // the plain weight's pages are given back once, after an entry is made from them
+    const std::vector<float> got = run_linear(s, w, {dir, key, [&] { return size_t(++released); }}, &packed);
     INFO(key << ": made " << dir->made() << ", entries " << entries(pd));
     CHECK(packed);
     CHECK(dir->made() == made);
+    CHECK(released == made);
     CHECK(entries(pd) == files);
     CHECK(std::memcmp(want.data(), got.data(), want.size() * 4) == 0);
   };
@@ -230,6 +232,22 @@ TEST_CASE("packed weights: WeightStore keys name the file's identity, the tensor
   REQUIRE(::utimensat(AT_FDCWD, src.c_str(), times, 0) == 0);
   CHECK(ws.packed_source("a.weight", DType::F32).key != a.key);  // a changed checkpoint: new entries
   CHECK_THROWS_WITH(ws.packed_source("missing", DType::F32), Catch::Contains("missing tensor"));
+}
+
+TEST_CASE("WeightStore::releaser gives back a tensor's mapped pages when called, nothing for others",
+          "[runtime][packed]") {
+  dit_test::TempDir d;
+  write_safetensors(d.file("diffusion_pytorch_model.safetensors"), {{"big", random_tensor({4, 4096}, 1)}});
+  std::function<size_t()> release;
+  {
+    WeightStore ws = WeightStore::open_dir(d.path());
+    const Tensor t = ws.get("big");
+    volatile float sum = 0;
+    for (int64_t i = 0; i < t.numel(); ++i) sum = sum + t.f32()[i];  // resident now
+    release = ws.releaser(t);
+    CHECK(ws.releaser(random_tensor({4, 4096}, 2))() == 0);  // not the store's
+  }
+  CHECK(release() >= 4 * 4096);  // whole pages inside the tensor, after the store is gone
 }
 
 TEST_CASE("packed weights: a writer killed mid-entry leaves a temporary file the next writer removes",
