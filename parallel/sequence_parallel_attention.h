@@ -117,7 +117,7 @@ class SequenceParallelAttention final : public SelfAttention {
   void prepare_ulysses();
   void prepare_ulysses_blocks();
   void ulysses_forward(QkvRows qkv, OutRows out);
-  void ulysses_all_to_all(QkvRows qkv, float* out);
+  void ulysses_all_to_all(QkvRows qkv, OutRows out);
   void scatter16(QkvRows qkv);
   void pack16(QkvRows qkv, TokenRange heads, uint16_t* dst, int64_t dst_tokens = 0, int64_t first = 0) const;
   void unpack_chunk16(QkvRows qkv, int c);

@@ -127,21 +127,20 @@ void SequenceParallelAttention::scatter16(QkvRows qkv) {
 
 // Ulysses without chunks (one machine, or --ulysses-chunks 1): q,k,v of my tokens for every
 // rank's heads -> q,k,v of the group's tokens for my heads, attention, and back.
-void SequenceParallelAttention::ulysses_all_to_all(QkvRows qkv, float* out) {
+void SequenceParallelAttention::ulysses_all_to_all(QkvRows qkv, OutRows out) {
   if (uly16_) {
     exchange_and_attend16(qkv);
-    return gather16(out);
-  } else {
-    {
-      profile::Scope pc(profile::Cat::Communication);
-      profile::add_bytes(uint64_t(B_ * T_ * 3 * (H_ - Hu_) * d_) * 4);
-      uly_->all_to_all_strided(qkv.f32(), scatter_to_, chunk_qkv_.data(), scatter_from_);
-    }
-    attend(QkvRows{chunk_qkv_.data(), false}, chunk_out_.data(), Hu_);
+    return out.bf16 ? gather16(out.b16()) : gather16(out.f32());
   }
+  {
+    profile::Scope pc(profile::Cat::Communication);
+    profile::add_bytes(uint64_t(B_ * T_ * 3 * (H_ - Hu_) * d_) * 4);
+    uly_->all_to_all_strided(qkv.f32(), scatter_to_, chunk_qkv_.data(), scatter_from_);
+  }
+  attend(QkvRows{chunk_qkv_.data(), false}, chunk_out_.data(), Hu_);
   profile::Scope pc(profile::Cat::Communication);
   profile::add_bytes(uint64_t(B_ * (Tg_ - T_) * Hu_ * d_) * 4);
-  uly_->all_to_all_strided(chunk_out_.data(), gather_to_, out, gather_from_);
+  uly_->all_to_all_strided(chunk_out_.data(), gather_to_, out.f32(), gather_from_);
 }
 
 // bf16, one chunk: q, k, v of my tokens for every rank's heads, in bf16, -> q, k, v of the
@@ -346,11 +345,7 @@ void SequenceParallelAttention::finish_gather(OutRows out) {
 // Ulysses: scatter all chunks at once; then per chunk wait, attend, send the outputs back, so
 // chunk c+1's q,k,v and chunk c's outputs travel while chunk c+1 is computed.
 void SequenceParallelAttention::ulysses_forward(QkvRows qkv, OutRows out) {
-  if (C_ == 1 && out.bf16) {
-    exchange_and_attend16(qkv);
-    return gather16(out.b16());
-  }
-  if (C_ == 1) return ulysses_all_to_all(qkv, out.f32());
+  if (C_ == 1) return ulysses_all_to_all(qkv, out);
   const uint32_t tag0 = tag_;
   tag_ += uint32_t(2 * C_);
   post_scatter(qkv, tag0);

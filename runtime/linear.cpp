@@ -70,10 +70,7 @@ static Tensor weights_in_layout(const LinearSpec& spec, const LinearWeight& w, c
     return t;
   }
   Tensor t = Tensor::empty({int64_t((want.get_size() + 3) / 4)});
-  auto& e = Engine::get();
-  memory from(user, e.engine, const_cast<void*>(w.weight.data())), to(want, e.engine, t.data());
-  dnnl::reorder(from, to).execute(e.stream, from, to);
-  e.stream.wait();
+  pack_weight(user, w.weight.data(), want, t.data());
   note = " (packed weights)";
   return t;
 }

@@ -71,12 +71,7 @@ Tensor open_entry(const std::string& path, const Entry& e) {
 void write_entry(const std::string& path, const Entry& e, const dnnl::memory::desc& user, const void* plain,
                  const dnnl::memory::desc& packed) {
   Tensor buf = Tensor::empty({int64_t(e.bytes / dtype_size(e.dtype))}, e.dtype);
-  dnnl_call("packing a linear weight", [&] {
-    auto& eng = Engine::get();
-    dnnl::memory from(user, eng.engine, const_cast<void*>(plain)), to(packed, eng.engine, buf.data());
-    dnnl::reorder(from, to).execute(eng.stream, from, to);
-    eng.stream.wait();
-  });
+  pack_weight(user, plain, packed, buf.data());
   std::string header;
   try {
     header = nlohmann::json{{"version", kVersion}, {"key", e.key}, {"layout", e.layout}, {"bytes", e.bytes}}.dump();
@@ -93,6 +88,15 @@ void write_entry(const std::string& path, const Entry& e, const dnnl::memory::de
 }
 
 }  // namespace
+
+void pack_weight(const dnnl::memory::desc& user, const void* plain, const dnnl::memory::desc& packed, void* dst) {
+  dnnl_call("packing a linear weight", [&] {
+    auto& eng = Engine::get();
+    dnnl::memory from(user, eng.engine, const_cast<void*>(plain)), to(packed, eng.engine, dst);
+    dnnl::reorder(from, to).execute(eng.stream, from, to);
+    eng.stream.wait();
+  });
+}
 
 std::string describe_layout(const dnnl::memory::desc& md) {
   const dnnl_memory_desc_t& d = md.data;

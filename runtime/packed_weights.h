@@ -53,6 +53,11 @@ class PackedWeightDir {
   mutable bool failed_ = false, told_ = false;
 };
 
+// Writes `plain` (laid out as `user`) into `dst` in layout `packed` (a oneDNN reorder on the
+// process's stream; packed.get_size() bytes at dst): what an entry holds, and what
+// LinearSpec::pack_weights copies privately.
+void pack_weight(const dnnl::memory::desc& user, const void* plain, const dnnl::memory::desc& packed, void* dst);
+
 // A memory layout in words (data type, dims, padded dims, strides, inner blocks, extra
 // flags): what an entry is checked against.
 std::string describe_layout(const dnnl::memory::desc& md);

@@ -138,13 +138,7 @@ const SafeTensorsFile& WeightStore::file_of(const std::string& name) const {
   return *files_[it->second];
 }
 
-size_t WeightStore::drop(const Tensor& t) const {
-  size_t n = 0;
-  for (const auto& f : files_) n += f->drop_range(t.data(), t.nbytes());
-  for (const auto& f : converted_)
-    if (f) n += f->drop_range(t.data(), t.nbytes());
-  return n;
-}
+size_t WeightStore::drop(const Tensor& t) const { return releaser(t)(); }
 
 std::function<size_t()> WeightStore::releaser(const Tensor& t) const {
   std::vector<std::shared_ptr<SafeTensorsFile>> files = files_;

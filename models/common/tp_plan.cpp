@@ -48,23 +48,24 @@ ShardedLinear load_linear(const WeightStore& s, const std::string& name, int64_t
   // keep both.
   const PackedSource packed = mapped ? s.packed_source(wn, compute) : PackedSource{};
   ShardedLinear sl;
-  if (!rule || rule->split == Split::Replicated) {
-    sl.w = LinearWeight::prepare(w, b, compute);
-    sl.w.packed = packed;
-    if (packed) sl.w.packed.release_plain = s.releaser(sl.w.weight);
-    return sl;
-  }
-  sl.split = rule->split;
-  const int64_t unit = rule->unit == TpUnit::Heads ? head_dim : 1;
   TokenRange rows{0, out};
-  if (rule->split == Split::Row) {
-    sl.w = shard_cols(w, b, compute, tp.shard(in, unit));  // a copy unless all columns
+  if (!rule || rule->split == Split::Replicated) {
+    sl.w = LinearWeight::prepare(w, b, compute);  // a view when mapped
   } else {
-    rows = tp.shard(out, unit);
-    sl.w = shard_rows(w, b, compute, rows);  // a view
+    sl.split = rule->split;
+    const int64_t unit = rule->unit == TpUnit::Heads ? head_dim : 1;
+    if (rule->split == Split::Row) {
+      sl.w = shard_cols(w, b, compute, tp.shard(in, unit));  // a copy unless all columns
+    } else {
+      rows = tp.shard(out, unit);
+      sl.w = shard_rows(w, b, compute, rows);  // a view
+    }
   }
-  const bool view = sl.w.weight.data() >= w.data() &&
-                    static_cast<const char*>(sl.w.weight.data()) < static_cast<const char*>(w.data()) + w.nbytes();
+  auto in_w = [&](const Tensor& t) {  // a view into w (not a copy)
+    const char* p = static_cast<const char*>(t.data());
+    return p >= static_cast<const char*>(w.data()) && p < static_cast<const char*>(w.data()) + w.nbytes();
+  };
+  const bool view = in_w(sl.w.weight);
   if (view && packed) {  // packed from the view, a part of the rows under its own key
     sl.w.packed = packed;
     sl.w.packed.release_plain = s.releaser(sl.w.weight);
@@ -75,12 +76,10 @@ ShardedLinear load_linear(const WeightStore& s, const std::string& name, int64_t
     // shard (reading a view in place also maps the file pages around it).
     sl.w.weight = sl.w.weight.clone();
   }
-  // A copied shard (columns, rows, or converted to the compute type) no longer needs the
-  // checkpoint's pages it was read from: give them back, so a rank's resident memory is its
-  // shard (RSS as if the ranks ran on separate machines).
-  const char* src = static_cast<const char*>(w.data());
-  const char* got = static_cast<const char*>(sl.w.weight.data());
-  if (got < src || got >= src + w.nbytes()) s.drop(w);
+  // A copy (a shard of columns or rows, or the weight converted to the compute type) no longer
+  // needs the checkpoint's pages it was read from: give them back, so a rank's resident memory
+  // is its shard (RSS as if the ranks ran on separate machines).
+  if (!in_w(sl.w.weight)) s.drop(w);
   return sl;
 }
 
