@@ -65,12 +65,12 @@ struct Linear::Impl {
 static Tensor weights_in_layout(const LinearSpec& spec, const LinearWeight& w, const memory::desc& user,
                                 const memory::desc& want, std::string& note) {
   if (!spec.pack_weights) {
-    Tensor t = w.packed.dir->get(w.packed.key, user, w.weight.data(), want, w.packed.release_plain);
+    Tensor t = w.packed.dir->get(w.packed.key, user, w.data(), want, w.packed.release_plain);
     note = t.defined() ? " (packed weights, shared)" : "";
     return t;
   }
   Tensor t = Tensor::empty({int64_t((want.get_size() + 3) / 4)});
-  pack_weight(user, w.weight.data(), want, t.data());
+  pack_weight(user, w.data(), want, t.data());
   note = " (packed weights)";
   return t;
 }
@@ -94,7 +94,10 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
   DIT_CHECK(w.weight.defined() && w.in() == spec.in && w.out() == spec.out,
             m.what << ": weight is " << shape_str(w.weight.shape()));
   DIT_CHECK(w.weight.dtype() == w.compute, m.what << ": weight dtype does not match the compute type");
-  const int64_t B = spec.batch, M = spec.rows, K = spec.in, N = spec.out;
+  DIT_CHECK(w.cols == 0 || (w.col_begin >= 0 && w.col_begin + w.cols <= w.ld()),
+            m.what << ": columns [" << w.col_begin << ", " << w.col_begin + w.cols << ") of a weight "
+                   << shape_str(w.weight.shape()));
+  const int64_t B = spec.batch, M = spec.rows, K = spec.in, N = spec.out, ldw = w.ld();
   const int64_t ldy = spec.out_stride > 0 ? spec.out_stride : N;
   DIT_CHECK(ldy >= N && (ldy == N || !spec.gated_residual), m.what << ": bad out_stride " << spec.out_stride);
   DIT_CHECK(int(spec.gated_residual) + int(spec.accumulate) + int(spec.multiply) <= 1,
@@ -120,7 +123,7 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
     auto describe = [&](bool gated, bool pack) {
       if (gated) {
         src_md = memory::desc({B, M, K}, cdt, memory::dims{M * K, K, 1});
-        wei_md = memory::desc({1, K, N}, cdt, memory::dims{K * N, 1, K});
+        wei_md = memory::desc({1, K, N}, cdt, memory::dims{ldw * N, 1, ldw});
         bias_md = memory::desc({1, 1, N}, dt::f32, memory::dims{N, N, 1});
         dst_md = memory::desc({B, M, N}, dt::f32, memory::dims{M * N, N, 1});
         gate_md = memory::desc({B, 1, N}, dt::f32, memory::dims{N, N, 1});
@@ -129,7 +132,7 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
         // on what else is in the batch (micro-batches stay bit-identical, as with the gated form)
         const int64_t R = m.manual_gate ? M : B * M;
         src_md = memory::desc({R, K}, cdt, memory::dims{K, 1});
-        wei_md = memory::desc({K, N}, cdt, memory::dims{1, K});
+        wei_md = memory::desc({K, N}, cdt, memory::dims{1, ldw});
         bias_md = memory::desc({1, N}, dt::f32, memory::dims{N, 1});
         dst_md = memory::desc({R, N}, ydt, memory::dims{ldy, 1});
         gate_md = memory::desc();
@@ -168,7 +171,7 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
     m.prim = dnnl::matmul(pd);
     m.src = memory(src_md, eng, nullptr);
     m.wei = m.packed.defined() ? memory(pd.weights_desc(), eng, m.packed.data())
-                               : memory(wei_md, eng, const_cast<void*>(w.weight.data()));
+                               : memory(wei_md, eng, const_cast<void*>(w.data()));
     m.dst = memory(dst_md, eng, nullptr);
     m.args = {{DNNL_ARG_SRC, m.src}, {DNNL_ARG_WEIGHTS, m.wei}, {DNNL_ARG_DST, m.dst}};
     if (has_bias) {
@@ -255,11 +258,11 @@ void Linear::set_weight(const LinearWeight& w) {
   Impl& m = *impl_;
   DIT_CHECK(!m.packed.defined() && !m.spec.pack_weights, m.what << ": set_weight with packed weights");
   DIT_CHECK(w.weight.defined() && w.in() == m.spec.in && w.out() == m.spec.out && w.compute == m.w.compute &&
-                w.weight.dtype() == m.w.compute && w.bias.defined() == m.w.bias.defined(),
+                w.weight.dtype() == m.w.compute && w.bias.defined() == m.w.bias.defined() && w.ld() == m.w.ld(),
             m.what << ": set_weight: weight " << shape_str(w.weight.shape()) << " " << dtype_name(w.weight.dtype())
                    << (w.bias.defined() ? " with bias" : " without bias") << " does not fit");
   m.w = w;
-  m.wei.set_data_handle(const_cast<void*>(m.w.weight.data()));
+  m.wei.set_data_handle(const_cast<void*>(m.w.data()));
   if (m.w.bias.defined()) m.bias.set_data_handle(const_cast<float*>(m.w.bias.f32()));
 }
 

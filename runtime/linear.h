@@ -37,8 +37,16 @@ struct LinearWeight {
   // the weight in the matmul's preferred layout from there (mapped, shared by the machine's
   // processes; the same bits) instead of in place. Not with set_weight.
   PackedSource packed;
-  int64_t in() const { return weight.dim(1); }
+  // Columns [col_begin, col_begin + cols) of `weight` when cols > 0 (a strided view: a
+  // row-parallel shard read from the checkpoint's mapping, packed from there without a private
+  // copy, runtime/weight_shard.h); else all of them.
+  int64_t col_begin = 0, cols = 0;
+  int64_t in() const { return cols > 0 ? cols : weight.dim(1); }
   int64_t out() const { return weight.dim(0); }
+  int64_t ld() const { return weight.dim(1); }  // elements from one output's row to the next
+  const void* data() const {                    // the first element of the columns used
+    return static_cast<const char*>(weight.data()) + size_t(col_begin) * dtype_size(weight.dtype());
+  }
   static LinearWeight prepare(const Tensor& weight, const Tensor& bias, DType compute);
 };
 

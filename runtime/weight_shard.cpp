@@ -14,9 +14,25 @@ LinearWeight shard_rows(const Tensor& w, const Tensor& b, DType compute, TokenRa
                                compute);
 }
 
-LinearWeight shard_cols(const Tensor& w, const Tensor& b, DType compute, TokenRange cols) {
+static void check_cols(const Tensor& w, TokenRange cols) {
   DIT_CHECK(w.ndim() == 2 && cols.begin >= 0 && cols.begin < cols.end && cols.end <= w.dim(1),
             "weight shard: columns [" << cols.begin << ", " << cols.end << ") of " << shape_str(w.shape()));
+}
+
+LinearWeight shard_cols_view(const Tensor& w, const Tensor& b, DType compute, TokenRange cols) {
+  check_cols(w, cols);
+  DIT_CHECK(w.dtype() == compute, "weight shard: a view of columns needs the weight stored as "
+                                      << dtype_name(compute) << ", not " << dtype_name(w.dtype()));
+  LinearWeight lw = LinearWeight::prepare(w, b, compute);
+  if (cols.size() < w.dim(1)) {
+    lw.col_begin = cols.begin;
+    lw.cols = cols.size();
+  }
+  return lw;
+}
+
+LinearWeight shard_cols(const Tensor& w, const Tensor& b, DType compute, TokenRange cols) {
+  check_cols(w, cols);
   if (cols.begin == 0 && cols.end == w.dim(1)) return LinearWeight::prepare(w, b, compute);
   const int64_t out = w.dim(0), in = w.dim(1), width = cols.size();
   const size_t es = dtype_size(w.dtype());

@@ -44,18 +44,18 @@ ShardedLinear load_linear(const WeightStore& s, const std::string& name, int64_t
   const TpRule* rule = find_rule(plan, name);
   // The matmul's layout from the weight cache (runtime/packed_weights.h) where the weight stays
   // a view of the mapping: its pages are read once to pack it and not again, so the entry adds
-  // no memory. A private copy (a column shard, a conversion) is read as it is: packing it would
-  // keep both.
+  // no memory. A private copy (a conversion) is read as it is: packing it would keep both.
   const PackedSource packed = mapped ? s.packed_source(wn, compute) : PackedSource{};
   ShardedLinear sl;
-  TokenRange rows{0, out};
+  TokenRange rows{0, out}, cols{0, in};
   if (!rule || rule->split == Split::Replicated) {
     sl.w = LinearWeight::prepare(w, b, compute);  // a view when mapped
   } else {
     sl.split = rule->split;
     const int64_t unit = rule->unit == TpUnit::Heads ? head_dim : 1;
     if (rule->split == Split::Row) {
-      sl.w = shard_cols(w, b, compute, tp.shard(in, unit));  // a copy unless all columns
+      cols = tp.shard(in, unit);  // a strided view when it will be packed, else a copy
+      sl.w = packed ? shard_cols_view(w, b, compute, cols) : shard_cols(w, b, compute, cols);
     } else {
       rows = tp.shard(out, unit);
       sl.w = shard_rows(w, b, compute, rows);  // a view
@@ -66,10 +66,12 @@ ShardedLinear load_linear(const WeightStore& s, const std::string& name, int64_t
     return p >= static_cast<const char*>(w.data()) && p < static_cast<const char*>(w.data()) + w.nbytes();
   };
   const bool view = in_w(sl.w.weight);
-  if (view && packed) {  // packed from the view, a part of the rows under its own key
+  auto range = [](TokenRange r) { return std::to_string(r.begin) + ":" + std::to_string(r.end); };
+  if (view && packed) {  // packed from the view, a part of the rows or columns under its own key
     sl.w.packed = packed;
     sl.w.packed.release_plain = s.releaser(sl.w.weight);
-    if (rows.size() < out) sl.w.packed.key += "|rows " + std::to_string(rows.begin) + ":" + std::to_string(rows.end);
+    if (rows.size() < out) sl.w.packed.key += "|rows " + range(rows);
+    if (cols.size() < in) sl.w.packed.key += "|cols " + range(cols);
   } else if (view && rows.size() < out) {
     // A part of the rows, not packed: copied, like the column shards. The ranks' shards are
     // disjoint, so nothing that could be shared is copied, and a rank's memory is exactly its

@@ -25,6 +25,7 @@
 #include "runtime/packed_weights.h"
 #include "runtime/safetensors.h"
 #include "runtime/weight_cache.h"
+#include "runtime/weight_shard.h"
 #include "tests/compute_types.h"
 
 using namespace dit;
@@ -126,6 +127,48 @@ TEST_CASE("packed weights: a Linear reading the packed entry gives the bits of o
     CHECK(dir->made() >= 2 * int(types.size()));
     CHECK(dir->made() < n);
   }
+}
+
+TEST_CASE("a block of a weight's columns read as a strided view gives the bits of its copy: in place and packed",
+          "[runtime][packed]") {
+  // Tensor parallelism's row-parallel shard (runtime/weight_shard.h) without a private copy.
+  dit_test::TempDir d;
+  auto dir = std::make_shared<PackedWeightDir>(d.path() + "/packed", false);
+  std::vector<DType> types{DType::F32};
+  if (dit_test::bf16_available()) types.push_back(DType::BF16);
+  for (DType compute : types) {
+    const Tensor full = random_tensor({160, 96}, 4, compute), bias = random_tensor({160}, 5);
+    const TokenRange cols{32, 80};
+    const LinearWeight copy = shard_cols(full, bias, compute, cols);
+    const LinearWeight view = shard_cols_view(full, bias, compute, cols);
+    CHECK(view.weight.data() == full.data());  // no copy
+    CHECK(view.in() == 48);
+    CHECK(view.ld() == 96);
+    LinearSpec plain = spec_of(1, 37, 48, 160);
+    LinearSpec gated = spec_of(2, 19, 48, 160);
+    gated.gated_residual = true;
+    for (LinearSpec s : {plain, gated}) {
+      INFO(dtype_name(compute) << (s.gated_residual ? " gated" : " plain"));
+      const std::vector<float> want = run_linear(s, copy, {});
+      const std::vector<float> in_place = run_linear(s, view, {});
+      bool shared = false;
+      const std::vector<float> from_entry =
+          run_linear(s, view, {dir, std::string("cols|") + dtype_name(compute)}, &shared);
+      s.pack_weights = true;
+      const std::vector<float> private_pack = run_linear(s, view, {});
+      CHECK(std::memcmp(want.data(), in_place.data(), want.size() * 4) == 0);
+      CHECK(std::memcmp(want.data(), from_entry.data(), want.size() * 4) == 0);
+      CHECK(std::memcmp(want.data(), private_pack.data(), want.size() * 4) == 0);
+      CHECK(shared);  // a strided weight is never the layout the matmul asks for
+    }
+  }
+  // Columns beyond the weight are refused, naming them.
+  LinearWeight bad = shard_cols_view(random_tensor({16, 8}, 6), Tensor(), DType::F32, {0, 8});
+  bad.col_begin = 4;
+  bad.cols = 8;
+  CHECK_THROWS_WITH(Linear(spec_of(1, 2, 8, 16), bad), Catch::Contains("columns [4, 12)"));
+  CHECK_THROWS_WITH(shard_cols_view(random_tensor({16, 8}, 6), Tensor(), DType::BF16, {0, 4}),
+                    Catch::Contains("stored as bf16"));
 }
 
 TEST_CASE("packed weights: made once per key, mapped by the next user, remade when damaged", "[runtime][packed]") {
