@@ -1,4 +1,5 @@
 #include "runtime/attention.h"
+#include "runtime/attention_impl.h"
 
 #include <omp.h>
 
@@ -8,7 +9,6 @@
 #include <cstring>
 #include <cstdlib>
 #include <limits>
-#include <sstream>
 #include <unordered_map>
 #include <vector>
 
@@ -28,30 +28,6 @@ using dt = dnnl::memory::data_type;
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-// One block matmul shape (rows of Q × columns of K) for Q·Kᵀ and for P·V.
-struct BlockPrims {
-  dnnl::matmul qk, pv;
-  memory::desc qk_src, qk_wei, qk_dst, pv_src, pv_wei, pv_dst;
-  memory::desc qk_sp, pv_sp;
-};
-
-// Per-thread memory objects (handles are set per block) and buffers.
-struct ThreadState {
-  dnnl::stream stream;
-  struct Args {
-    memory qk_src, qk_wei, qk_dst, pv_src, pv_wei, pv_dst;
-    std::unordered_map<int, memory> qk, pv;
-  } args[2][2];
-  float* S = nullptr;   // [QB, KB] scaled logits
-  void* P = nullptr;    // [QB, KB] probabilities in the compute type
-  float* PV = nullptr;  // [QB, D]
-  float* O = nullptr;   // [QB, D] running output
-  float* m = nullptr;   // [QB] running max
-  float* l = nullptr;   // [QB] running sum
-  float* a = nullptr;   // [QB] rescale factor of this block
-  AttentionPhases phases;
-};
 
 double seconds_since(std::chrono::steady_clock::time_point& t) {
   const auto now = std::chrono::steady_clock::now();
@@ -117,45 +93,6 @@ DIT_MULTIVERSION void store_row_bf16(const float* acc, float inv, uint16_t* o, i
 
 }  // namespace
 
-struct Attention::Impl {
-  AttentionSpec spec;
-  std::string what, impl_name;
-  int64_t QB = 0, KB = 0, nqb = 0, nkb = 0, q_tail = 0, kv_tail = 0;
-  AttnLayout eq, ek, ev;  // layouts the matmuls read (user's for f32, dense bhtd bf16 copies for bf16)
-  BlockPrims prims[2][2];  // [q tail?][kv tail?]
-  int nthr = 1;
-  std::vector<ThreadState> th;
-  Tensor thread_buf, scratch_buf;
-  size_t scratch_per_thread = 0, thread_floats = 0;
-  Tensor qb, kb, vb;  // bf16 copies (bf16 compute only)
-  double prepare_s = 0;  // wall time of the copies before the blocks (AttentionPhases::prepare)
-  bool pack_kv = false;  // f32: K/V copied to dense [batch, heads, kv_len, head_dim] per run
-  Tensor kd, vd;
-  bool dense = false;  // the spec's q, k, v are dense bhtd: run_dense may be used
-
-  // One run over the blocks: q, k, v in the matmuls' layouts (eq, ek, ev); out f32, or bf16
-  // (out16) rounded to nearest even, in the spec's out layout; lse, bias and carry optional.
-  // With carry, the rows' online softmax continues from and/or into carry's m, l and the
-  // unnormalised out (run_dense_part).
-  struct BlockRun {
-    const char *q, *k, *v;
-    void* out;
-    bool out16;
-    float* lse;
-    const AttnBias* bias;
-    const AttentionCarry* carry;
-  };
-  // A task's rows: q block [q0, q0 + rows) of (batch b, head h); o0 the first row's element in
-  // out, r0 its index in lse / m / l.
-  struct TaskRows {
-    int64_t b = 0, h = 0, q0 = 0, rows = 0, o0 = 0, r0 = 0;
-  };
-  void run_blocks(const BlockRun& r);
-  void run_task(ThreadState& T, int64_t task, const BlockRun& r);
-  void start_rows(ThreadState& T, const BlockRun& r, const TaskRows& t) const;
-  void add_block_bias(ThreadState& T, const AttnBias& bias, const TaskRows& t, int64_t k0, int64_t kc) const;
-  void finish_rows(ThreadState& T, const BlockRun& r, const TaskRows& t) const;
-};
 
 namespace {
 
@@ -186,149 +123,6 @@ Attention::Attention() = default;
 Attention::Attention(Attention&&) noexcept = default;
 Attention& Attention::operator=(Attention&&) noexcept = default;
 Attention::~Attention() = default;
-
-Attention::Attention(const AttentionSpec& spec_in) : impl_(std::make_unique<Impl>()) {
-  Impl& m = *impl_;
-  AttentionSpec s = spec_in;
-  std::ostringstream os;
-  os << "Attention batch " << s.batch << " heads " << s.heads << " q_len " << s.q_len << " kv_len " << s.kv_len
-     << " head_dim " << s.head_dim << " " << dtype_name(s.compute);
-  m.what = os.str();
-  DIT_CHECK(s.batch > 0 && s.heads > 0 && s.q_len > 0 && s.kv_len > 0 && s.head_dim > 0, m.what << ": bad sizes");
-  auto is_zero = [](const AttnLayout& l) { return l.batch_stride == 0 && l.head_stride == 0 && l.token_stride == 0; };
-  if (is_zero(s.q)) s.q = AttnLayout::bhtd(s.heads, s.q_len, s.head_dim);
-  if (is_zero(s.k)) s.k = AttnLayout::bhtd(s.heads, s.kv_len, s.head_dim);
-  if (is_zero(s.v)) s.v = AttnLayout::bhtd(s.heads, s.kv_len, s.head_dim);
-  if (is_zero(s.out)) s.out = AttnLayout::bhtd(s.heads, s.q_len, s.head_dim);
-  if (s.scale == 0) s.scale = 1.f / std::sqrt(float(s.head_dim));
-  m.spec = s;
-  auto is_dense = [](const AttnLayout& l, int64_t H, int64_t T, int64_t D) {
-    const AttnLayout d = AttnLayout::bhtd(H, T, D);
-    return l.batch_stride == d.batch_stride && l.head_stride == d.head_stride && l.token_stride == d.token_stride;
-  };
-  m.dense = (s.compute == DType::F32 || is_dense(s.q, s.heads, s.q_len, s.head_dim)) &&
-            is_dense(s.k, s.heads, s.kv_len, s.head_dim) && is_dense(s.v, s.heads, s.kv_len, s.head_dim);
-  const int64_t D = s.head_dim;
-  const bool bf16 = s.compute == DType::BF16;
-  require_compute(s.compute);
-  const dt cdt = bf16 ? dt::bf16 : dt::f32;
-
-  // Defaults measured with dit-kernel-bench (16 heads x 72, 256/1024/4096 tokens, 2 threads;
-  // `--sweep`): bf16 256 x 512 blocks, 5–8% faster than 128 x 256 (a block's fixed cost is half
-  // the share); f32 128 x 512, 2% faster than 64 x 512 (128 x 1024 is faster at 1024 tokens
-  // but slower at 4096). docs/benchmarks.md, "Attention's blocks".
-  m.QB = std::min(s.q_block > 0 ? s.q_block : int64_t(bf16 ? 256 : 128), s.q_len);
-  m.KB = std::min(s.kv_block > 0 ? s.kv_block : int64_t(512), s.kv_len);
-  m.nqb = (s.q_len + m.QB - 1) / m.QB;
-  m.nkb = (s.kv_len + m.KB - 1) / m.KB;
-  m.q_tail = s.q_len - (m.nqb - 1) * m.QB;
-  m.kv_tail = s.kv_len - (m.nkb - 1) * m.KB;
-  if (bf16) {
-    m.eq = AttnLayout::bhtd(s.heads, s.q_len, D);
-    m.ek = AttnLayout::bhtd(s.heads, s.kv_len, D);
-    m.ev = AttnLayout::bhtd(s.heads, s.kv_len, D);
-    m.qb = Tensor::empty({s.batch, s.heads, s.q_len, D}, DType::BF16);
-    m.kb = Tensor::empty({s.batch, s.heads, s.kv_len, D}, DType::BF16);
-    m.vb = Tensor::empty({s.batch, s.heads, s.kv_len, D}, DType::BF16);
-  } else {
-    m.eq = s.q;
-    m.ek = s.k;
-    m.ev = s.v;
-    // Strided K/V rows (e.g. a fused QKV buffer) put every key in its own page once the rows
-    // are several KB apart; at long sequences the TLB misses halve the speed (measured at
-    // 4096 tokens, ~10%). Copy them to dense buffers once per run: O(kv·d) next to O(q·kv·d);
-    // below 2048 keys the copy costs more than it saves.
-    if ((s.k.token_stride != D || s.v.token_stride != D) && s.kv_len >= 2048) {
-      m.pack_kv = true;
-      m.ek = m.ev = AttnLayout::bhtd(s.heads, s.kv_len, D);
-      m.kd = Tensor::empty({s.batch, s.heads, s.kv_len, D});
-      m.vd = Tensor::empty({s.batch, s.heads, s.kv_len, D});
-    }
-  }
-  m.nthr = std::max(1, omp_get_max_threads());
-
-  dnnl_call(m.what.c_str(), [&] {
-    auto& eng = Engine::get().engine;
-    // The block matmuls run inside our OpenMP parallel region, where oneDNN runs single-threaded;
-    // create them for one thread so that their work partition matches.
-    const int saved_threads = omp_get_max_threads();
-    omp_set_num_threads(1);
-    struct Restore {
-      int n;
-      ~Restore() { omp_set_num_threads(n); }
-    } restore{saved_threads};
-    size_t sp_max = 0;
-    for (int qi = 0; qi < 2; ++qi)
-      for (int ki = 0; ki < 2; ++ki) {
-        const int64_t qr = qi ? m.q_tail : m.QB, kc = ki ? m.kv_tail : m.KB;
-        if ((qi && qr == m.QB) || (ki && kc == m.KB)) continue;  // no distinct tail
-        BlockPrims& p = m.prims[qi][ki];
-        p.qk_src = memory::desc({qr, D}, cdt, memory::dims{m.eq.token_stride, 1});
-        p.qk_wei = memory::desc({D, kc}, cdt, memory::dims{1, m.ek.token_stride});
-        p.qk_dst = memory::desc({qr, kc}, dt::f32, memory::dims{m.KB, 1});
-        p.pv_src = memory::desc({qr, kc}, cdt, memory::dims{m.KB, 1});
-        p.pv_wei = memory::desc({kc, D}, cdt, memory::dims{m.ev.token_stride, 1});
-        p.pv_dst = memory::desc({qr, D}, dt::f32, memory::dims{D, 1});
-        dnnl::primitive_attr qk_attr;
-        qk_attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-        qk_attr.set_output_scales(0, {s.scale});
-        dnnl::matmul::primitive_desc qk_pd(dnnl::matmul::desc(p.qk_src, p.qk_wei, p.qk_dst), qk_attr, eng);
-        dnnl::primitive_attr pv_attr;
-        pv_attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-        dnnl::matmul::primitive_desc pv_pd(dnnl::matmul::desc(p.pv_src, p.pv_wei, p.pv_dst), pv_attr, eng);
-        p.qk = dnnl::matmul(qk_pd);
-        p.pv = dnnl::matmul(pv_pd);
-        p.qk_sp = qk_pd.scratchpad_desc();
-        p.pv_sp = pv_pd.scratchpad_desc();
-        sp_max = std::max({sp_max, p.qk_sp.get_size(), p.pv_sp.get_size()});
-        if (qi == 0 && ki == 0)
-          m.impl_name = std::string("qk: ") + qk_pd.impl_info_str() + ", pv: " + pv_pd.impl_info_str();
-      }
-    m.scratch_per_thread = (sp_max + 63) / 64 * 64;
-    if (m.scratch_per_thread)
-      m.scratch_buf = Tensor::empty({int64_t(m.scratch_per_thread / 4) * m.nthr});
-    const size_t pf = bf16 ? (size_t(m.QB * m.KB) + 1) / 2 : size_t(m.QB * m.KB);
-    auto r16 = [](size_t n) { return (n + 15) / 16 * 16; };  // keep each buffer 64-byte aligned
-    m.thread_floats = r16(m.QB * m.KB) + r16(pf) + 2 * r16(m.QB * D) + 3 * r16(m.QB);
-    m.thread_buf = Tensor::empty({int64_t(m.thread_floats) * m.nthr});
-    m.th.resize(m.nthr);
-    for (int t = 0; t < m.nthr; ++t) {
-      ThreadState& T = m.th[t];
-      T.stream = dnnl::stream(eng);
-      float* b = m.thread_buf.f32() + t * m.thread_floats;
-      T.S = b;
-      b += r16(m.QB * m.KB);
-      T.P = b;
-      b += r16(pf);
-      T.PV = b;
-      b += r16(m.QB * D);
-      T.O = b;
-      b += r16(m.QB * D);
-      T.m = b;
-      b += r16(m.QB);
-      T.l = b;
-      b += r16(m.QB);
-      T.a = b;
-      void* sp = m.scratch_per_thread ? static_cast<char*>(m.scratch_buf.data()) + t * m.scratch_per_thread : nullptr;
-      for (int qi = 0; qi < 2; ++qi)
-        for (int ki = 0; ki < 2; ++ki) {
-          BlockPrims& p = m.prims[qi][ki];
-          if (!p.qk) continue;
-          auto& A = T.args[qi][ki];
-          A.qk_src = memory(p.qk_src, eng, nullptr);
-          A.qk_wei = memory(p.qk_wei, eng, nullptr);
-          A.qk_dst = memory(p.qk_dst, eng, T.S);
-          A.pv_src = memory(p.pv_src, eng, T.P);
-          A.pv_wei = memory(p.pv_wei, eng, nullptr);
-          A.pv_dst = memory(p.pv_dst, eng, T.PV);
-          A.qk = {{DNNL_ARG_SRC, A.qk_src}, {DNNL_ARG_WEIGHTS, A.qk_wei}, {DNNL_ARG_DST, A.qk_dst}};
-          A.pv = {{DNNL_ARG_SRC, A.pv_src}, {DNNL_ARG_WEIGHTS, A.pv_wei}, {DNNL_ARG_DST, A.pv_dst}};
-          if (p.qk_sp.get_size()) A.qk[DNNL_ARG_SCRATCHPAD] = memory(p.qk_sp, eng, sp);
-          if (p.pv_sp.get_size()) A.pv[DNNL_ARG_SCRATCHPAD] = memory(p.pv_sp, eng, sp);
-        }
-    }
-  });
-}
 
 void Attention::run(const float* q, const float* k, const float* v, float* out, float* lse,
                     const AttnBias* bias) const {
