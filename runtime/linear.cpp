@@ -61,17 +61,20 @@ struct Linear::Impl {
 
 // The weights in the matmul's layout `want` (from `user`): a private copy reordered here
 // (spec.pack_weights), or mapped from the machine's packed entry (w.packed); undefined when
-// an optional entry failed. `note` says which, for impl_info().
+// an optional entry failed. A block of columns whose entry failed is packed privately (what
+// it would cost as a contiguous copy), since a strided weight read in place may take another
+// kernel and give other bits. `note` says which, for impl_info().
 static Tensor weights_in_layout(const LinearSpec& spec, const LinearWeight& w, const memory::desc& user,
                                 const memory::desc& want, std::string& note) {
   if (!spec.pack_weights) {
     Tensor t = w.packed.dir->get(w.packed.key, user, w.data(), want, w.packed.release_plain);
     note = t.defined() ? " (packed weights, shared)" : "";
-    return t;
+    if (t.defined() || w.cols == 0) return t;
   }
   Tensor t = Tensor::empty({int64_t((want.get_size() + 3) / 4)});
   pack_weight(user, w.data(), want, t.data());
   note = " (packed weights)";
+  if (!spec.pack_weights && w.packed.release_plain) w.packed.release_plain();  // only the copy is read
   return t;
 }
 

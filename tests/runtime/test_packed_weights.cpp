@@ -162,6 +162,27 @@ TEST_CASE("a block of a weight's columns read as a strided view gives the bits o
       CHECK(shared);  // a strided weight is never the layout the matmul asks for
     }
   }
+  // Where an optional directory fails, the block is packed privately (the bits of its copy, the
+  // memory a copy would take; a strided weight read in place may take another kernel), and the
+  // plain pages are given back.
+  dit_test::write_bytes(d.file("file"), "x");
+  auto broken = std::make_shared<PackedWeightDir>(d.file("file") + "/packed", true);
+  const Tensor full = random_tensor({160, 96}, 4), bias = random_tensor({160}, 5);
+  const LinearWeight copy = shard_cols(full, bias, DType::F32, {48, 96});
+  int released = 0;
+  const PackedSource src(broken, "c", [&released] {
+    ++released;
+    return size_t(0);
+  });
+  const LinearSpec s = spec_of(1, 37, 48, 160);
+  LinearWeight view = shard_cols_view(full, bias, DType::F32, {48, 96});
+  view.packed = src;
+  const Linear l(s, view);
+  CHECK(l.impl_info().find(" (packed weights)") != std::string::npos);
+  CHECK(released == 1);
+  const std::vector<float> want = run_linear(s, copy, {}), got = run_linear(s, view, src);
+  CHECK(std::memcmp(want.data(), got.data(), want.size() * 4) == 0);
+
   // Columns beyond the weight are refused, naming them.
   LinearWeight bad = shard_cols_view(random_tensor({16, 8}, 6), Tensor(), DType::F32, {0, 8});
   bad.col_begin = 4;
