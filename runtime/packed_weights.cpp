@@ -98,6 +98,10 @@ void pack_weight(const dnnl::memory::desc& user, const void* plain, const dnnl::
   });
 }
 
+bool has_inner_blocks(const dnnl::memory::desc& md) {
+  return md.data.format_kind == dnnl_blocked && md.data.format_desc.blocking.inner_nblks > 0;
+}
+
 std::string describe_layout(const dnnl::memory::desc& md) {
   const dnnl_memory_desc_t& d = md.data;
   if (d.format_kind != dnnl_blocked) return "";  // not one we can name (and so keep)

@@ -58,6 +58,10 @@ class PackedWeightDir {
 // LinearSpec::pack_weights copies privately.
 void pack_weight(const dnnl::memory::desc& user, const void* plain, const dnnl::memory::desc& packed, void* dst);
 
+// Whether a layout packs its elements in inner blocks (oneDNN's blocked formats, e.g. the
+// pairs of rows bf16 kernels multiply), not just strides (a plain layout, transposed or not).
+bool has_inner_blocks(const dnnl::memory::desc& md);
+
 // A memory layout in words (data type, dims, padded dims, strides, inner blocks, extra
 // flags): what an entry is checked against.
 std::string describe_layout(const dnnl::memory::desc& md);

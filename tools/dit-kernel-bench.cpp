@@ -67,26 +67,52 @@ json gemm_peak(int64_t n, DType c) {
           {"ms", 2.0 * n * n * n / gflops / 1e6},      {"gflops", gflops}, {"impl", probe.impl_info()}};
 }
 
-json bench_linear(const char* name, int64_t tokens, int64_t in, int64_t out, Act act, bool gated, DType c,
-                  bool pack = false) {
+// One of a block's linears as the model runs it (DiT-XL/2 sizes, batch 2).
+struct LinearCase {
+  const char* name;
+  int64_t in, out;
+  Act act = Act::None;
+  bool gated = false;
+  // The split Q, K and V projections: one of three matmuls writing a column block of a
+  // [rows, 3·out] buffer, reading bf16 rows and writing bf16 in bf16 (SelfAttention's qkv_dtype).
+  bool qkv_block = false;
+};
+
+json bench_linear(const LinearCase& lc, int64_t tokens, DType c, bool pack = false) {
   const int64_t B = 2;
-  Tensor w = random_tensor({out, in}, 3), bias = random_tensor({out}, 4);
+  Tensor w = random_tensor({lc.out, lc.in}, 3), bias = random_tensor({lc.out}, 4);
   LinearWeight lw = LinearWeight::prepare(w, bias, c);
   LinearSpec s;
   s.batch = B;
   s.rows = tokens;
-  s.in = in;
-  s.out = out;
-  s.act = act;
-  s.gated_residual = gated;
+  s.in = lc.in;
+  s.out = lc.out;
+  s.act = lc.act;
+  s.gated_residual = lc.gated;
   s.pack_weights = pack;
+  const bool io16 = lc.qkv_block && c == DType::BF16;
+  if (lc.qkv_block) s.out_stride = 3 * lc.out;
+  if (io16) s.input = s.output = DType::BF16;
   Linear lin(s, lw);
-  Tensor x = random_tensor({B, tokens, in}, 5, 1.f), y = random_tensor({B, tokens, out}, 6, 1.f),
-         gate = random_tensor({B, out}, 7, 1.f);
-  double sec = median_seconds([&] { lin.run(x.f32(), y.f32(), gate.f32()); });
-  return {{"op", std::string("linear_") + name + (pack ? "_packed" : "")}, {"tokens", tokens}, {"batch", B}, {"in", in},
-          {"out", out},                          {"dtype", dtype_name(c)}, {"ms", sec * 1e3},
-          {"gflops", lin.flops() / sec / 1e9},  {"impl", lin.impl_info()}};
+  const int64_t ldy = s.out_stride ? s.out_stride : lc.out;
+  Tensor x = random_tensor({B, tokens, lc.in}, 5, 1.f), y = random_tensor({B, tokens, ldy}, 6, 1.f),
+         gate = random_tensor({B, lc.out}, 7, 1.f);
+  Tensor x16 = io16 ? x.to(DType::BF16) : Tensor(), y16 = io16 ? y.to(DType::BF16) : Tensor();
+  double sec = median_seconds([&] {
+    if (io16)
+      lin.run(x16.bf16(), y16.bf16());
+    else
+      lin.run(x.f32(), y.f32(), gate.f32());
+  });
+  return {{"op", std::string("linear_") + lc.name + (pack ? "_packed" : "")},
+          {"tokens", tokens},
+          {"batch", B},
+          {"in", lc.in},
+          {"out", lc.out},
+          {"dtype", dtype_name(c)},
+          {"ms", sec * 1e3},
+          {"gflops", lin.flops() / sec / 1e9},
+          {"impl", lin.impl_info()}};
 }
 
 // bf16: q, k, v given in bf16 and the output written in bf16, as a block's projection and
@@ -226,18 +252,15 @@ int main(int argc, char** argv) {
       for (DType c : types) rows.push_back(gemm_peak(2048, c));
     if (only.empty() || only == "linear")
       for (DType c : types)
-        for (int64_t t : {256, 1024}) {
-          rows.push_back(bench_linear("qkv", t, 1152, 3456, Act::None, false, c));
-          rows.push_back(bench_linear("attn_out_gated", t, 1152, 1152, Act::None, true, c));
-          rows.push_back(bench_linear("fc1_gelu", t, 1152, 4608, Act::GeluTanh, false, c));
-          rows.push_back(bench_linear("fc2_gated", t, 4608, 1152, Act::None, true, c));
-          if (packed) {
-            rows.push_back(bench_linear("qkv", t, 1152, 3456, Act::None, false, c, true));
-            rows.push_back(bench_linear("attn_out_gated", t, 1152, 1152, Act::None, true, c, true));
-            rows.push_back(bench_linear("fc1_gelu", t, 1152, 4608, Act::GeluTanh, false, c, true));
-            rows.push_back(bench_linear("fc2_gated", t, 4608, 1152, Act::None, true, c, true));
+        for (int64_t t : {256, 1024})
+          for (bool pack : {false, true}) {
+            if (pack && !packed) continue;
+            rows.push_back(bench_linear({"qkv", 1152, 3456}, t, c, pack));
+            rows.push_back(bench_linear({"q_of_split_qkv", 1152, 1152, Act::None, false, true}, t, c, pack));
+            rows.push_back(bench_linear({"attn_out_gated", 1152, 1152, Act::None, true}, t, c, pack));
+            rows.push_back(bench_linear({"fc1_gelu", 1152, 4608, Act::GeluTanh}, t, c, pack));
+            rows.push_back(bench_linear({"fc2_gated", 4608, 1152, Act::None, true}, t, c, pack));
           }
-        }
     if (only.empty() || only == "attention") {
       for (DType c : types)
         for (int64_t t : {256, 1024, 4096}) {
