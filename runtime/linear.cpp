@@ -53,8 +53,8 @@ struct Linear::Impl {
   Tensor xb;
   std::unordered_map<int, memory> cvt_args;
   std::string impl_name;
-  // gated_residual where oneDNN has only its reference matmul for the batched, gated form
-  // (oneDNN 2.6 without AVX-512): a plain matmul into `tmp`, then y += gate * tmp here.
+  // gated_residual where oneDNN has only its reference matmul for the gated form (its
+  // post-ops): a plain matmul into `tmp`, then y += gate * tmp here.
   bool manual_gate = false;
   Tensor tmp;
 };
@@ -121,26 +121,19 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
     const bool has_bias = w.bias.defined();
     dnnl::primitive_attr attr;
     dnnl::matmul::primitive_desc pd;
-    // The gated form (gate and residual sum as post-ops), or the plain one; with manual_gate
-    // one batch element per execution.
+    // The gated form: one batch element per execution (its gate a broadcast row, then the
+    // residual sum, as post-ops), so an element's result does not depend on the rest of the
+    // batch (a CFG-parallel rank's batch of one gives the serial run's bits) and the weights
+    // take the dense 2-D form's blocked layout. The plain form: all rows at once, or with
+    // manual_gate one batch element per execution too.
     auto describe = [&](bool gated, bool pack) {
-      if (gated) {
-        src_md = memory::desc({B, M, K}, cdt, memory::dims{M * K, K, 1});
-        wei_md = memory::desc({1, K, N}, cdt, memory::dims{ldw * N, 1, ldw});
-        bias_md = memory::desc({1, 1, N}, dt::f32, memory::dims{N, N, 1});
-        dst_md = memory::desc({B, M, N}, dt::f32, memory::dims{M * N, N, 1});
-        gate_md = memory::desc({B, 1, N}, dt::f32, memory::dims{N, N, 1});
-      } else {
-        // manual_gate: one batch element per execution, so an item's result does not depend
-        // on what else is in the batch (micro-batches stay bit-identical, as with the gated form)
-        const int64_t R = m.manual_gate ? M : B * M;
-        src_md = memory::desc({R, K}, cdt, memory::dims{K, 1});
-        wei_md = memory::desc({K, N}, cdt, memory::dims{1, ldw});
-        bias_md = memory::desc({1, N}, dt::f32, memory::dims{N, 1});
-        dst_md = memory::desc({R, N}, ydt, memory::dims{ldy, 1});
-        gate_md = memory::desc();
-        if (spec.multiply) mul_md = memory::desc({B * M, N}, dt::f32, memory::dims{N, 1});
-      }
+      const int64_t R = gated || m.manual_gate ? M : B * M;
+      src_md = memory::desc({R, K}, cdt, memory::dims{K, 1});
+      wei_md = memory::desc({K, N}, cdt, memory::dims{1, ldw});
+      bias_md = memory::desc({1, N}, dt::f32, memory::dims{N, 1});
+      dst_md = memory::desc({R, N}, gated ? dt::f32 : ydt, memory::dims{gated ? N : ldy, 1});
+      gate_md = gated ? memory::desc({1, N}, dt::f32, memory::dims{N, 1}) : memory::desc();
+      if (spec.multiply) mul_md = memory::desc({B * M, N}, dt::f32, memory::dims{N, 1});
       dnnl::post_ops po;
       if (spec.act == Act::GeluTanh) po.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_tanh, 0.f, 0.f);
       if (spec.act == Act::Silu) po.append_eltwise(1.f, dnnl::algorithm::eltwise_swish, 1.f, 0.f);
@@ -167,10 +160,11 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
     if (m.manual_gate) m.tmp = Tensor::empty({M, N});
     std::string packed_note;
     // A bf16 matmul multiplies its weights in pairs of rows (VNNI), so where it asks for a plain
-    // layout (the gated, batched form) it copies them at every call whichever layout they are
-    // in: packing then only changes where that copy reads from, measured slower than reading
-    // them in place (dit-kernel-bench, bf16 gated linears: 0.89-0.95x on the VM). Column blocks
-    // are packed whatever the layout (they are strided views).
+    // layout (e.g. with a strided output, served by gemm:jit) it copies them at every call
+    // whichever layout they are in: packing then only changes where that copy reads from,
+    // measured slower than reading them in place (dit-kernel-bench: the gated linears' former
+    // batched form, 0.89-0.95x on the VM). Column blocks are packed whatever the layout (they
+    // are strided views).
     if (pack && w.compute == DType::BF16 && w.cols == 0 && !has_inner_blocks(pd.weights_desc()))
       pd = describe(spec.gated_residual && !m.manual_gate, false);
     if (pack && pd.weights_desc() != wei_md) {
@@ -242,21 +236,27 @@ void Linear::run_any(const void* x, DType xt, void* y, DType yt, const float* ga
       execute(m.cvt, s, m.cvt_args);
     }
     m.src.set_data_handle(const_cast<void*>(xm));
-    if (m.manual_gate) {  // per batch element b: tmp = act(x[b] W^T + bias); y[b] += gate[b] * tmp
+    if (m.spec.gated_residual) {  // per batch element b: y[b] += gate[b] * act(x[b] W^T + bias)
       const int64_t M = m.spec.rows, K = m.spec.in, N = m.spec.out;
-      float* t = m.tmp.f32();
-      m.dst.set_data_handle(t);
       const size_t xbytes = dtype_size(m.w.compute);  // the matmul's x: f32, or bf16 (given or converted)
       for (int64_t b = 0; b < m.spec.batch; ++b) {
+        float* yb = static_cast<float*>(y) + b * M * N;
         m.src.set_data_handle(const_cast<char*>(static_cast<const char*>(xm)) + size_t(b * M * K) * xbytes);
-        execute(m.prim, s, m.args);
-        s.wait();
-        gated_residual_add(t, gate + b * N, static_cast<float*>(y) + b * M * N, 1, M, N);
+        if (m.manual_gate) {  // tmp = act(x[b] W^T + bias), then the gated sum here
+          m.dst.set_data_handle(m.tmp.f32());
+          execute(m.prim, s, m.args);
+          s.wait();
+          gated_residual_add(m.tmp.f32(), gate + b * N, yb, 1, M, N);
+        } else {
+          m.dst.set_data_handle(yb);
+          m.gate.set_data_handle(const_cast<float*>(gate + b * N));
+          execute(m.prim, s, m.args);
+        }
       }
+      s.wait();
       return;
     }
     m.dst.set_data_handle(y);
-    if (m.spec.gated_residual && !m.manual_gate) m.gate.set_data_handle(const_cast<float*>(gate));
     if (m.spec.multiply) m.mul.set_data_handle(const_cast<float*>(mul));
     execute(m.prim, s, m.args);
     s.wait();

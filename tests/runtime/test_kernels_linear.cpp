@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <cstring>
 
 #include "kernel_test_util.h"
 #include "runtime/attention.h"
@@ -107,6 +108,36 @@ TEST_CASE("Linear gated residual: y += gate[b] * act(xW^T + b)", "[kernels][line
         run_case(2, 1, 3, 5, act, bias, true, c);
         run_case(3, 20, 64, 96, act, bias, true, c);
       }
+}
+
+TEST_CASE("a gated Linear gives each batch element the bits of a batch of one", "[kernels][linear]") {
+  // What lets a CFG-parallel rank (batch 1) give the serial run's (batch 2) bits: the gated
+  // form runs one matmul per batch element with that element's gate.
+  const int64_t B = 3, M = 37, K = 96, N = 160;
+  for (DType c : dit_test::compute_types())
+    for (bool pack : {false, true}) {
+      const auto x = kt::randv(B * M * K, 11), w = kt::randv(N * K, 12, -0.5f, 0.5f), bias = kt::randv(N, 13);
+      const auto y0 = kt::randv(B * M * N, 14), gate = kt::randv(B * N, 15, -2.f, 2.f);
+      const LinearWeight lw = LinearWeight::prepare(make_tensor(w, {N, K}), make_tensor(bias, {N}), c);
+      LinearSpec s;
+      s.batch = B;
+      s.rows = M;
+      s.in = K;
+      s.out = N;
+      s.act = Act::GeluTanh;
+      s.gated_residual = true;
+      s.pack_weights = pack;
+      std::vector<float> all = y0;
+      Linear(s, lw).run(x.data(), all.data(), gate.data());
+      s.batch = 1;
+      const Linear one(s, lw);
+      for (int64_t b = 0; b < B; ++b) {
+        std::vector<float> y(y0.begin() + b * M * N, y0.begin() + (b + 1) * M * N);
+        one.run(x.data() + b * M * K, y.data(), gate.data() + b * N);
+        INFO(dtype_name(c) << (pack ? " packed" : "") << " element " << b);
+        CHECK(std::memcmp(y.data(), all.data() + b * M * N, y.size() * 4) == 0);
+      }
+    }
 }
 
 TEST_CASE("Linear with bf16-stored weights", "[kernels][linear]") {
