@@ -8,6 +8,7 @@
 #include "runtime/error.h"
 #include "runtime/packed_weights.h"
 #include "runtime/profile.h"
+#include "runtime/weight_cache.h"
 
 namespace dit {
 
@@ -26,6 +27,75 @@ LinearWeight LinearWeight::prepare(const Tensor& weight, const Tensor& bias, DTy
                                                                 << shape_str(weight.shape()) << " needs " << weight.dim(0));
     w.bias = bias.dtype() == DType::F32 ? bias : bias.to(DType::F32);
   }
+  return w;
+}
+
+int64_t LinearWeight::in() const {
+  if (!row_blocks.empty()) return row_blocks[0].dim(1);
+  return cols > 0 ? cols : weight.dim(1);
+}
+
+int64_t LinearWeight::out() const {
+  int64_t n = 0;
+  for (const Tensor& b : row_blocks) n += b.dim(0);
+  return row_blocks.empty() ? weight.dim(0) : n;
+}
+
+int64_t LinearWeight::ld() const { return row_blocks.empty() ? weight.dim(1) : in(); }
+
+DType LinearWeight::dtype() const { return row_blocks.empty() ? weight.dtype() : row_blocks[0].dtype(); }
+
+const void* LinearWeight::data() const {
+  DIT_CHECK(weight.defined(), "LinearWeight::data of row blocks (stack them first)");
+  return static_cast<const char*>(weight.data()) + size_t(col_begin) * dtype_size(weight.dtype());
+}
+
+LinearWeight LinearWeight::stacked() const {
+  if (row_blocks.empty()) return *this;
+  LinearWeight w = *this;
+  w.weight = concat_rows(row_blocks);
+  w.row_blocks.clear();
+  w.packed = PackedSource{};  // a private copy: read as it is
+  return w;
+}
+
+LinearWeight LinearWeight::stack(const std::vector<LinearWeight>& parts) {
+  DIT_CHECK(!parts.empty(), "LinearWeight::stack: no parts");
+  const LinearWeight& p0 = parts[0];
+  bool packed = true;
+  std::vector<Tensor> blocks, biases;
+  for (const LinearWeight& p : parts) {
+    DIT_CHECK(p.weight.defined() && p.row_blocks.empty() && p.cols == 0 && p.compute == p0.compute &&
+                  p.weight.dtype() == p0.compute && p.in() == p0.in() && p.bias.defined() == p0.bias.defined(),
+              "LinearWeight::stack: a part of another kind (" << shape_str(p.weight.shape()) << ")");
+    packed = packed && bool(p.packed) && p.packed.dir == p0.packed.dir;
+    blocks.push_back(p.weight);
+    if (p.bias.defined()) biases.push_back(p.bias.reshape({p.out(), 1}));
+  }
+  LinearWeight w;
+  w.compute = p0.compute;
+  if (!biases.empty()) {
+    Tensor b = concat_rows(biases);
+    w.bias = b.reshape({b.dim(0)});
+  }
+  if (!packed) {
+    w.weight = concat_rows(blocks);
+    return w;
+  }
+  w.row_blocks = std::move(blocks);
+  // The stack's content: the first part's key, and the others' (same directory) by a hash,
+  // so that the header stays short whatever the paths.
+  std::string rest;
+  std::vector<std::function<size_t()>> releases;
+  for (const LinearWeight& p : parts) {
+    if (&p != &p0) rest += p.packed.key + "\n";
+    if (p.packed.release_plain) releases.push_back(p.packed.release_plain);
+  }
+  w.packed = PackedSource(p0.packed.dir, p0.packed.key + "|stacked with " + hex16(fnv1a(rest)), [releases] {
+    size_t n = 0;
+    for (const auto& r : releases) n += r();
+    return n;
+  });
   return w;
 }
 
@@ -67,9 +137,14 @@ struct Linear::Impl {
 static Tensor weights_in_layout(const LinearSpec& spec, const LinearWeight& w, const memory::desc& user,
                                 const memory::desc& want, std::string& note) {
   if (!spec.pack_weights) {
-    Tensor t = w.packed.dir->get(w.packed.key, user, w.data(), want, w.packed.release_plain);
+    // Row blocks are stacked for the reorder only while their entry is made.
+    auto fill = [&](void* dst) {
+      const LinearWeight plain = w.stacked();
+      pack_weight(user, plain.data(), want, dst);
+    };
+    Tensor t = w.packed.dir->get(w.packed.key, want, fill, w.packed.release_plain);
     note = t.defined() ? " (packed weights, shared)" : "";
-    if (t.defined() || w.cols == 0) return t;
+    if (t.defined() || w.cols == 0) return t;  // (row blocks without an entry: stacked by the caller)
   }
   Tensor t = Tensor::empty({int64_t((want.get_size() + 3) / 4)});
   pack_weight(user, w.data(), want, t.data());
@@ -83,10 +158,11 @@ Linear::Linear(Linear&&) noexcept = default;
 Linear& Linear::operator=(Linear&&) noexcept = default;
 Linear::~Linear() = default;
 
-Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_unique<Impl>()) {
+Linear::Linear(const LinearSpec& spec, const LinearWeight& w_in) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.spec = spec;
-  m.w = w;
+  // Row blocks are read from their packed entry only; else stacked into a private copy here.
+  LinearWeight w = w_in.row_blocks.empty() || (w_in.packed && !spec.pack_weights) ? w_in : w_in.stacked();
   std::ostringstream os;
   os << "Linear [" << spec.batch << "x" << spec.rows << ", " << spec.in << "] x [" << spec.in << ", " << spec.out
      << "] act=" << act_name(spec.act) << (spec.gated_residual ? " gated_residual" : "")
@@ -94,10 +170,13 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
      << (spec.input == DType::BF16 ? " (bf16 x)" : "") << (spec.output == DType::BF16 ? " (bf16 y)" : "");
   m.what = os.str();
   DIT_CHECK(spec.batch > 0 && spec.rows > 0 && spec.in > 0 && spec.out > 0, m.what << ": bad sizes");
-  DIT_CHECK(w.weight.defined() && w.in() == spec.in && w.out() == spec.out,
-            m.what << ": weight is " << shape_str(w.weight.shape()));
-  DIT_CHECK(w.weight.dtype() == w.compute, m.what << ": weight dtype does not match the compute type");
-  DIT_CHECK(w.cols == 0 || (w.col_begin >= 0 && w.col_begin + w.cols <= w.ld()),
+  DIT_CHECK(w.defined() && w.in() == spec.in && w.out() == spec.out,
+            m.what << ": weight is [" << (w.defined() ? w.out() : 0) << ", " << (w.defined() ? w.in() : 0) << "]");
+  DIT_CHECK(w.dtype() == w.compute, m.what << ": weight dtype does not match the compute type");
+  for (const Tensor& b : w.row_blocks)
+    DIT_CHECK(b.ndim() == 2 && b.dim(1) == w.in() && b.dtype() == w.compute,
+              m.what << ": a row block " << shape_str(b.shape()) << " " << dtype_name(b.dtype()));
+  DIT_CHECK(w.cols == 0 || (w.row_blocks.empty() && w.col_begin >= 0 && w.col_begin + w.cols <= w.ld()),
             m.what << ": columns [" << w.col_begin << ", " << w.col_begin + w.cols << ") of a weight "
                    << shape_str(w.weight.shape()));
   const int64_t B = spec.batch, M = spec.rows, K = spec.in, N = spec.out, ldw = w.ld();
@@ -169,8 +248,12 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
       pd = describe(spec.gated_residual && !m.manual_gate, false);
     if (pack && pd.weights_desc() != wei_md) {
       m.packed = weights_in_layout(spec, w, wei_md, pd.weights_desc(), packed_note);
-      if (!m.packed.defined()) pd = describe(spec.gated_residual && !m.manual_gate, false);  // in place after all
+      if (!m.packed.defined()) {  // in place after all (row blocks stacked for it)
+        w = w.stacked();
+        pd = describe(spec.gated_residual && !m.manual_gate, false);
+      }
     }
+    if (!m.packed.defined() && !w.row_blocks.empty()) w = w.stacked();  // (a layout asked for as they are)
     m.impl_name = std::string(pd.impl_info_str()) + (m.manual_gate ? " (gate applied after the matmul)" : "") + packed_note;
     m.prim = dnnl::matmul(pd);
     m.src = memory(src_md, eng, nullptr);
@@ -207,6 +290,7 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w) : impl_(std::make_
       m.src.set_data_handle(m.xb.data());
     }
   });
+  m.w = std::move(w);  // (row blocks stacked where they are read as they are)
 }
 
 void Linear::run(const float* x, float* y, const float* gate, const float* mul) const {

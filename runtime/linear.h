@@ -18,6 +18,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/packed_source.h"
 #include "runtime/tensor.h"
@@ -30,7 +31,7 @@ enum class Act { None, GeluTanh, Silu };
 // (a memory map) without copying; bf16 compute converts them once (or uses bf16 storage
 // in place). Shared by every Linear that uses the same weights.
 struct LinearWeight {
-  Tensor weight;  // [out, in], dtype == compute
+  Tensor weight;  // [out, in], dtype == compute; undefined when given as row_blocks
   Tensor bias;    // [out] f32, or undefined
   DType compute = DType::F32;
   // Where the weight's packed form is kept (runtime/packed_weights.h): when set, a Linear reads
@@ -41,13 +42,26 @@ struct LinearWeight {
   // row-parallel shard read from the checkpoint's mapping, packed from there without a private
   // copy, runtime/weight_shard.h); else all of them.
   int64_t col_begin = 0, cols = 0;
-  int64_t in() const { return cols > 0 ? cols : weight.dim(1); }
-  int64_t out() const { return weight.dim(0); }
-  int64_t ld() const { return weight.dim(1); }  // elements from one output's row to the next
-  const void* data() const {                    // the first element of the columns used
-    return static_cast<const char*>(weight.data()) + size_t(col_begin) * dtype_size(weight.dtype());
-  }
+  // The weight as blocks of rows stacked, when `weight` is undefined (LinearWeight::stack): e.g.
+  // Q, K and V multiplied as one matmul while each stays a view of the checkpoint's mapping.
+  // A Linear reads it from its packed entry, made once per machine from the blocks stacked;
+  // without one (no cache for it, or an optional directory that failed) it stacks them into
+  // a private copy.
+  std::vector<Tensor> row_blocks;
+
+  int64_t in() const;
+  int64_t out() const;
+  int64_t ld() const;        // elements from one output's row to the next
+  DType dtype() const;       // of the stored elements (== compute)
+  bool defined() const { return weight.defined() || !row_blocks.empty(); }
+  const void* data() const;  // the first element of the columns used (weight defined)
+  // The same weight with row_blocks stacked into one private `weight`.
+  LinearWeight stacked() const;
   static LinearWeight prepare(const Tensor& weight, const Tensor& bias, DType compute);
+  // parts ([out_i, in] each, one compute type, all with biases or none) as one weight of their
+  // rows stacked, the biases concatenated: row blocks with a packed source of their own where
+  // every part has one (nothing copied but the biases), else a private concatenation.
+  static LinearWeight stack(const std::vector<LinearWeight>& parts);
 };
 
 struct LinearSpec {

@@ -68,10 +68,9 @@ Tensor open_entry(const std::string& path, const Entry& e) {
   return Tensor::view(static_cast<char*>(p) + kHeader, {int64_t(e.bytes / dtype_size(e.dtype))}, e.dtype, owner);
 }
 
-void write_entry(const std::string& path, const Entry& e, const dnnl::memory::desc& user, const void* plain,
-                 const dnnl::memory::desc& packed) {
+void write_entry(const std::string& path, const Entry& e, const std::function<void(void*)>& fill) {
   Tensor buf = Tensor::empty({int64_t(e.bytes / dtype_size(e.dtype))}, e.dtype);
-  pack_weight(user, plain, packed, buf.data());
+  fill(buf.data());
   std::string header;
   try {
     header = nlohmann::json{{"version", kVersion}, {"key", e.key}, {"layout", e.layout}, {"bytes", e.bytes}}.dump();
@@ -126,9 +125,15 @@ PackedWeightDir::PackedWeightDir(std::string dir, bool optional) : dir_(std::mov
 
 Tensor PackedWeightDir::get(const std::string& key, const dnnl::memory::desc& user, const void* plain,
                             const dnnl::memory::desc& packed, const std::function<size_t()>& release_plain) const {
+  return get(key, packed, [&](void* dst) { pack_weight(user, plain, packed, dst); }, release_plain);
+}
+
+Tensor PackedWeightDir::get(const std::string& key, const dnnl::memory::desc& packed,
+                            const std::function<void(void*)>& fill,
+                            const std::function<size_t()>& release_plain) const {
   if (failed_) return Tensor();  // an optional directory that failed once is not tried again
   try {
-    return get_or_throw(key, user, plain, packed, release_plain);
+    return get_or_throw(key, packed, fill, release_plain);
   } catch (const Error& e) {
     if (!optional_) throw;
     std::fprintf(stderr, "warning: %s; reading the weights in place (--weight-cache off silences this)\n",
@@ -138,8 +143,8 @@ Tensor PackedWeightDir::get(const std::string& key, const dnnl::memory::desc& us
   }
 }
 
-Tensor PackedWeightDir::get_or_throw(const std::string& key, const dnnl::memory::desc& user, const void* plain,
-                                     const dnnl::memory::desc& packed,
+Tensor PackedWeightDir::get_or_throw(const std::string& key, const dnnl::memory::desc& packed,
+                                     const std::function<void(void*)>& fill,
                                      const std::function<size_t()>& release_plain) const {
   Entry e;
   e.key = key;
@@ -159,7 +164,7 @@ Tensor PackedWeightDir::get_or_throw(const std::string& key, const dnnl::memory:
   if (Tensor t = open_entry(path, e); t.defined()) return t;  // another process made it while we waited
   if (made_ == 0) remove_stale_temp_files(dir_);  // what writers killed mid-entry left (runtime/atomic_file.h)
   try {
-    write_entry(path, e, user, plain, packed);
+    write_entry(path, e, fill);
   } catch (const Error& x) {
     DIT_FAIL("weight cache " << path << ": cannot write the packed weight " << key << ": " << x.what());
   }

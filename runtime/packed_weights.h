@@ -16,6 +16,7 @@
 // an entry under the directory's lock (<dir>/.lock), through AtomicFile; the others wait and map it.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -39,13 +40,17 @@ class PackedWeightDir {
   // entry, `release_plain` (when given) gives the plain weight's pages back.
   Tensor get(const std::string& key, const dnnl::memory::desc& user, const void* plain,
              const dnnl::memory::desc& packed, const std::function<size_t()>& release_plain = {}) const;
+  // The same, the payload written by fill(dst) (packed.get_size() bytes) when the entry must be
+  // made: e.g. from a weight that exists only in parts (LinearWeight::row_blocks).
+  Tensor get(const std::string& key, const dnnl::memory::desc& packed, const std::function<void(void*)>& fill,
+             const std::function<size_t()>& release_plain = {}) const;
 
   // Entries made by this object (packed here rather than mapped from an earlier run).
   int made() const { return made_; }
 
  private:
-  Tensor get_or_throw(const std::string& key, const dnnl::memory::desc& user, const void* plain,
-                      const dnnl::memory::desc& packed, const std::function<size_t()>& release_plain) const;
+  Tensor get_or_throw(const std::string& key, const dnnl::memory::desc& packed, const std::function<void(void*)>& fill,
+                      const std::function<size_t()>& release_plain) const;
   std::string dir_;
   bool optional_ = false;
   mutable int made_ = 0;

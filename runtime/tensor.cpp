@@ -141,4 +141,22 @@ Tensor Tensor::slice0(int64_t begin, int64_t end) const {
   return t;
 }
 
+Tensor concat_rows(const std::vector<Tensor>& parts) {
+  DIT_CHECK(!parts.empty(), "concat_rows: nothing to concatenate");
+  int64_t rows = 0;
+  const int64_t cols = parts[0].dim(1);
+  for (const Tensor& p : parts) {
+    DIT_CHECK(p.ndim() == 2 && p.dim(1) == cols && p.dtype() == parts[0].dtype(),
+              "concat_rows: mismatched parts " << shape_str(p.shape()));
+    rows += p.dim(0);
+  }
+  Tensor out = Tensor::empty({rows, cols}, parts[0].dtype());
+  char* dst = static_cast<char*>(out.data());
+  for (const Tensor& p : parts) {
+    std::memcpy(dst, p.data(), p.nbytes());
+    dst += p.nbytes();
+  }
+  return out;
+}
+
 }  // namespace dit

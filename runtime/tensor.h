@@ -68,6 +68,9 @@ class Tensor {
   std::shared_ptr<void> owner_;
 };
 
+// Rows of several [n_i, k] tensors of one dtype stacked into one [sum n_i, k] tensor (a copy).
+Tensor concat_rows(const std::vector<Tensor>& parts);
+
 template <class T>
 T* Tensor::as() {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, uint16_t>, "Tensor::as<float> or Tensor::as<uint16_t>");

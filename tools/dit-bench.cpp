@@ -338,8 +338,9 @@ int main(int argc, char** argv) {
   app.add_option("--gemm-runs", o.gemm_runs, "timed runs of the reference GEMM")->capture_default_str();
   app.add_option("-o,--output", o.output, "also write the JSON to this file");
   app.add_option("--qkv", o.qkv,
-                 "fused: Q, K, V as one matmul over weights concatenated at load (a private copy per rank); split: "
-                 "three matmuls over the shared memory-mapped weights; auto: split when the weights are used in place")
+                 "fused: Q, K, V as one matmul (its weight the three stacked in one packed entry of the weight cache, "
+                 "or without the cache a private concatenation per rank); split: three matmuls over the shared "
+                 "memory-mapped weights; auto: fused, but split when the weights are read in place without the cache")
       ->check(CLI::IsMember({"auto", "fused", "split"}))
       ->capture_default_str();
   app.add_option("--sp-min-tokens", o.sp_min_tokens,

@@ -11,38 +11,19 @@
 
 namespace dit {
 
-Tensor concat_rows(const std::vector<Tensor>& parts) {
-  DIT_CHECK(!parts.empty(), "concat_rows: nothing to concatenate");
-  int64_t rows = 0;
-  const int64_t cols = parts[0].dim(1);
-  for (const Tensor& p : parts) {
-    DIT_CHECK(p.ndim() == 2 && p.dim(1) == cols && p.dtype() == parts[0].dtype(),
-              "concat_rows: mismatched parts " << shape_str(p.shape()));
-    rows += p.dim(0);
-  }
-  Tensor out = Tensor::empty({rows, cols}, parts[0].dtype());
-  char* dst = static_cast<char*>(out.data());
-  for (const Tensor& p : parts) {
-    std::memcpy(dst, p.data(), p.nbytes());
-    dst += p.nbytes();
-  }
-  return out;
-}
-
 QkvWeights QkvWeights::load(const WeightStore& s, const std::string& a, int64_t D, DType compute, QkvProjection how,
                             const TpPlan& plan, const TensorParallel& tp, int64_t head_dim) {
   QkvWeights w;
-  const bool fuse = how == QkvProjection::Fused ||
-                    (how == QkvProjection::Auto && !s.in_place(a + "to_q.weight", compute));
   LinearWeight* parts[] = {&w.q, &w.k, &w.v};
   const char* names[] = {"to_q", "to_k", "to_v"};
   for (int i = 0; i < 3; ++i) *parts[i] = load_linear(s, a + names[i], D, D, compute, plan, tp, head_dim).w;
+  // Auto fuses unless the parts are shared views that cannot be packed (read in place without a
+  // cache): fused from a packed entry they stay shared, converted they are private either way.
+  const bool packable = w.q.packed && w.k.packed && w.v.packed;
+  const bool fuse = how == QkvProjection::Fused ||
+                    (how == QkvProjection::Auto && (packable || !s.in_place(a + "to_q.weight", compute)));
   if (!fuse) return w;
-  // One [3·out, D] weight: a private concatenation of the (converted) parts.
-  const int64_t n = w.q.out();
-  Tensor bias = Tensor::empty({3 * n});
-  for (int i = 0; i < 3; ++i) std::memcpy(bias.f32() + i * n, parts[i]->bias.f32(), size_t(n) * 4);
-  w.qkv = LinearWeight::prepare(concat_rows({w.q.weight, w.k.weight, w.v.weight}), bias, compute);
+  w.qkv = LinearWeight::stack({w.q, w.k, w.v});  // row blocks of an entry, or a private concatenation
   w.q = w.k = w.v = LinearWeight();
   return w;
 }

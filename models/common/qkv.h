@@ -22,20 +22,24 @@ namespace dit {
 class WeightStore;
 
 // How Q, K and V are projected.
-//  Fused: one [3D, D] matmul over weights concatenated at load: a private copy of 3·D²
-//         weights per block per process (DiT-XL/2: 445 MB f32).
+//  Fused: one [3D, D] matmul. Where the weights are packed in the weight cache
+//         (runtime/packed_weights.h) its weight is the three tensors' rows stacked in one
+//         entry, mapped and shared by the machine's processes; else a private concatenation
+//         made at load (3·D² weights per block per process: DiT-XL/2 445 MB f32).
 //  Split: three [D, D] matmuls writing the column blocks of one [rows, 3D] buffer, over the
-//         checkpoint's weights in place (memory-mapped, shared by every process on the machine).
-//  Auto:  Split when the weights are read in the compute dtype in place (the checkpoint's
-//         dtype, or the converted-weight cache: WeightStore::in_place), so they can be
-//         shared, else Fused (the weights are converted: a private copy either way).
-//         Same results bit for bit; same speed within noise on DiT-XL.
+//         checkpoint's weights (or their packed entries). oneDNN 2.6 serves a strided output
+//         with gemm:jit rather than its brgemm kernels: about 15% slower at 512 rows on the
+//         2-core VM, the same at 2048 (docs/benchmarks.md).
+//  Auto:  Fused, except where the weights are read in place and cannot be packed (no weight
+//         cache): then Split, so that they stay shared. Same results bit for bit.
 enum class QkvProjection { Auto, Fused, Split };
 
 struct QkvWeights {
-  LinearWeight qkv;      // [3D, D] to_q | to_k | to_v (a private copy), or undefined when split:
+  // [3D, D] to_q | to_k | to_v (row blocks read from one packed entry, or a private copy), or
+  // undefined when split:
+  LinearWeight qkv;
   LinearWeight q, k, v;  // [D, D] each, in place in the memory map, when not fused
-  bool fused() const { return qkv.weight.defined(); }
+  bool fused() const { return qkv.defined(); }
   // Output features per projection (this rank's heads × head_dim).
   int64_t out() const { return fused() ? qkv.out() / 3 : q.out(); }
   // Loads <prefix>to_q/to_k/to_v .weight [D, D] and .bias [D]: the rows of this rank's heads
@@ -84,8 +88,5 @@ void project_and_attend(const QkvLinear& op, SelfAttention& attn, BlockInput h, 
 // x += gate ⊙ (out·Woᵀ + bo) (or the op's epilogue), out in the attention's output type (the
 // op's input type).
 void attention_output(ParallelLinear& op, const Tensor& out, float* x, const float* gate = nullptr);
-
-// Rows of several [n_i, k] tensors of one dtype stacked into one [sum n_i, k] tensor.
-Tensor concat_rows(const std::vector<Tensor>& parts);
 
 }  // namespace dit

@@ -52,15 +52,20 @@ BothWays<Weights> load_both(const std::string& model, const std::string& cache, 
   return w;
 }
 
-// Split Q/K/V from the cache against the fused private copy made without it: same values.
+// Q/K/V from the cache against the fused private copy made without it: same values.
 void check_qkv(const dit::QkvWeights& plain, const dit::QkvWeights& cached) {
-  CHECK(plain.fused());         // converted in memory: a private copy either way, so fused
-  REQUIRE_FALSE(cached.fused());  // views of the shared cache: kept split
+  CHECK(plain.fused());  // converted in memory: a private copy either way, so fused
+  CHECK(plain.qkv.row_blocks.empty());
+  // Views of the shared cache, fused as row blocks of one packed entry (no private copy).
+  REQUIRE(cached.fused());
+  REQUIRE(cached.qkv.row_blocks.size() == 3);
+  CHECK_FALSE(cached.qkv.weight.defined());
+  CHECK(bool(cached.qkv.packed));
+  CHECK(same_bytes(plain.qkv.bias, cached.qkv.bias));
   const int64_t D = cached.out();
-  const LinearWeight* parts[] = {&cached.q, &cached.k, &cached.v};
   for (int i = 0; i < 3; ++i) {
-    CHECK(parts[i]->weight.dtype() == DType::BF16);
-    CHECK(same_bytes(rows_of(plain.qkv.weight, i * D, D), parts[i]->weight));
+    CHECK(cached.qkv.row_blocks[size_t(i)].dtype() == DType::BF16);
+    CHECK(same_bytes(rows_of(plain.qkv.weight, i * D, D), cached.qkv.row_blocks[size_t(i)]));
   }
 }
 

@@ -202,6 +202,71 @@ TEST_CASE("a block of a weight's columns read as a strided view gives the bits o
                     Catch::Contains("stored as bf16"));
 }
 
+TEST_CASE("weights stacked from row blocks: read from one packed entry, the bits of their concatenation",
+          "[runtime][packed]") {
+  // Q, K and V as one matmul while each stays a view (LinearWeight::stack, row_blocks).
+  dit_test::TempDir d;
+  std::vector<DType> types{DType::F32};
+  if (dit_test::bf16_available()) types.push_back(DType::BF16);
+  for (DType compute : types) {
+    INFO(dtype_name(compute));
+    auto dir = std::make_shared<PackedWeightDir>(d.path() + "/packed-" + dtype_name(compute), false);
+    std::vector<LinearWeight> parts;
+    std::vector<Tensor> plain;
+    int released = 0;
+    for (int i = 0; i < 3; ++i) {
+      plain.push_back(random_tensor({48, 96}, 20 + unsigned(i), compute));
+      LinearWeight p = LinearWeight::prepare(plain.back(), random_tensor({48}, 30 + unsigned(i)), compute);
+      p.packed = PackedSource(dir, "part " + std::to_string(i), [&released] {
+        ++released;
+        return size_t(0);
+      });
+      parts.push_back(p);
+    }
+    const LinearWeight stacked = LinearWeight::stack(parts);
+    REQUIRE(stacked.row_blocks.size() == 3);
+    CHECK_FALSE(stacked.weight.defined());
+    CHECK(stacked.row_blocks[1].data() == plain[1].data());  // views, nothing copied
+    CHECK(stacked.out() == 144);
+    CHECK(stacked.in() == 96);
+    CHECK(stacked.packed.key.find("part 0|stacked with ") == 0);
+    // The reference: one private [144, 96] weight, the biases concatenated likewise.
+    std::vector<Tensor> biases;
+    for (const LinearWeight& p : parts) biases.push_back(p.bias.reshape({48, 1}));
+    const LinearWeight concat = LinearWeight::prepare(concat_rows(plain), concat_rows(biases).reshape({144}), compute);
+    const LinearSpec s = spec_of(1, 37, 96, 144);
+    const std::vector<float> want = run_linear(s, concat, {});
+    bool shared = false;
+    const std::vector<float> got = run_linear(s, stacked, stacked.packed, &shared);
+    CHECK(std::memcmp(want.data(), got.data(), want.size() * 4) == 0);
+    if (__builtin_cpu_supports("avx512f")) {  // (a blocked layout asked for: packed)
+      CHECK(shared);
+      CHECK(dir->made() == 1);
+      CHECK(released == 3);  // each part's plain pages given back once the entry is made
+      run_linear(s, stacked, stacked.packed);
+      CHECK(dir->made() == 1);  // mapped by the next user
+    }
+    // No packed source: stacked into a private copy by the Linear, the same bits.
+    LinearWeight unpacked = stacked;
+    unpacked.packed = PackedSource{};
+    CHECK(std::memcmp(want.data(), run_linear(s, unpacked, {}).data(), want.size() * 4) == 0);
+    // An optional directory that fails: likewise.
+    dit_test::write_bytes(d.file("file"), "x");
+    const PackedSource broken(std::make_shared<PackedWeightDir>(d.file("file") + "/packed", true), "k");
+    CHECK(std::memcmp(want.data(), run_linear(s, stacked, broken).data(), want.size() * 4) == 0);
+    // Parts without packed sources are concatenated at once.
+    std::vector<LinearWeight> bare = parts;
+    for (LinearWeight& p : bare) p.packed = PackedSource{};
+    const LinearWeight joined = LinearWeight::stack(bare);
+    CHECK(joined.row_blocks.empty());
+    CHECK(std::memcmp(joined.weight.data(), concat.weight.data(), concat.weight.nbytes()) == 0);
+  }
+  // Parts of another kind are refused.
+  const LinearWeight a = LinearWeight::prepare(random_tensor({8, 4}, 1), Tensor(), DType::F32);
+  const LinearWeight b = LinearWeight::prepare(random_tensor({8, 5}, 2), Tensor(), DType::F32);
+  CHECK_THROWS_WITH(LinearWeight::stack({a, b}), Catch::Contains("a part of another kind"));
+}
+
 TEST_CASE("packed weights: made once per key, mapped by the next user, remade when damaged", "[runtime][packed]") {
   if (!__builtin_cpu_supports("avx512f")) return;  // (where plain layouts are preferred nothing is packed)
   dit_test::TempDir d;
