@@ -79,17 +79,21 @@ def kernels(docs):
             if r.get("op", "").startswith("attention") and r.get("dtype") in gemm:
                 print(f"- {r['op']} {r['dtype']} {r.get('tokens', '')} tokens: {r['gflops']:.0f} GFLOP/s, "
                       f"{r['gflops'] / gemm[r['dtype']]:.2f} of the GEMM")
-    linear = {}
+    linear, impl = {}, {}
     for doc in docs:
         for r in doc.get("results", []):
             if r.get("op", "").startswith("linear_"):
                 linear[(r["op"], r["dtype"], r["tokens"])] = r["gflops"]
+                impl[(r["op"], r["dtype"], r["tokens"])] = r.get("impl", "")
     for (op, dt, tokens), g in sorted(linear.items()):
         if op.endswith("_packed") or dt not in gemm:
             continue
         packed = linear.get((op + "_packed", dt, tokens))
+        # the oneDNN implementation (brgemm or gemm:jit, AMX or not) and whether packing was used
+        how = impl.get((op + "_packed", dt, tokens)) or impl.get((op, dt, tokens), "")
         print(f"- {op} {dt} {tokens} tokens: {g:.0f} GFLOP/s, {g / gemm[dt]:.2f} of the GEMM"
-              + ("" if packed is None else f"; weights packed {packed:.0f} ({packed / g:.2f}x)"))
+              + ("" if packed is None else f"; weights packed {packed:.0f} ({packed / g:.2f}x)")
+              + (f" [{how}]" if how else ""))
     for doc in docs:
         for r in doc.get("results", []):
             if r.get("op") == "copy":
