@@ -153,6 +153,42 @@ static Tensor weights_in_layout(const LinearSpec& spec, const LinearWeight& w, c
   return t;
 }
 
+// "Linear [BxM, K] x [K, N] act=... <type> ...": what errors and impl_info() name.
+static std::string describe_linear(const LinearSpec& spec, DType compute) {
+  std::ostringstream os;
+  os << "Linear [" << spec.batch << "x" << spec.rows << ", " << spec.in << "] x [" << spec.in << ", " << spec.out
+     << "] act=" << act_name(spec.act) << (spec.gated_residual ? " gated_residual" : "")
+     << (spec.accumulate ? " accumulate" : "") << (spec.multiply ? " multiply" : "") << " " << dtype_name(compute)
+     << (spec.input == DType::BF16 ? " (bf16 x)" : "") << (spec.output == DType::BF16 ? " (bf16 y)" : "");
+  return os.str();
+}
+
+// The spec and the weights agree and ask for something this Linear does; else one error
+// naming the layer.
+static void check_linear(const LinearSpec& spec, const LinearWeight& w, const std::string& what) {
+  DIT_CHECK(spec.batch > 0 && spec.rows > 0 && spec.in > 0 && spec.out > 0, what << ": bad sizes");
+  DIT_CHECK(w.defined() && w.in() == spec.in && w.out() == spec.out,
+            what << ": weight is [" << (w.defined() ? w.out() : 0) << ", " << (w.defined() ? w.in() : 0) << "]");
+  DIT_CHECK(w.dtype() == w.compute, what << ": weight dtype does not match the compute type");
+  for (const Tensor& b : w.row_blocks)
+    DIT_CHECK(b.ndim() == 2 && b.dim(1) == w.in() && b.dtype() == w.compute,
+              what << ": a row block " << shape_str(b.shape()) << " " << dtype_name(b.dtype()));
+  DIT_CHECK(w.cols == 0 || (w.row_blocks.empty() && w.col_begin >= 0 && w.col_begin + w.cols <= w.ld()),
+            what << ": columns [" << w.col_begin << ", " << w.col_begin + w.cols << ") of a weight "
+                   << shape_str(w.weight.shape()));
+  const int64_t N = spec.out, ldy = spec.out_stride > 0 ? spec.out_stride : N;
+  DIT_CHECK(ldy >= N && (ldy == N || !spec.gated_residual), what << ": bad out_stride " << spec.out_stride);
+  DIT_CHECK(int(spec.gated_residual) + int(spec.accumulate) + int(spec.multiply) <= 1,
+            what << ": gated_residual, accumulate and multiply exclude each other");
+  DIT_CHECK((spec.input == DType::F32 || spec.input == DType::BF16) &&
+                (spec.output == DType::F32 || spec.output == DType::BF16),
+            what << ": input and output are f32 or bf16");
+  DIT_CHECK((spec.input == DType::F32 && spec.output == DType::F32) || w.compute == DType::BF16,
+            what << ": bf16 input or output needs bf16 compute");
+  DIT_CHECK(spec.output == DType::F32 || (!spec.gated_residual && !spec.accumulate && !spec.multiply),
+            what << ": a bf16 output is the plain form only");
+}
+
 Linear::Linear() = default;
 Linear::Linear(Linear&&) noexcept = default;
 Linear& Linear::operator=(Linear&&) noexcept = default;
@@ -163,34 +199,10 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w_in) : impl_(std::ma
   m.spec = spec;
   // Row blocks are read from their packed entry only; else stacked into a private copy here.
   LinearWeight w = w_in.row_blocks.empty() || (w_in.packed && !spec.pack_weights) ? w_in : w_in.stacked();
-  std::ostringstream os;
-  os << "Linear [" << spec.batch << "x" << spec.rows << ", " << spec.in << "] x [" << spec.in << ", " << spec.out
-     << "] act=" << act_name(spec.act) << (spec.gated_residual ? " gated_residual" : "")
-     << (spec.accumulate ? " accumulate" : "") << (spec.multiply ? " multiply" : "") << " " << dtype_name(w.compute)
-     << (spec.input == DType::BF16 ? " (bf16 x)" : "") << (spec.output == DType::BF16 ? " (bf16 y)" : "");
-  m.what = os.str();
-  DIT_CHECK(spec.batch > 0 && spec.rows > 0 && spec.in > 0 && spec.out > 0, m.what << ": bad sizes");
-  DIT_CHECK(w.defined() && w.in() == spec.in && w.out() == spec.out,
-            m.what << ": weight is [" << (w.defined() ? w.out() : 0) << ", " << (w.defined() ? w.in() : 0) << "]");
-  DIT_CHECK(w.dtype() == w.compute, m.what << ": weight dtype does not match the compute type");
-  for (const Tensor& b : w.row_blocks)
-    DIT_CHECK(b.ndim() == 2 && b.dim(1) == w.in() && b.dtype() == w.compute,
-              m.what << ": a row block " << shape_str(b.shape()) << " " << dtype_name(b.dtype()));
-  DIT_CHECK(w.cols == 0 || (w.row_blocks.empty() && w.col_begin >= 0 && w.col_begin + w.cols <= w.ld()),
-            m.what << ": columns [" << w.col_begin << ", " << w.col_begin + w.cols << ") of a weight "
-                   << shape_str(w.weight.shape()));
+  m.what = describe_linear(spec, w.compute);
+  check_linear(spec, w, m.what);
   const int64_t B = spec.batch, M = spec.rows, K = spec.in, N = spec.out, ldw = w.ld();
   const int64_t ldy = spec.out_stride > 0 ? spec.out_stride : N;
-  DIT_CHECK(ldy >= N && (ldy == N || !spec.gated_residual), m.what << ": bad out_stride " << spec.out_stride);
-  DIT_CHECK(int(spec.gated_residual) + int(spec.accumulate) + int(spec.multiply) <= 1,
-            m.what << ": gated_residual, accumulate and multiply exclude each other");
-  DIT_CHECK((spec.input == DType::F32 || spec.input == DType::BF16) &&
-                (spec.output == DType::F32 || spec.output == DType::BF16),
-            m.what << ": input and output are f32 or bf16");
-  DIT_CHECK((spec.input == DType::F32 && spec.output == DType::F32) || w.compute == DType::BF16,
-            m.what << ": bf16 input or output needs bf16 compute");
-  DIT_CHECK(spec.output == DType::F32 || (!spec.gated_residual && !spec.accumulate && !spec.multiply),
-            m.what << ": a bf16 output is the plain form only");
   require_compute(w.compute);
   const dt cdt = w.compute == DType::BF16 ? dt::bf16 : dt::f32;
   const dt ydt = spec.output == DType::BF16 ? dt::bf16 : dt::f32;

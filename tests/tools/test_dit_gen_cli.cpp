@@ -252,7 +252,7 @@ TEST_CASE("dit-gen: a killed rank is reported in one line, the ranks it stopped 
 TEST_CASE("dit-gen: ranks waiting for a decode longer than --timeout keep waiting", "[cli]") {
   Scratch s;
   const std::string png = s.file("big.png");
-  RunResult r = run(gen("-m " + data_path("dit-small") + " -p 1 --steps 1 -W 640 -H 640 --cfg-parallel -t 1 "
+  RunResult r = run(gen("-m " + data_path("dit-small") + " -p 1 --steps 1 -W 896 -H 896 --cfg-parallel -t 1 "
                         "--timeout 1 -v -o " + png));
   INFO(r.err);
   REQUIRE(r.code == 0);
@@ -261,7 +261,7 @@ TEST_CASE("dit-gen: ranks waiting for a decode longer than --timeout keep waitin
   REQUIRE(at != std::string::npos);
   const double decode = std::stod(r.err.substr(at + 9));
   WARN("decode " << decode << " s against --timeout 1");
-  CHECK(decode > 1.0);  // the case this test is about really happened
+  CHECK(decode > 1.0);  // the case this test is about really happened (640 x 640 decoded in 0.75-1.07 s here)
 }
 
 TEST_CASE("dit-gen --help shows every default - --version", "[cli]") {
