@@ -198,7 +198,7 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w_in) : impl_(std::ma
   Impl& m = *impl_;
   m.spec = spec;
   // Row blocks are read from their packed entry only; else stacked into a private copy here.
-  LinearWeight w = w_in.row_blocks.empty() || (w_in.packed && !spec.pack_weights) ? w_in : w_in.stacked();
+  LinearWeight w = w_in.packed && !spec.pack_weights ? w_in : w_in.stacked();
   m.what = describe_linear(spec, w.compute);
   check_linear(spec, w, m.what);
   const int64_t B = spec.batch, M = spec.rows, K = spec.in, N = spec.out, ldw = w.ld();
@@ -260,12 +260,9 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w_in) : impl_(std::ma
       pd = describe(spec.gated_residual && !m.manual_gate, false);
     if (pack && pd.weights_desc() != wei_md) {
       m.packed = weights_in_layout(spec, w, wei_md, pd.weights_desc(), packed_note);
-      if (!m.packed.defined()) {  // in place after all (row blocks stacked for it)
-        w = w.stacked();
-        pd = describe(spec.gated_residual && !m.manual_gate, false);
-      }
+      if (!m.packed.defined()) pd = describe(spec.gated_residual && !m.manual_gate, false);  // in place after all
     }
-    if (!m.packed.defined() && !w.row_blocks.empty()) w = w.stacked();  // (a layout asked for as they are)
+    if (!m.packed.defined()) w = w.stacked();  // read in place: row blocks stacked privately (else a no-op)
     m.impl_name = std::string(pd.impl_info_str()) + (m.manual_gate ? " (gate applied after the matmul)" : "") + packed_note;
     m.prim = dnnl::matmul(pd);
     m.src = memory(src_md, eng, nullptr);

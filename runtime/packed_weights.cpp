@@ -123,11 +123,6 @@ PackedWeightDir::PackedWeightDir(std::string dir, bool optional) : dir_(std::mov
   DIT_CHECK(!dir_.empty(), "packed weights: no directory");
 }
 
-Tensor PackedWeightDir::get(const std::string& key, const dnnl::memory::desc& user, const void* plain,
-                            const dnnl::memory::desc& packed, const std::function<size_t()>& release_plain) const {
-  return get(key, packed, [&](void* dst) { pack_weight(user, plain, packed, dst); }, release_plain);
-}
-
 Tensor PackedWeightDir::get(const std::string& key, const dnnl::memory::desc& packed,
                             const std::function<void(void*)>& fill,
                             const std::function<size_t()>& release_plain) const {

@@ -6,7 +6,8 @@
 // on the rows multiplied, and gives the same bits.
 //
 //   PackedWeightDir dir("/root/.cache/dit-gen/weights/packed", /*optional=*/true);
-//   Tensor p = dir.get(key, user_md, w.data(), pd.weights_desc());   // undefined: use w as it is
+//   Tensor p = dir.get(key, pd.weights_desc(),                        // undefined: use w as it is
+//                      [&](void* dst) { pack_weight(user_md, w.data(), pd.weights_desc(), dst); });
 //
 // File: <dir>/<hash of key and layout>.packed: a 4096-byte JSON header (this format's version,
 // the key, the layout's description, the payload's size), then the payload. The key names the
@@ -34,14 +35,12 @@ class PackedWeightDir {
   PackedWeightDir(std::string dir, bool optional);
   const std::string& dir() const { return dir_; }
 
-  // The weight `plain` (laid out as `user`) in layout `packed`, mapped read-only from its entry
-  // (created when missing or not this key's and layout's): a Tensor of the compute type's
-  // elements spanning packed.get_size() bytes, which keeps the mapping alive. After making an
-  // entry, `release_plain` (when given) gives the plain weight's pages back.
-  Tensor get(const std::string& key, const dnnl::memory::desc& user, const void* plain,
-             const dnnl::memory::desc& packed, const std::function<size_t()>& release_plain = {}) const;
-  // The same, the payload written by fill(dst) (packed.get_size() bytes) when the entry must be
-  // made: e.g. from a weight that exists only in parts (LinearWeight::row_blocks).
+  // The weight named `key` in layout `packed`, mapped read-only from its entry: a Tensor of the
+  // compute type's elements spanning packed.get_size() bytes, which keeps the mapping alive.
+  // When the entry is missing or not this key's and layout's, it is made with fill(dst), which
+  // writes the payload (e.g. pack_weight from the plain weight, or from a weight that exists
+  // only in parts: LinearWeight::row_blocks); then `release_plain` (when given) gives the plain
+  // weight's pages back.
   Tensor get(const std::string& key, const dnnl::memory::desc& packed, const std::function<void(void*)>& fill,
              const std::function<size_t()>& release_plain = {}) const;
 

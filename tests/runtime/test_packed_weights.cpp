@@ -85,8 +85,7 @@ TEST_CASE("packed weights: a Linear reading the packed entry gives the bits of o
           "[runtime][packed]") {
   dit_test::TempDir d;
   auto dir = std::make_shared<PackedWeightDir>(d.path() + "/packed", false);
-  std::vector<DType> types{DType::F32};
-  if (dit_test::bf16_available()) types.push_back(DType::BF16);
+  const std::vector<DType> types = dit_test::compute_types();
   int used = 0, n = 0;
   for (DType compute : types) {
     const LinearWeight w = LinearWeight::prepare(random_tensor({160, 96}, 1, compute), random_tensor({160}, 2), compute);
@@ -144,8 +143,7 @@ TEST_CASE("a block of a weight's columns read as a strided view gives the bits o
   // Tensor parallelism's row-parallel shard (runtime/weight_shard.h) without a private copy.
   dit_test::TempDir d;
   auto dir = std::make_shared<PackedWeightDir>(d.path() + "/packed", false);
-  std::vector<DType> types{DType::F32};
-  if (dit_test::bf16_available()) types.push_back(DType::BF16);
+  const std::vector<DType> types = dit_test::compute_types();
   for (DType compute : types) {
     const Tensor full = random_tensor({160, 96}, 4, compute), bias = random_tensor({160}, 5);
     const TokenRange cols{32, 80};
@@ -206,8 +204,7 @@ TEST_CASE("weights stacked from row blocks: read from one packed entry, the bits
           "[runtime][packed]") {
   // Q, K and V as one matmul while each stays a view (LinearWeight::stack, row_blocks).
   dit_test::TempDir d;
-  std::vector<DType> types{DType::F32};
-  if (dit_test::bf16_available()) types.push_back(DType::BF16);
+  const std::vector<DType> types = dit_test::compute_types();
   for (DType compute : types) {
     INFO(dtype_name(compute));
     auto dir = std::make_shared<PackedWeightDir>(d.path() + "/packed-" + dtype_name(compute), false);
