@@ -20,7 +20,7 @@ struct T5Encoder::Impl {
   int64_t B = 0, L = 0;
   Linear q, k, v, o, wi0, wi1, wo;  // one per projection, pointed at each block's weights in turn
   Attention attn;
-  // [B·L, D] x2, [B·L, 3I'], [B·L, I'], [B·L, F'] x2, [B·L, D]; I', F': this rank's share of I, F
+  // [B·L, D] x2, [3, B·L, I'], [B·L, I'], [B·L, F'] x2, [B·L, D]; I', F': this rank's share of I, F
   Tensor h, x, qkv, att, g0, g1, partial;
   Tensor key_bias;                 // [B, L]: 0 or -FLT_MAX
   Tensor rel;                      // [H, 2L - 1]: block 0's bias by j - i
@@ -59,10 +59,13 @@ void T5Encoder::prepare(int64_t batch, int64_t seq_len) {
     m.flops += c.num_layers * 2.0 * double(s.rows) * double(s.in) * double(s.out);
     return Linear(s, lw);
   };
-  // Q, K and V write the column blocks of one [B·L, 3I'] buffer (weights used in place).
-  m.q = lin(l0.q, Act::None, false, 3 * I);
-  m.k = lin(l0.k, Act::None, false, 3 * I);
-  m.v = lin(l0.v, Act::None, false, 3 * I);
+  // Q, K and V write three dense [B·L, I'] blocks of one buffer (weights used in place): dense
+  // outputs, not the column blocks of a [B·L, 3I'] buffer, which oneDNN 2.6 gives to gemm:jit
+  // with a private scratchpad of the whole output per projection (docs/benchmarks.md, "T5's
+  // Q, K and V as dense outputs").
+  m.q = lin(l0.q, Act::None, false);
+  m.k = lin(l0.k, Act::None, false);
+  m.v = lin(l0.v, Act::None, false);
   m.o = lin(l0.o, Act::None, false);            // partial = o(a) (summed over the ranks), h += partial
   m.wi1 = lin(l0.wi1, Act::None, false);        // g1 = x·Wi1ᵀ
   m.wi0 = lin(l0.wi0, Act::GeluTanh, true);     // g0 = gelu_new(x·Wi0ᵀ) ⊙ g1
@@ -73,15 +76,14 @@ void T5Encoder::prepare(int64_t batch, int64_t seq_len) {
   as.q_len = as.kv_len = L;
   as.head_dim = c.d_kv;
   as.scale = 1.0f;  // T5: no 1/sqrt(d_kv)
-  as.q = as.k = as.v = AttnLayout::bthd(L, c.d_kv, H, 3 * I);
-  as.out = AttnLayout::bthd(L, c.d_kv, H, I);
+  as.q = as.k = as.v = as.out = AttnLayout::bthd(L, c.d_kv, H, I);
   as.compute = w.compute;
   m.attn = Attention(as);
   m.flops += c.num_layers * m.attn.flops();
 
   m.h = Tensor::empty({B * L, D});
   m.x = Tensor::empty({B * L, D});
-  m.qkv = Tensor::empty({B * L, 3 * I});
+  m.qkv = Tensor::empty({3, B * L, I});
   m.att = Tensor::empty({B * L, I});
   m.g0 = Tensor::empty({B * L, F});
   m.g1 = Tensor::empty({B * L, F});
@@ -99,7 +101,9 @@ void T5Encoder::encode(const int64_t* ids, const int64_t* mask, float* out) {
   const int64_t B = m.B, L = m.L, D = c.d_model, I = w.layers[0].q.out(), V0 = w.vocab.begin, V1 = w.vocab.end;
   float* h = m.h.f32();
   float* x = m.x.f32();
-  float* qkv = m.qkv.f32();
+  float* q = m.qkv.f32();  // [B·L, I'] each
+  float* k = q + B * L * I;
+  float* v = k + B * L * I;
   {
     profile::Scope prof(profile::Cat::NormElementwise);
     for (int64_t r = 0; r < B * L; ++r) {
@@ -140,12 +144,12 @@ void T5Encoder::encode(const int64_t* ids, const int64_t* mask, float* out) {
     m.wi1.set_weight(lw.wi1);
     m.wo.set_weight(lw.wo);
     rms_norm(h, lw.ln_attn.f32(), x, B * L, D, c.eps);
-    m.q.run(x, qkv);
-    m.k.run(x, qkv + I);
-    m.v.run(x, qkv + 2 * I);
+    m.q.run(x, q);
+    m.k.run(x, k);
+    m.v.run(x, v);
     {
       profile::Scope prof(profile::Cat::Attention);
-      m.attn.run(qkv, qkv + I, qkv + 2 * I, m.att.f32(), nullptr, &bias);
+      m.attn.run(q, k, v, m.att.f32(), nullptr, &bias);
     }
     m.o.run(m.att.f32(), m.partial.f32());
     m.tp->all_reduce(m.partial.f32(), B * L * D);  // row-parallel: the ranks' partial sums
