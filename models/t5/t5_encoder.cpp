@@ -48,14 +48,13 @@ void T5Encoder::prepare(int64_t batch, int64_t seq_len) {
   m.B = B;
   m.L = L;
   m.flops = 0;
-  auto lin = [&](const LinearWeight& lw, Act act, bool multiply, int64_t out_stride = 0) {
+  auto lin = [&](const LinearWeight& lw, Act act, bool multiply) {
     LinearSpec s;
     s.rows = B * L;
     s.in = lw.in();
     s.out = lw.out();
     s.act = act;
     s.multiply = multiply;
-    s.out_stride = out_stride;
     m.flops += c.num_layers * 2.0 * double(s.rows) * double(s.in) * double(s.out);
     return Linear(s, lw);
   };
