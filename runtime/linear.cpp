@@ -91,11 +91,14 @@ LinearWeight LinearWeight::stack(const std::vector<LinearWeight>& parts) {
     if (&p != &p0) rest += p.packed.key + "\n";
     if (p.packed.release_plain) releases.push_back(p.packed.release_plain);
   }
-  w.packed = PackedSource(p0.packed.dir, p0.packed.key + "|stacked with " + hex16(fnv1a(rest)), [releases] {
-    size_t n = 0;
-    for (const auto& r : releases) n += r();
-    return n;
-  });
+  w.packed = PackedSource(
+      p0.packed.dir, p0.packed.key + "|stacked with " + hex16(fnv1a(rest)),
+      [releases] {
+        size_t n = 0;
+        for (const auto& r : releases) n += r();
+        return n;
+      },
+      p0.packed.source);
   return w;
 }
 
@@ -142,7 +145,7 @@ static Tensor weights_in_layout(const LinearSpec& spec, const LinearWeight& w, c
       const LinearWeight plain = w.stacked();
       pack_weight(user, plain.data(), want, dst);
     };
-    Tensor t = w.packed.dir->get(w.packed.key, want, fill, w.packed.release_plain);
+    Tensor t = w.packed.dir->get(w.packed.key, want, fill, w.packed.release_plain, w.packed.source);
     note = t.defined() ? " (packed weights, shared)" : "";
     if (t.defined() || w.cols == 0) return t;  // (row blocks without an entry: stacked by the caller)
   }

@@ -8,6 +8,8 @@
 #include <string>
 #include <utility>
 
+#include "runtime/file_identity.h"
+
 namespace dit {
 
 class PackedWeightDir;
@@ -16,8 +18,9 @@ class PackedWeightDir;
 // weight in place).
 struct PackedSource {
   PackedSource() = default;
-  PackedSource(std::shared_ptr<const PackedWeightDir> d, std::string k, std::function<size_t()> release = {})
-      : dir(std::move(d)), key(std::move(k)), release_plain(std::move(release)) {}
+  PackedSource(std::shared_ptr<const PackedWeightDir> d, std::string k, std::function<size_t()> release = {},
+               FileIdentity from = {})
+      : dir(std::move(d)), key(std::move(k)), release_plain(std::move(release)), source(std::move(from)) {}
 
   std::shared_ptr<const PackedWeightDir> dir;
   std::string key;
@@ -25,6 +28,9 @@ struct PackedSource {
   // (a first run reads every plain weight once to pack it, and needs it no more); returns
   // the bytes given back (WeightStore::releaser).
   std::function<size_t()> release_plain;
+  // Optional: the checkpoint file the weight comes from (its identity is also in the key). An
+  // entry records it, and is removed once that file is gone or changed (runtime/packed_weights.h).
+  FileIdentity source;
   explicit operator bool() const { return dir != nullptr && !key.empty(); }
 };
 

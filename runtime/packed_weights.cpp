@@ -17,6 +17,7 @@
 #include "runtime/error.h"
 #include "runtime/file_lock.h"
 #include "runtime/printable.h"
+#include "runtime/process_identity.h"
 #include "runtime/weight_cache.h"
 
 namespace dit {
@@ -25,7 +26,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kVersion = "1";
+// 2: the header records the host and the checkpoint file (the entries of version 1, all made
+// before, are removed as stale: remove_stale_entries).
+constexpr const char* kVersion = "2";
 constexpr size_t kHeader = 4096;  // the payload starts page-aligned
 constexpr size_t kTellFrom = size_t(256) << 20;  // bytes packed by a process before it says so
 
@@ -39,6 +42,7 @@ struct Entry {
   std::string key, layout;
   size_t bytes = 0;
   DType dtype = DType::F32;
+  FileIdentity source;  // path empty: not recorded
 };
 
 // The entry at `path` mapped, when it is exactly `e`'s; else undefined (missing, damaged or
@@ -73,7 +77,11 @@ void write_entry(const std::string& path, const Entry& e, const std::function<vo
   fill(buf.data());
   std::string header;
   try {
-    header = nlohmann::json{{"version", kVersion}, {"key", e.key}, {"layout", e.layout}, {"bytes", e.bytes}}.dump();
+    nlohmann::json h{{"version", kVersion}, {"key", e.key},   {"layout", e.layout},
+                     {"bytes", e.bytes},   {"host", host_name()}};
+    if (!e.source.path.empty())
+      h["source"] = {{"path", e.source.path}, {"size", e.source.size}, {"mtime_ns", e.source.mtime_ns}};
+    header = h.dump();
   } catch (const nlohmann::json::exception& x) {  // a key that is not valid UTF-8
     DIT_FAIL("cannot write the header: " << x.what());
   }
@@ -86,7 +94,61 @@ void write_entry(const std::string& path, const Entry& e, const std::function<vo
   f.commit();
 }
 
+// The JSON header of the file at `path`; null when it cannot be read or parsed.
+nlohmann::json read_header(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return nullptr;
+  std::string header(kHeader, '\0');
+  const bool read = ::pread(fd, header.data(), kHeader, 0) == ssize_t(kHeader);
+  ::close(fd);
+  return read ? nlohmann::json::parse(header.c_str(), nullptr, /*allow_exceptions=*/false) : nullptr;
+}
+
+// Whether an entry (its header h) can never be read again by a process of this host: made
+// here by another format version, or from a checkpoint file that is gone or changed. Entries
+// another host made (a directory several machines share) are left to it: its files and
+// versions are not ours to judge. Version 1 did not record the host; all its entries were
+// made before this version and are stale wherever they were made.
+bool stale_entry(const nlohmann::json& h) {
+  try {
+    if (!h.is_object()) return false;  // not an entry (or damaged): left alone
+    const std::string version = h.value("version", "");
+    if (version == "1") return true;
+    if (h.value("host", "") != host_name()) return false;
+    if (version != kVersion) return true;
+    if (!h.contains("source")) return false;
+    const nlohmann::json& s = h.at("source");
+    return !is_current({s.at("path").get<std::string>(), s.at("size").get<uint64_t>(), s.at("mtime_ns").get<int64_t>()});
+  } catch (const nlohmann::json::exception&) {  // fields of other types: not one of ours
+    return false;
+  }
+}
+
 }  // namespace
+
+size_t remove_stale_entries(const std::string& dir) noexcept {
+  size_t removed = 0;
+  uint64_t bytes = 0;
+  try {
+    std::error_code ec;
+    for (const fs::directory_entry& f : fs::directory_iterator(dir, ec)) {
+      if (f.path().extension() != ".packed" || !f.is_regular_file(ec) || !stale_entry(read_header(f.path().string())))
+        continue;
+      const uint64_t size = f.file_size(ec);
+      if (fs::remove(f.path(), ec)) {
+        ++removed;
+        bytes += ec ? 0 : size;
+      }
+    }
+  } catch (const std::exception&) {  // (a directory that changes under us: what was removed stays removed)
+  }
+  if (bytes >= kTellFrom)  // (small ones silently: a test suite's or a demo's throwaway checkpoints)
+    std::fprintf(stderr,
+                 "weight cache: removed %zu packed weights of changed or deleted checkpoints or of an older dit-gen "
+                 "(%.0f MB) from %s\n",
+                 removed, double(bytes) / 1e6, printable(dir).c_str());
+  return removed;
+}
 
 void pack_weight(const dnnl::memory::desc& user, const void* plain, const dnnl::memory::desc& packed, void* dst) {
   dnnl_call("packing a linear weight", [&] {
@@ -124,11 +186,11 @@ PackedWeightDir::PackedWeightDir(std::string dir, bool optional) : dir_(std::mov
 }
 
 Tensor PackedWeightDir::get(const std::string& key, const dnnl::memory::desc& packed,
-                            const std::function<void(void*)>& fill,
-                            const std::function<size_t()>& release_plain) const {
+                            const std::function<void(void*)>& fill, const std::function<size_t()>& release_plain,
+                            const FileIdentity& source) const {
   if (failed_) return Tensor();  // an optional directory that failed once is not tried again
   try {
-    return get_or_throw(key, packed, fill, release_plain);
+    return get_or_throw(key, packed, fill, release_plain, source);
   } catch (const Error& e) {
     if (!optional_) throw;
     std::fprintf(stderr, "warning: %s; reading the weights in place (--weight-cache off silences this)\n",
@@ -140,9 +202,10 @@ Tensor PackedWeightDir::get(const std::string& key, const dnnl::memory::desc& pa
 
 Tensor PackedWeightDir::get_or_throw(const std::string& key, const dnnl::memory::desc& packed,
                                      const std::function<void(void*)>& fill,
-                                     const std::function<size_t()>& release_plain) const {
+                                     const std::function<size_t()>& release_plain, const FileIdentity& source) const {
   Entry e;
   e.key = key;
+  e.source = source;
   e.layout = describe_layout(packed);
   e.bytes = packed.get_size();
   const auto dt = packed.data_type();
@@ -157,7 +220,10 @@ Tensor PackedWeightDir::get_or_throw(const std::string& key, const dnnl::memory:
   DIT_CHECK(!ec, "weight cache " << dir_ << ": cannot create the directory: " << ec.message());
   FileLock lock(dir_ + "/.lock");
   if (Tensor t = open_entry(path, e); t.defined()) return t;  // another process made it while we waited
-  if (made_ == 0) remove_stale_temp_files(dir_);  // what writers killed mid-entry left (runtime/atomic_file.h)
+  if (made_ == 0) {  // once per process, when it adds to the directory
+    remove_stale_temp_files(dir_);  // what writers killed mid-entry left (runtime/atomic_file.h)
+    remove_stale_entries(dir_);
+  }
   try {
     write_entry(path, e, fill);
   } catch (const Error& x) {

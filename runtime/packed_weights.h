@@ -13,8 +13,10 @@
 // the key, the layout's description, the payload's size), then the payload. The key names the
 // plain weight's content (WeightStore::packed_source: the checkpoint's path, size and
 // modification time, the tensor, the compute type and the shard), so a changed checkpoint gets
-// new entries (the old ones are left; delete the directory to reclaim them). One process packs
-// an entry under the directory's lock (<dir>/.lock), through AtomicFile; the others wait and map it.
+// new entries. The header also records the host and the checkpoint file (`source`): a process
+// that adds to the directory first removes this host's entries whose file is gone or changed,
+// and those of other format versions (remove_stale_entries). One process packs an entry under
+// the directory's lock (<dir>/.lock), through AtomicFile; the others wait and map it.
 #pragma once
 
 #include <functional>
@@ -41,21 +43,30 @@ class PackedWeightDir {
   // writes the payload (e.g. pack_weight from the plain weight, or from a weight that exists
   // only in parts: LinearWeight::row_blocks); then `release_plain` (when given) gives the plain
   // weight's pages back.
+  // `source` (optional): the checkpoint file the weight comes from, recorded in the entry.
   Tensor get(const std::string& key, const dnnl::memory::desc& packed, const std::function<void(void*)>& fill,
-             const std::function<size_t()>& release_plain = {}) const;
+             const std::function<size_t()>& release_plain = {}, const FileIdentity& source = {}) const;
 
   // Entries made by this object (packed here rather than mapped from an earlier run).
   int made() const { return made_; }
 
  private:
   Tensor get_or_throw(const std::string& key, const dnnl::memory::desc& packed, const std::function<void(void*)>& fill,
-                      const std::function<size_t()>& release_plain) const;
+                      const std::function<size_t()>& release_plain, const FileIdentity& source) const;
   std::string dir_;
   bool optional_ = false;
   mutable int made_ = 0;
   mutable size_t made_bytes_ = 0;
   mutable bool failed_ = false, told_ = false;
 };
+
+// Removes the entries in `dir` that no process of this host can read again: made here (the
+// host they record) from a checkpoint file that is now gone or changed, or by another format
+// version of this file (all of version 1, which recorded no host). Other hosts' entries (a
+// shared directory), files not named *.packed and files whose header is not an entry's are
+// left. Prints one line to stderr when it removed 256 MB or more; returns how many. Never throws.
+// PackedWeightDir::get calls it, under the directory's lock, before the first entry it makes.
+size_t remove_stale_entries(const std::string& dir) noexcept;
 
 // Writes `plain` (laid out as `user`) into `dst` in layout `packed` (a oneDNN reorder on the
 // process's stream; packed.get_size() bytes at dst): what an entry holds, and what

@@ -10,10 +10,17 @@
 
 namespace dit {
 
+const std::string& host_name() {
+  static const std::string name = [] {
+    char buf[256] = {0};
+    return std::string(gethostname(buf, sizeof(buf) - 1) == 0 ? buf : "?");
+  }();
+  return name;
+}
+
 const std::string& process_table_id() {
   static const std::string id = [] {
-    char buf[256] = {0};
-    std::string s = gethostname(buf, sizeof(buf) - 1) == 0 ? buf : "?";
+    std::string s = host_name();
     std::ifstream boot("/proc/sys/kernel/random/boot_id");
     std::string b;
     std::getline(boot, b);

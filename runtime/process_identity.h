@@ -19,6 +19,9 @@ namespace dit {
 // Host name, kernel boot id and pid namespace of this process, joined by '|' (spaces
 // replaced by '_'). Computed once.
 const std::string& process_table_id();
+// The host name alone (gethostname; "?" when it fails): what the weight caches' entries record,
+// so that in a directory several machines share each removes only entries of its own.
+const std::string& host_name();
 // An 8-hex-digit hash of process_table_id(), short enough for file names.
 const std::string& process_table_tag();
 // False when no process `pid` exists in this pid namespace, or it is a zombie (ended, not

@@ -20,6 +20,7 @@
 #include "runtime/packed_weights.h"
 #include "runtime/parallel_for.h"
 #include "runtime/printable.h"
+#include "runtime/process_identity.h"
 #include "runtime/safetensors.h"
 
 namespace dit {
@@ -66,11 +67,64 @@ Source describe(const SafeTensorsFile& src, DType to) {
   return s;
 }
 
-std::map<std::string, std::string> metadata_of(const Source& s) {
+// What names the source in a cache file's metadata (and is compared when it is opened).
+std::map<std::string, std::string> identity_of(const Source& s) {
   return {{"dit_cache_version", kVersion},
           {"dit_source", s.path},
           {"dit_source_size", std::to_string(s.size)},
           {"dit_source_mtime_ns", std::to_string(s.mtime_ns)}};
+}
+
+// The metadata written: the identity, and the host that made the file (remove_stale_copies).
+std::map<std::string, std::string> metadata_of(const Source& s) {
+  std::map<std::string, std::string> m = identity_of(s);
+  m["dit_host"] = host_name();
+  return m;
+}
+
+// Whether cache file `f` is a copy of this host's (its dit_host) from a checkpoint file that
+// is gone or changed, which no process here can read again. Files of other hosts (a shared
+// directory) and of earlier builds (no dit_host) are left.
+bool stale_copy(const SafeTensorsFile& f) {
+  const std::map<std::string, std::string>& m = f.metadata();
+  auto at = [&m](const char* k) {
+    auto it = m.find(k);
+    return it == m.end() ? std::string() : it->second;
+  };
+  if (at("dit_host") != host_name() || at("dit_cache_version") != kVersion) return false;
+  try {
+    return !is_current({at("dit_source"), std::stoull(at("dit_source_size")), std::stoll(at("dit_source_mtime_ns"))});
+  } catch (const std::logic_error&) {  // sizes that are not numbers: not one of ours
+    return false;
+  }
+}
+
+// Removes this host's cache files in `dir` whose checkpoint file is gone or changed (one line
+// on stderr when that frees 256 MB or more); never throws. Called under the directory's lock before a conversion.
+void remove_stale_copies(const std::string& dir) noexcept {
+  size_t removed = 0;
+  uint64_t bytes = 0;
+  try {
+    std::error_code ec;
+    for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.size() < 12 || name.compare(name.size() - 12, 12, ".safetensors") != 0 || !e.is_regular_file(ec)) continue;
+      bool stale = false;
+      try {
+        stale = stale_copy(*SafeTensorsFile::open(e.path().string()));
+      } catch (const Error&) {  // not a readable safetensors file: not ours to judge
+      }
+      const uint64_t size = e.file_size(ec);
+      if (stale && fs::remove(e.path(), ec)) {
+        ++removed;
+        bytes += size;
+      }
+    }
+  } catch (const std::exception&) {
+  }
+  if (bytes >= (uint64_t(256) << 20))  // (small ones silently: a test suite's or a demo's throwaway checkpoints)
+    std::fprintf(stderr, "weight cache: removed %zu converted copies of changed or deleted checkpoints (%.0f MB) from %s\n",
+                 removed, double(bytes) / 1e6, printable(dir).c_str());
 }
 
 // The cache file if it exists and is the converted copy of exactly this source; null otherwise.
@@ -83,7 +137,11 @@ std::shared_ptr<SafeTensorsFile> open_valid(const std::string& path, const SafeT
   } catch (const Error&) {
     return nullptr;  // damaged (e.g. truncated by a full disk): rebuilt by the caller
   }
-  if (f->metadata() != metadata_of(s) || f->names().size() != s.names.size()) return nullptr;
+  for (const auto& [k, v] : identity_of(s)) {
+    auto it = f->metadata().find(k);
+    if (it == f->metadata().end() || it->second != v) return nullptr;
+  }
+  if (f->names().size() != s.names.size()) return nullptr;
   for (const std::string& n : s.names)
     if (!f->has(n) || f->info(n).dtype != safetensors_dtype(s.to) || f->info(n).shape != src.info(n).shape) return nullptr;
   return f;
@@ -168,22 +226,6 @@ std::string hex16(uint64_t v) {
   return b;
 }
 
-FileIdentity file_identity(const std::string& path) {
-  FileIdentity id;
-  std::error_code ec;
-  id.path = fs::canonical(path, ec).string();
-  if (ec) id.path = path;
-  struct stat st {};
-  DIT_CHECK(::stat(path.c_str(), &st) == 0, path << ": cannot stat: " << std::strerror(errno));
-  id.size = uint64_t(st.st_size);
-  id.mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-  return id;
-}
-
-std::string FileIdentity::str() const {
-  return path + "|" + std::to_string(size) + "|" + std::to_string(mtime_ns);
-}
-
 std::shared_ptr<SafeTensorsFile> converted_cache_for(const SafeTensorsFile& src, const std::string& dir, DType to) {
   const Source s = describe(src, to);
   if (s.names.empty()) return nullptr;
@@ -200,6 +242,7 @@ std::shared_ptr<SafeTensorsFile> converted_cache_for(const SafeTensorsFile& src,
   FileLock lock(dir + "/.lock");  // one lock per cache directory: conversions into it take turns
   if (auto f = open_valid(path, src, s)) return f;  // another process made it while we waited
   remove_stale_temp_files(dir);  // what writers killed mid-conversion left (runtime/atomic_file.h)
+  remove_stale_copies(dir);
   // One line, from the one process that converts: a first run can take a while on a large checkpoint.
   std::fprintf(stderr, "weight cache: converting %s to %s once (%.0f MB) into %s; later runs map it\n",
                printable(src.path()).c_str(), dtype_name(to), double(s.bytes) / 1e6, printable(dir).c_str());

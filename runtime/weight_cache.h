@@ -14,8 +14,10 @@
 // File: <dir>/<source stem>-<key>.<f32|bf16>.safetensors, key = a hash of the source's
 // canonical path, size, modification time (ns), this format's version and the type (bf16
 // only: f32 keys are those of the first version), which are also kept in the file's metadata
-// and compared when it is opened: a changed checkpoint gets a new entry (the old one is left;
-// delete the directory to reclaim it). One process converts, under an
+// and compared when it is opened: a changed checkpoint gets a new entry. The metadata also
+// names the host that made it; before converting, a process removes this host's entries whose
+// checkpoint file is gone or changed (other hosts' entries in a shared directory are theirs to
+// judge; entries of earlier builds, which named no host, are left). One process converts, under an
 // exclusive lock on <dir>/.lock, the others wait for it and map the result; the file is
 // written through AtomicFile (temporary + fsync + rename), so a crash leaves no half entry.
 // Conversion runs on all of the process's threads, tensor by tensor in 16 MB pieces.
@@ -28,6 +30,7 @@
 #include <string>
 
 #include "runtime/dtype.h"
+#include "runtime/file_identity.h"
 
 namespace dit {
 
@@ -57,15 +60,6 @@ std::shared_ptr<SafeTensorsFile> f32_cache_for(const SafeTensorsFile& src, const
 // failure warns); "off" = none; anything else = that directory, required.
 WeightCacheOption weight_cache_option(const std::string& flag_value);
 
-// What keys a cache entry to its source: the canonical path, size and modification time (ns)
-// of a file (a changed checkpoint gets new entries). Throws dit::Error when it cannot be stat'ed.
-struct FileIdentity {
-  std::string path;
-  uint64_t size = 0;
-  int64_t mtime_ns = 0;
-  std::string str() const;  // "path|size|mtime_ns"
-};
-FileIdentity file_identity(const std::string& path);
 // The caches' file-name hash (FNV-1a, 64 bits) and its 16 hex digits.
 uint64_t fnv1a(const std::string& s);
 std::string hex16(uint64_t v);

@@ -129,7 +129,9 @@ void WeightStore::use_converted_cache(const std::string& dir, DType compute) {
 
 PackedSource WeightStore::packed_source(const std::string& name, DType dtype) const {
   if (!packed_) return {};
-  return {packed_, file_identity(file_of(name).path()).str() + "|" + name + "|" + dtype_name(dtype)};
+  FileIdentity id = file_identity(file_of(name).path());
+  std::string key = id.str() + "|" + name + "|" + dtype_name(dtype);
+  return {packed_, std::move(key), {}, std::move(id)};
 }
 
 const SafeTensorsFile& WeightStore::file_of(const std::string& name) const {

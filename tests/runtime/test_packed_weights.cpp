@@ -15,14 +15,18 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "io_test_util.h"
 #include "runtime/atomic_file.h"
 #include "runtime/error.h"
 #include "runtime/linear.h"
 #include "runtime/packed_weights.h"
+#include "runtime/process_identity.h"
 #include "runtime/safetensors.h"
 #include "runtime/weight_cache.h"
 #include "runtime/weight_shard.h"
@@ -406,4 +410,75 @@ TEST_CASE("packed weights: a writer killed mid-entry leaves a temporary file the
   CHECK(packed);
   CHECK(temps() == 0);
   CHECK(entries(pd) == 1);
+}
+
+namespace {
+// A file named `name` in `dir` with an entry's 4096-byte header `h` (and no payload).
+void write_header(const std::string& dir, const std::string& name, const nlohmann::json& h) {
+  std::string bytes = h.dump();
+  bytes.resize(4096, ' ');
+  dit_test::write_bytes(dir + "/" + name, bytes);
+}
+}  // namespace
+
+TEST_CASE("packed weights: the next writer removes this host's entries of changed or deleted checkpoints and of "
+          "version 1, not other hosts' entries or other files",
+          "[runtime][packed]") {
+  if (!__builtin_cpu_supports("avx512f")) return;  // (where plain layouts are preferred nothing is packed)
+  dit_test::TempDir d;
+  const std::string pd = d.path() + "/packed", src = d.file("diffusion_pytorch_model.safetensors");
+  write_safetensors(src, {{"a.weight", random_tensor({64, 48}, 1)}});
+  const LinearSpec s = spec_of(1, 9, 48, 64);
+  auto run_from_store = [&] {  // a process: a store, a directory object, one Linear packed from the checkpoint
+    WeightStore ws = WeightStore::open_dir(d.path());
+    auto dir = std::make_shared<PackedWeightDir>(pd, false);
+    ws.use_packed_weights(dir);
+    bool packed = false;
+    const LinearWeight w = LinearWeight::prepare(ws.get("a.weight"), Tensor(), DType::F32);
+    const std::vector<float> y = run_linear(s, w, ws.packed_source("a.weight", DType::F32), &packed);
+    CHECK(packed);
+    return dir->made();
+  };
+  REQUIRE(run_from_store() == 1);
+  REQUIRE(entries(pd) == 1);
+  std::string first;
+  for (const auto& e : fs::directory_iterator(pd))
+    if (e.path().extension() == ".packed") first = e.path().string();
+  // The entry names this host and its checkpoint file.
+  const nlohmann::json h = nlohmann::json::parse(dit_test::read_bytes(first).substr(0, 4096));
+  CHECK(h.at("host") == host_name());
+  CHECK(h.at("source").at("path") == fs::canonical(src).string());
+  CHECK(h.at("source").at("size") == fs::file_size(src));
+
+  const nlohmann::json gone = {{"path", d.file("gone.safetensors")}, {"size", 8}, {"mtime_ns", 1}};
+  write_header(pd, "v1.packed", {{"version", "1"}, {"key", "k"}, {"layout", "l"}, {"bytes", 0}});
+  write_header(pd, "mine-gone.packed", {{"version", "2"}, {"key", "k"}, {"host", host_name()}, {"source", gone}});
+  write_header(pd, "mine-v3.packed", {{"version", "3"}, {"key", "k"}, {"host", host_name()}});
+  write_header(pd, "theirs-gone.packed", {{"version", "2"}, {"key", "k"}, {"host", "elsewhere"}, {"source", gone}});
+  write_header(pd, "theirs-v3.packed", {{"version", "3"}, {"key", "k"}, {"host", "elsewhere"}});
+  write_header(pd, "no-source.packed", {{"version", "2"}, {"key", "k"}, {"host", host_name()}});
+  write_header(pd, "odd-types.packed", {{"version", "2"}, {"host", host_name()}, {"source", {{"path", 3}}}});
+  dit_test::write_bytes(pd + "/garbage.packed", std::string(4096, 'x'));
+  dit_test::write_bytes(pd + "/notes.txt", "{\"version\": \"1\"}");
+  CHECK(entries(pd) == 9);
+
+  // A process that only maps entries removes nothing.
+  REQUIRE(run_from_store() == 0);
+  CHECK(entries(pd) == 9);
+
+  // The checkpoint changes: the next process makes a new entry, and removes the old one with the stale ones.
+  struct timespec times[2] = {{0, UTIME_OMIT}, {1700000000, 123}};
+  REQUIRE(::utimensat(AT_FDCWD, src.c_str(), times, 0) == 0);
+  REQUIRE(run_from_store() == 1);
+  std::set<std::string> left;
+  for (const auto& e : fs::directory_iterator(pd)) left.insert(e.path().filename().string());
+  CHECK_FALSE(left.count(fs::path(first).filename().string()));
+  for (const char* kept : {"theirs-gone.packed", "theirs-v3.packed", "no-source.packed", "odd-types.packed",
+                           "garbage.packed", "notes.txt"})
+    CHECK(left.count(kept));
+  for (const char* removed : {"v1.packed", "mine-gone.packed", "mine-v3.packed"}) CHECK_FALSE(left.count(removed));
+  CHECK(entries(pd) == 6);  // the new entry and the five kept .packed files
+  // Nothing stale is left to remove.
+  CHECK(remove_stale_entries(pd) == 0);
+  CHECK(remove_stale_entries(d.file("no-such-dir")) == 0);
 }

@@ -21,6 +21,7 @@
 #include "io_test_util.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
+#include "runtime/process_identity.h"
 #include "runtime/safetensors.h"
 #include "runtime/weight_cache.h"
 
@@ -37,8 +38,9 @@ struct Raw {
 };
 
 // A safetensors file with F16, BF16 and F32 tensors (the project's writer has no F16).
-void write_raw(const std::string& path, const std::vector<Raw>& ts) {
+void write_raw(const std::string& path, const std::vector<Raw>& ts, const nlohmann::json& metadata = nullptr) {
   nlohmann::json h = nlohmann::json::object();
+  if (!metadata.is_null()) h["__metadata__"] = metadata;
   uint64_t off = 0;
   std::string data;
   for (const Raw& t : ts) {
@@ -113,7 +115,7 @@ TEST_CASE("weight cache: F16 and BF16 tensors served as float32 from one cache f
   CHECK(fs::last_write_time(files[0]) == before);
 }
 
-TEST_CASE("weight cache: a changed checkpoint gets a new entry, a damaged entry is remade", "[runtime][cache]") {
+TEST_CASE("weight cache: a changed checkpoint gets a new entry (the old one removed), a damaged entry is remade", "[runtime][cache]") {
   dit_test::TempDir d;
   const std::string dir = d.path() + "/m", src = dir + "/diffusion_pytorch_model.safetensors", wc = d.path() + "/wc";
   fs::create_directories(dir);
@@ -134,13 +136,13 @@ TEST_CASE("weight cache: a changed checkpoint gets a new entry, a damaged entry 
     ws.use_converted_cache(wc, DType::F32);
     check_values(ws, ts2);
   }
+  // The old entry, whose checkpoint changed, was removed by the process that made the new one.
   const auto second = cache_files(wc);
-  CHECK(second.size() == 2);
+  REQUIRE(second.size() == 1);
+  CHECK(second[0] != first[0]);
+  const std::string current = second[0];
+  CHECK(SafeTensorsFile::open(current)->metadata().at("dit_host") == host_name());
   // Truncate the current entry (a full disk, a killed copy): it is made again.
-  std::string current;
-  for (const auto& f : second)
-    if (f != first[0]) current = f;
-  REQUIRE(!current.empty());
   fs::resize_file(current, 100);
   WeightStore ws = WeightStore::open_dir(dir);
   ws.use_converted_cache(wc, DType::F32);
@@ -298,4 +300,39 @@ TEST_CASE("weight cache: bf16 compute reads F32 and F16 weights as bf16 from one
   use_weight_cache(again, DType::BF16, {wc, false});
   CHECK(again.get_as("d.weight", DType::BF16, {64, 128}).bf16()[5] == rne_bf16(w.f32[5]));
   CHECK(fs::last_write_time(files[0]) == before);
+}
+
+TEST_CASE("weight cache: a conversion removes this host's copies of deleted or changed checkpoints, not other hosts'",
+          "[runtime][cache]") {
+  dit_test::TempDir d;
+  const std::string dir = d.path() + "/m", src = dir + "/diffusion_pytorch_model.safetensors", wc = d.path() + "/wc";
+  fs::create_directories(dir);
+  fs::create_directories(wc);
+  auto copy_of = [&](const std::string& host, const std::string& source) {
+    return nlohmann::json{{"dit_cache_version", "1"}, {"dit_source", source}, {"dit_source_size", "8"},
+                          {"dit_source_mtime_ns", "1"}, {"dit_host", host}};
+  };
+  const std::string gone = d.path() + "/gone.safetensors";
+  write_raw(wc + "/mine-gone-0123456789abcdef.f32.safetensors", sample(3, 4), copy_of(host_name(), gone));
+  write_raw(wc + "/mine-changed-0123456789abcdef.f32.safetensors", sample(3, 4), copy_of(host_name(), src));
+  write_raw(wc + "/theirs-0123456789abcdef.f32.safetensors", sample(3, 4), copy_of("elsewhere", gone));
+  nlohmann::json no_host = copy_of(host_name(), gone);
+  no_host.erase("dit_host");  // an earlier build's
+  write_raw(wc + "/old-0123456789abcdef.f32.safetensors", sample(3, 4), no_host);
+  nlohmann::json bad_size = copy_of(host_name(), gone);
+  bad_size["dit_source_size"] = "lots";
+  write_raw(wc + "/odd-0123456789abcdef.f32.safetensors", sample(3, 4), bad_size);
+  dit_test::write_bytes(wc + "/damaged.safetensors", "not a safetensors file");
+  write_raw(src, sample(1));  // exists now, with another size and time than the copy above says
+  WeightStore ws = WeightStore::open_dir(dir);
+  ws.use_converted_cache(wc, DType::F32);
+  check_values(ws, sample(1));
+  std::vector<std::string> names;
+  for (const std::string& f : cache_files(wc)) names.push_back(fs::path(f).filename().string());
+  CHECK(names.size() == 5);  // the new copy, the other host's, the earlier build's, the odd and the damaged file
+  for (const char* removed : {"mine-gone-0123456789abcdef.f32.safetensors", "mine-changed-0123456789abcdef.f32.safetensors"})
+    CHECK(std::find(names.begin(), names.end(), removed) == names.end());
+  for (const char* kept : {"theirs-0123456789abcdef.f32.safetensors", "old-0123456789abcdef.f32.safetensors",
+                           "odd-0123456789abcdef.f32.safetensors", "damaged.safetensors"})
+    CHECK(std::find(names.begin(), names.end(), kept) != names.end());
 }

@@ -1,0 +1,31 @@
+// What keys a cache entry to the file it was made from: the file's canonical path, size and
+// modification time (ns). A changed checkpoint gets new entries, and an entry whose file is
+// gone or changed can never be read again (runtime/weight_cache.h, runtime/packed_weights.h
+// remove such entries of this host):
+//
+//   FileIdentity id = file_identity("model/transformer/diffusion_pytorch_model.safetensors");
+//   ... later, possibly in another process ...
+//   if (!is_current(id)) remove(entry);
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace dit {
+
+struct FileIdentity {
+  std::string path;  // canonical (as given when it cannot be resolved)
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  std::string str() const;  // "path|size|mtime_ns"
+  bool operator==(const FileIdentity& o) const { return path == o.path && size == o.size && mtime_ns == o.mtime_ns; }
+};
+
+// Throws dit::Error naming the path when it cannot be stat'ed.
+FileIdentity file_identity(const std::string& path);
+
+// Whether the file at id.path still exists with id's size and modification time; false when
+// it is gone, changed or cannot be stat'ed. Never throws.
+bool is_current(const FileIdentity& id) noexcept;
+
+}  // namespace dit
