@@ -39,4 +39,29 @@ bool is_current(const FileIdentity& id) noexcept {
   return now.size == id.size && now.mtime_ns == id.mtime_ns;
 }
 
+RemovedFiles remove_files_if(const std::string& dir, const std::string& suffix,
+                             const std::function<bool(const std::string&)>& stale) noexcept {
+  namespace fs = std::filesystem;
+  RemovedFiles r;
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::string path = it->path().string(), name = it->path().filename().string();
+    if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    std::error_code fe;
+    if (!it->is_regular_file(fe)) continue;
+    bool remove = false;
+    try {
+      remove = stale(path);
+    } catch (const std::exception&) {  // cannot be judged: stays
+    }
+    const uint64_t size = it->file_size(fe);
+    if (remove && fs::remove(path, fe)) {
+      ++r.files;
+      r.bytes += size;
+    }
+  }
+  return r;
+}
+
 }  // namespace dit

@@ -8,7 +8,9 @@
 //   if (!is_current(id)) remove(entry);
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace dit {
@@ -27,5 +29,16 @@ FileIdentity file_identity(const std::string& path);
 // Whether the file at id.path still exists with id's size and modification time; false when
 // it is gone, changed or cannot be stat'ed. Never throws.
 bool is_current(const FileIdentity& id) noexcept;
+
+// Removes the regular files directly in `dir` whose name ends in `suffix` and for which
+// stale(path) is true: how the weight caches drop entries no run can read again. Returns how
+// many files and bytes went. Never throws: a file that cannot be judged (stale throws) or
+// removed stays, and a missing directory removes nothing.
+struct RemovedFiles {
+  size_t files = 0;
+  uint64_t bytes = 0;
+};
+RemovedFiles remove_files_if(const std::string& dir, const std::string& suffix,
+                             const std::function<bool(const std::string&)>& stale) noexcept;
 
 }  // namespace dit

@@ -127,27 +127,13 @@ bool stale_entry(const nlohmann::json& h) {
 }  // namespace
 
 size_t remove_stale_entries(const std::string& dir) noexcept {
-  size_t removed = 0;
-  uint64_t bytes = 0;
-  try {
-    std::error_code ec;
-    for (const fs::directory_entry& f : fs::directory_iterator(dir, ec)) {
-      if (f.path().extension() != ".packed" || !f.is_regular_file(ec) || !stale_entry(read_header(f.path().string())))
-        continue;
-      const uint64_t size = f.file_size(ec);
-      if (fs::remove(f.path(), ec)) {
-        ++removed;
-        bytes += ec ? 0 : size;
-      }
-    }
-  } catch (const std::exception&) {  // (a directory that changes under us: what was removed stays removed)
-  }
-  if (bytes >= kTellFrom)  // (small ones silently: a test suite's or a demo's throwaway checkpoints)
+  const RemovedFiles r = remove_files_if(dir, ".packed", [](const std::string& p) { return stale_entry(read_header(p)); });
+  if (r.bytes >= kTellFrom)  // (small ones silently: a test suite's or a demo's throwaway checkpoints)
     std::fprintf(stderr,
                  "weight cache: removed %zu packed weights of changed or deleted checkpoints or of an older dit-gen "
                  "(%.0f MB) from %s\n",
-                 removed, double(bytes) / 1e6, printable(dir).c_str());
-  return removed;
+                 r.files, double(r.bytes) / 1e6, printable(dir).c_str());
+  return r.files;
 }
 
 void pack_weight(const dnnl::memory::desc& user, const void* plain, const dnnl::memory::desc& packed, void* dst) {

@@ -102,29 +102,12 @@ bool stale_copy(const SafeTensorsFile& f) {
 // Removes this host's cache files in `dir` whose checkpoint file is gone or changed (one line
 // on stderr when that frees 256 MB or more); never throws. Called under the directory's lock before a conversion.
 void remove_stale_copies(const std::string& dir) noexcept {
-  size_t removed = 0;
-  uint64_t bytes = 0;
-  try {
-    std::error_code ec;
-    for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
-      const std::string name = e.path().filename().string();
-      if (name.size() < 12 || name.compare(name.size() - 12, 12, ".safetensors") != 0 || !e.is_regular_file(ec)) continue;
-      bool stale = false;
-      try {
-        stale = stale_copy(*SafeTensorsFile::open(e.path().string()));
-      } catch (const Error&) {  // not a readable safetensors file: not ours to judge
-      }
-      const uint64_t size = e.file_size(ec);
-      if (stale && fs::remove(e.path(), ec)) {
-        ++removed;
-        bytes += size;
-      }
-    }
-  } catch (const std::exception&) {
-  }
-  if (bytes >= (uint64_t(256) << 20))  // (small ones silently: a test suite's or a demo's throwaway checkpoints)
+  // (a file that does not read as safetensors throws: not ours to judge, it stays)
+  const RemovedFiles r =
+      remove_files_if(dir, ".safetensors", [](const std::string& p) { return stale_copy(*SafeTensorsFile::open(p)); });
+  if (r.bytes >= (uint64_t(256) << 20))  // (small ones silently: a test suite's or a demo's throwaway checkpoints)
     std::fprintf(stderr, "weight cache: removed %zu converted copies of changed or deleted checkpoints (%.0f MB) from %s\n",
-                 removed, double(bytes) / 1e6, printable(dir).c_str());
+                 r.files, double(r.bytes) / 1e6, printable(dir).c_str());
 }
 
 // The cache file if it exists and is the converted copy of exactly this source; null otherwise.
