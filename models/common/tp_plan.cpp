@@ -85,4 +85,16 @@ ShardedLinear load_linear(const WeightStore& s, const std::string& name, int64_t
   return sl;
 }
 
+std::unique_ptr<ParallelLinear> block_linear(TensorParallel& tp, const ShardedLinear& sl, const BlockLinearShape& s) {
+  LinearSpec spec;
+  spec.batch = s.batch;
+  spec.rows = s.rows;
+  spec.in = s.in;
+  spec.out = s.out;
+  spec.gated_residual = s.gated;
+  spec.accumulate = s.accumulate;
+  spec.input = s.input;
+  return tp.linear(sl.split, spec, sl.w);
+}
+
 }  // namespace dit

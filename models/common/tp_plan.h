@@ -44,4 +44,14 @@ struct ShardedLinear {
 ShardedLinear load_linear(const WeightStore& s, const std::string& name, int64_t out, int64_t in, DType compute,
                           const TpPlan& plan, const TensorParallel& tp, int64_t head_dim, bool bias = true);
 
+// A block's tensor-parallel layer over `rows` token rows of `batch` items: the full shape
+// (in -> out features) in the spec, this rank's shard in the weight; with `gated`, y += gate ⊙
+// (x·Wᵀ + b) (a [batch, out] gate per item), with `accumulate`, y += x·Wᵀ + b; x in `input`.
+struct BlockLinearShape {
+  int64_t batch = 1, rows = 0, in = 0, out = 0;
+  bool gated = false, accumulate = false;
+  DType input = DType::F32;
+};
+std::unique_ptr<ParallelLinear> block_linear(TensorParallel& tp, const ShardedLinear& sl, const BlockLinearShape& s);
+
 }  // namespace dit

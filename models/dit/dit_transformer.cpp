@@ -17,32 +17,13 @@ void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   const DiTConfig& c = w_.cfg;
   check_latent_grid("DiT", s, c.patch);
   B_ = s.batch;
-  grid_h_ = s.latent_h / c.patch;
-  grid_w_ = s.latent_w / c.patch;
-  const int64_t N = grid_h_ * grid_w_;
-  tokens_ = ctx.sequence().range(N);
-  out_ = ctx.sequence().output_range(N);
+  img_ = image_tokens(s, c.patch, ctx, *tp_, c.hidden());
   if (!attn_) attn_ = ctx.layers().self_attention();  // once: it may hold communication state
-  const int64_t B = B_, T = tokens_.size(), D = c.hidden();
-  tp_->prepare(B, tokens_, D);
-  res_ = tp_->residual();
-  const int64_t R = res_.size(), O = out_.size();
-  DIT_CHECK(res_.begin <= out_.begin && out_.end <= res_.end, "DiT: output rows outside the residual rows");
+  const int64_t B = B_, N = img_.all(), T = img_.tokens.size(), D = c.hidden();
+  const int64_t R = img_.res.size(), O = img_.out.size();
   const DiTBlockWeights& b0 = w_.blocks[0];
   const int64_t Dl = b0.qkv.out(), Ml = b0.fc1.w.out(), Hl = Dl / c.head_dim;
 
-  // A tensor-parallel layer: full shape in the spec, this rank's shard in the weight.
-  auto par = [&](const ShardedLinear& sl, int64_t batch, int64_t rows, int64_t in, int64_t out, bool gated,
-                 DType input = DType::F32) {
-    LinearSpec spec;
-    spec.batch = batch;
-    spec.rows = rows;
-    spec.in = in;
-    spec.out = out;
-    spec.gated_residual = gated;
-    spec.input = input;
-    return tp_->linear(sl.split, spec, sl.w);
-  };
   const DType hidden = ffn_hidden_dtype(w_.compute);  // models/common/feed_forward.h
   const DType normed = block_input_dtype(w_.compute);  // models/common/block_input.h
 
@@ -56,9 +37,9 @@ void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
     BlockOps o;
     if (T > 0) {
       o.qkv = QkvLinear(bw.qkv, B * T, qkv_type, normed);
-      o.attn_out = par(bw.attn_out, B, T, D, D, true, attn_type);
+      o.attn_out = block_linear(*tp_, bw.attn_out, {B, T, D, D, /*gated=*/true, false, attn_type});
       o.fc1 = make_linear(bw.fc1.w, B * T, Act::GeluTanh, hidden, normed);
-      o.fc2 = par(bw.fc2, B, T, 4 * D, D, true, hidden);
+      o.fc2 = block_linear(*tp_, bw.fc2, {B, T, 4 * D, D, /*gated=*/true, false, hidden});
     }
     ops_.push_back(std::move(o));
   }
@@ -79,8 +60,8 @@ void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   attn_out_ = Tensor::empty({B, T, Dl}, attn_type);
   mlp_ = Tensor::empty({B, T, Ml}, hidden);
 
-  pos_embed_2d(int(D), grid_h_, grid_w_, double(c.sample_size / c.patch), c.interpolation_scale, res_.begin, res_.end,
-               pos_.f32());
+  pos_embed_2d(int(D), img_.grid_h, img_.grid_w, double(c.sample_size / c.patch), c.interpolation_scale,
+               img_.res.begin, img_.res.end, pos_.f32());
 }
 
 void DiTTransformer::begin(const Conditioning& cond) {
@@ -93,7 +74,7 @@ void DiTTransformer::begin(const Conditioning& cond) {
 // One block on the residual rows x [B, R, D]:
 //   x += gate_msa ⊙ Attn(LN(x)(1 + scale_msa) + shift_msa);  x += gate_mlp ⊙ FF(LN(x)(1 + scale_mlp) + shift_mlp)
 void DiTTransformer::block(size_t l, float* x) {
-  const int64_t R = res_.size(), T = tokens_.size();
+  const int64_t R = img_.res.size(), T = img_.tokens.size();
   const BlockOps& o = ops_[l];
   auto chunk = [&](int k) { return cond_.block_chunk(l, k); };  // [B, D] each (DiTConditioning)
   // 0 shift_msa, 1 scale_msa, 2 gate_msa, 3 shift_mlp, 4 scale_mlp, 5 gate_mlp
@@ -109,12 +90,12 @@ void DiTTransformer::block(size_t l, float* x) {
 // shift, scale = proj_out_1(SiLU(c_0)) (DiTConditioning), out = proj_out_2(LN(x)·(1+scale)+shift)
 // on this rank's output rows.
 void DiTTransformer::final_layer(float* out) {
-  const int64_t B = B_, D = w_.cfg.hidden(), R = res_.size(), O = out_.size();
+  const int64_t B = B_, D = w_.cfg.hidden(), R = img_.res.size(), O = img_.out.size();
   if (O == 0) return;
   ln_attn_.run(x_.f32(), h_.f32(), cond_.final_chunk(0), cond_.final_chunk(1));
   const float* h = h_.f32();
   if (O < R) {  // tensor parallel without Megatron SP: this rank outputs a share of the rows
-    copy_rows(h_.f32(), B, R, out_.begin - res_.begin, O, D, hout_.f32());
+    copy_rows(h_.f32(), B, R, img_.out.begin - img_.res.begin, O, D, hout_.f32());
     h = hout_.f32();
   }
   final_out_.run(h, out);  // [B, O, p·p·C_out]
@@ -122,15 +103,15 @@ void DiTTransformer::final_layer(float* out) {
 
 void DiTTransformer::forward(const float* latents, const double* t, float* out) {
   const DiTConfig& c = w_.cfg;
-  const int64_t B = B_, R = res_.size(), D = c.hidden();
+  const int64_t B = B_, R = img_.res.size(), D = c.hidden();
   float* x = x_.f32();
   // Profiler (off unless enabled): what the scopes below do not claim is norm/elementwise.
   profile::Scope prof(profile::Cat::NormElementwise);
 
   // Patch embedding of the residual rows + fixed positions: x = patches·Wᵀ + b + pos   [B, R, D]
   if (R > 0) {
-    patchify(latents, B, c.in_channels, grid_h_ * c.patch, grid_w_ * c.patch, c.patch, res_.begin, res_.end,
-             patches_.f32());
+    patchify(latents, B, c.in_channels, img_.grid_h * c.patch, img_.grid_w * c.patch, c.patch, img_.res.begin,
+             img_.res.end, patches_.f32());
     patch_.run(patches_.f32(), x);
     for (int64_t b = 0; b < B; ++b) add(x + b * R * D, pos_.f32(), x + b * R * D, R * D);
   }
@@ -141,7 +122,7 @@ void DiTTransformer::forward(const float* latents, const double* t, float* out) 
 
 ModelFlops DiTTransformer::flops() const {
   const DiTConfig& c = w_.cfg;
-  const double B = double(B_), N = double(grid_h_ * grid_w_), D = c.hidden(), L = c.layers;
+  const double B = double(B_), N = double(img_.all()), D = c.hidden(), L = c.layers;
   ModelFlops f;
   f.linear = L * 2 * B * N * D * (3 * D + D + 4 * D + 4 * D) + 2 * B * N * D * (c.patch_dim_in() + c.patch_dim_out());
   f.attention = L * 4 * B * N * N * D;

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "models/common/image_tokens.h"
 #include "models/diffusion_model.h"
 #include "models/dit/dit_conditioning.h"
 #include "models/dit/dit_weights.h"
@@ -48,9 +49,8 @@ class DiTTransformer final : public DiffusionModel {
   DiTWeights w_;
   std::unique_ptr<TensorParallel> tp_;
   ModelGeometry geo_;
-  int64_t B_ = 0, grid_h_ = 0, grid_w_ = 0;  // prepared shape
-  TokenRange tokens_;                         // this rank's attention tokens of the grid_h·grid_w sequence
-  TokenRange res_, out_;                      // its residual rows (⊆ tokens_) and output rows (⊆ res_)
+  int64_t B_ = 0;     // prepared batch
+  ImageTokens img_;  // the patch grid, this rank's attention tokens, residual rows and output rows
   std::unique_ptr<SelfAttention> attn_;
   DiTConditioning cond_;                      // c and the adaLN modulation, a window of steps at a time
 

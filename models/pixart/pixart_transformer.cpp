@@ -27,54 +27,41 @@ void add_table(const float* table, const float* v, int64_t batch, int64_t n, int
 PixArtTransformer::PixArtTransformer(PixArtWeights w, std::unique_ptr<TensorParallel> tp)
     : w_(std::move(w)), tp_(std::move(tp)), geo_(geometry_of(w_.cfg)) {}
 
+// Per shape: which tokens this rank holds, both attentions, the linears, the buffers.
 void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   const PixArtConfig& c = w_.cfg;
   check_latent_grid("PixArt", s, c.patch);
   DIT_CHECK(s.text_tokens >= 1, "PixArt: a text length is required");
   B_ = s.batch;
   L_ = s.text_tokens;
-  grid_h_ = s.latent_h / c.patch;
-  grid_w_ = s.latent_w / c.patch;
-  const int64_t N = grid_h_ * grid_w_;
-  tokens_ = ctx.sequence().range(N);
-  out_ = ctx.sequence().output_range(N);
-  if (!attn_) attn_ = ctx.layers().self_attention();  // once: it may hold communication state
+  img_ = image_tokens(s, c.patch, ctx, *tp_, c.hidden());
+  if (!attn_) attn_ = ctx.layers().self_attention();  // once: they may hold communication state
   if (!cross_) cross_ = ctx.layers().cross_attention();
-  const int64_t B = B_, T = tokens_.size(), D = c.hidden(), L = L_;
-  tp_->prepare(B, tokens_, D);
-  res_ = tp_->residual();
-  const int64_t R = res_.size(), O = out_.size();
-  const PixArtBlockWeights& b0 = w_.blocks[0];
-  const int64_t Dl = b0.qkv.out(), Ml = b0.fc1.out(), Hl = Dl / c.head_dim;
-  // A tensor-parallel layer: full shape in the spec, this rank's shard in the weight.
-  auto par = [&](const ShardedLinear& sl, int64_t batch, int64_t rows, int64_t in, bool gated, bool accumulate,
-                 DType input = DType::F32) {
-    LinearSpec spec;
-    spec.batch = batch;
-    spec.rows = rows;
-    spec.in = in;
-    spec.out = D;
-    spec.gated_residual = gated;
-    spec.accumulate = accumulate;
-    spec.input = input;
-    return tp_->linear(sl.split, spec, sl.w);
-  };
-  const DType hidden = ffn_hidden_dtype(w_.compute);  // models/common/feed_forward.h
-  const DType normed = block_input_dtype(w_.compute);  // models/common/block_input.h
-
-  attn_->prepare(SelfAttentionShape{B, T, N, Hl, c.head_dim, w_.compute});  // batch, tokens here, all, heads, d
-  const DType qkv_type = attn_->qkv_dtype();  // bf16 where the attention reads bf16 q, k, v
-  const DType attn_type = attn_->out_dtype();  // bf16 where it writes bf16 (local attention)
+  const int64_t Hl = w_.blocks[0].qkv.out() / c.head_dim;  // this rank's heads
+  // batch, tokens here, all, heads, d
+  attn_->prepare(SelfAttentionShape{B_, img_.tokens.size(), img_.all(), Hl, c.head_dim, w_.compute});
   CrossAttentionShape cs;
-  cs.batch = B;
-  cs.q_tokens = T;
-  cs.kv_tokens = L;
+  cs.batch = B_;
+  cs.q_tokens = img_.tokens.size();
+  cs.kv_tokens = L_;
   cs.heads = Hl;
   cs.head_dim = c.head_dim;
   cs.compute = w_.compute;
   cross_->prepare(cs);
-  const DType cross_type = cross_->io_dtype();  // its q, k, v and output: bf16 with bf16 compute
+  make_linears();
+  allocate();
+}
 
+// The embedders' and the output's linears, and every block's (its text K/V projections run
+// once per request over the caption, the rest per step over this rank's tokens).
+void PixArtTransformer::make_linears() {
+  const PixArtConfig& c = w_.cfg;
+  const int64_t B = B_, T = img_.tokens.size(), D = c.hidden(), L = L_, R = img_.res.size(), O = img_.out.size();
+  const DType hidden = ffn_hidden_dtype(w_.compute);   // models/common/feed_forward.h
+  const DType normed = block_input_dtype(w_.compute);  // models/common/block_input.h
+  const DType qkv_type = attn_->qkv_dtype();   // bf16 where the attention reads bf16 q, k, v
+  const DType attn_type = attn_->out_dtype();  // bf16 where it writes bf16 (local attention)
+  const DType cross_type = cross_->io_dtype();  // its q, k, v and output: bf16 with bf16 compute
   if (R > 0) patch_ = make_linear(w_.patch, B * R);
   t_fc1_ = make_linear(w_.t_embed.fc1, B, Act::Silu);
   t_fc2_ = make_linear(w_.t_embed.fc2, B);
@@ -88,41 +75,51 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   caption1_ = make_linear(w_.caption1, B * L, Act::GeluTanh);
   caption2_ = make_linear(w_.caption2, B * L);
   ops_.clear();
-  k2_.clear();
-  v2_.clear();
   for (const PixArtBlockWeights& bw : w_.blocks) {
     BlockOps o;
     o.k2 = make_linear(bw.k2, B * L, Act::None, cross_type);
     o.v2 = make_linear(bw.v2, B * L, Act::None, cross_type);
     if (T > 0) {
       o.qkv = QkvLinear(bw.qkv, B * T, qkv_type, normed);
-      o.attn1_out = par(bw.attn1_out, B, T, D, /*gated=*/true, false, attn_type);
+      o.attn1_out = block_linear(*tp_, bw.attn1_out, {B, T, D, D, /*gated=*/true, false, attn_type});
       o.q2 = make_linear(bw.q2, B * T, Act::None, cross_type);
-      o.attn2_out = par(bw.attn2_out, B, T, D, false, /*accumulate=*/true, cross_type);
+      o.attn2_out = block_linear(*tp_, bw.attn2_out, {B, T, D, D, false, /*accumulate=*/true, cross_type});
       o.fc1 = make_linear(bw.fc1, B * T, Act::GeluTanh, hidden, normed);
-      o.fc2 = par(bw.fc2, B, T, 4 * D, /*gated=*/true, false, hidden);
+      o.fc2 = block_linear(*tp_, bw.fc2, {B, T, 4 * D, D, /*gated=*/true, false, hidden});
     }
     ops_.push_back(std::move(o));
-    k2_.push_back(Tensor::empty({B, L, Dl}, cross_type));
-    v2_.push_back(Tensor::empty({B, L, Dl}, cross_type));
   }
   if (R > 0) {
     ln_ = LayerNormModulate(B, R, D, c.norm_eps);
     ln_final_ = LayerNormModulate(B, R, D, 1e-6f);
   }
   if (O > 0) proj_out_ = make_linear(w_.proj_out, B * O);
+}
 
+// The activations (per shape) and the per-request tensors, in the types the linears and the
+// attentions read and write; this rank's rows of the position embedding.
+void PixArtTransformer::allocate() {
+  const PixArtConfig& c = w_.cfg;
+  const int64_t B = B_, T = img_.tokens.size(), D = c.hidden(), L = L_, R = img_.res.size(), O = img_.out.size();
+  const int64_t Dl = w_.blocks[0].qkv.out(), Ml = w_.blocks[0].fc1.out();  // this rank's heads·d and MLP columns
+  const DType normed = block_input_dtype(w_.compute), cross_type = cross_->io_dtype();
+  k2_.assign(w_.blocks.size(), Tensor());
+  v2_.assign(w_.blocks.size(), Tensor());
+  for (size_t l = 0; l < w_.blocks.size(); ++l) {
+    k2_[l] = Tensor::empty({B, L, Dl}, cross_type);
+    v2_[l] = Tensor::empty({B, L, Dl}, cross_type);
+  }
   patches_ = Tensor::empty({B, R, int64_t(c.patch_dim_in())});
   pos_ = Tensor::empty({R, D});
   x_ = Tensor::empty({B, R, D});
   h_ = Tensor::empty({B, R, D});  // the final layer's norm
   hn_ = normed == DType::F32 ? h_ : Tensor::empty({B, R, D}, normed);  // (f32: the same buffer, used in turn)
   hout_ = O < R ? Tensor::empty({B, O, D}) : Tensor();
-  qkv_ = Tensor::empty({B, T, 3 * Dl}, qkv_type);
-  self_out_ = Tensor::empty({B, T, Dl}, attn_type);
+  qkv_ = Tensor::empty({B, T, 3 * Dl}, attn_->qkv_dtype());
+  self_out_ = Tensor::empty({B, T, Dl}, attn_->out_dtype());
   cross_out_ = Tensor::empty({B, T, Dl}, cross_type);
   q2_ = Tensor::empty({B, T, Dl}, cross_type);
-  mlp_ = Tensor::empty({B, T, Ml}, hidden);
+  mlp_ = Tensor::empty({B, T, Ml}, ffn_hidden_dtype(w_.compute));
   tfreq_ = Tensor::empty({B, 256});
   temb_ = Tensor::empty({B, D});
   emb_ = Tensor::empty({B, D});
@@ -133,9 +130,8 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   key_bias_ = Tensor::empty({B, L});
   caption_ = Tensor::empty({B, L, D});
   caption_h_ = Tensor::empty({B, L, D});
-
-  pos_embed_2d(int(D), grid_h_, grid_w_, double(c.sample_size / c.patch), c.interpolation_scale, res_.begin,
-               res_.end, pos_.f32());
+  pos_embed_2d(int(D), img_.grid_h, img_.grid_w, double(c.sample_size / c.patch), c.interpolation_scale, img_.res.begin,
+               img_.res.end, pos_.f32());
 }
 
 void PixArtTransformer::begin(const Conditioning& cond) {
@@ -193,7 +189,7 @@ void PixArtTransformer::embed_timestep(const double* t) {
 
 // x += gate_msa ⊙ SelfAttn(LN(x)(1 + scale_msa) + shift_msa)     (x: the residual rows [B, R, D])
 void PixArtTransformer::self_attention(size_t l, float* x) {
-  const int64_t B = B_, R = res_.size(), T = tokens_.size(), D = w_.cfg.hidden();
+  const int64_t B = B_, R = img_.res.size(), T = img_.tokens.size(), D = w_.cfg.hidden();
   const BlockOps& o = ops_[l];
   auto chunk = [&](int k) { return chunks_.f32() + k * B * D; };
   // h = LN(x)(1 + scale_msa) + shift_msa on the residual rows, gathered to [B, T, D]
@@ -205,7 +201,7 @@ void PixArtTransformer::self_attention(size_t l, float* x) {
 // x += CrossAttn(q = x·Wq, k, v = the projected caption) · Wo   (no norm, no gate)
 void PixArtTransformer::cross_attention(size_t l, float* x) {
   const float* xf = tp_->gather(x);  // [B, T, D]
-  if (tokens_.size() == 0) return;
+  if (img_.tokens.size() == 0) return;
   const BlockOps& o = ops_[l];
   for_element_type(q2_.dtype(), [&](auto tag) {  // q, k, v and the output in cross_->io_dtype()
     using T = decltype(tag);
@@ -220,14 +216,14 @@ void PixArtTransformer::cross_attention(size_t l, float* x) {
 
 void PixArtTransformer::forward(const float* latents, const double* t, float* out) {
   const PixArtConfig& c = w_.cfg;
-  const int64_t B = B_, R = res_.size(), T = tokens_.size(), O = out_.size(), D = c.hidden();
+  const int64_t B = B_, R = img_.res.size(), T = img_.tokens.size(), O = img_.out.size(), D = c.hidden();
   float* x = x_.f32();
   profile::Scope prof(profile::Cat::NormElementwise);
 
   // Patch embedding of the residual rows + fixed positions   [B, R, D]
   if (R > 0) {
-    patchify(latents, B, c.in_channels, grid_h_ * c.patch, grid_w_ * c.patch, c.patch, res_.begin, res_.end,
-             patches_.f32());
+    patchify(latents, B, c.in_channels, img_.grid_h * c.patch, img_.grid_w * c.patch, c.patch, img_.res.begin,
+             img_.res.end, patches_.f32());
     patch_.run(patches_.f32(), x);
     for (int64_t b = 0; b < B; ++b) add(x + b * R * D, pos_.f32(), x + b * R * D, R * D);
   }
@@ -250,7 +246,7 @@ void PixArtTransformer::forward(const float* latents, const double* t, float* ou
   ln_final_.run(x, h_.f32(), final_chunks_.f32(), final_chunks_.f32() + B * D);
   const float* h = h_.f32();
   if (O < R) {  // tensor parallel without Megatron SP: this rank outputs a share of the rows
-    copy_rows(h_.f32(), B, R, out_.begin - res_.begin, O, D, hout_.f32());
+    copy_rows(h_.f32(), B, R, img_.out.begin - img_.res.begin, O, D, hout_.f32());
     h = hout_.f32();
   }
   proj_out_.run(h, out);  // [B, O, p·p·C_out]
@@ -258,7 +254,7 @@ void PixArtTransformer::forward(const float* latents, const double* t, float* ou
 
 ModelFlops PixArtTransformer::flops() const {
   const PixArtConfig& c = w_.cfg;
-  const double B = double(B_), N = double(grid_h_ * grid_w_), D = c.hidden(), L = c.layers, T = double(L_);
+  const double B = double(B_), N = double(img_.all()), D = c.hidden(), L = c.layers, T = double(L_);
   ModelFlops f;
   // per block: Q/K/V + self out, cross Q + cross out, MLP; patch embedding and output projection
   f.linear = L * 2 * B * N * D * (3 * D + D + D + D + 4 * D + 4 * D) + 2 * B * N * D * (c.patch_dim_in() + c.patch_dim_out());

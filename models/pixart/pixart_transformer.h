@@ -22,6 +22,7 @@
 #include <memory>
 #include <vector>
 
+#include "models/common/image_tokens.h"
 #include "models/diffusion_model.h"
 #include "models/pixart/pixart_weights.h"
 #include "runtime/linear.h"
@@ -40,6 +41,8 @@ class PixArtTransformer final : public DiffusionModel {
   const PixArtWeights& weights() const { return w_; }
 
  private:
+  void make_linears();  // prepare()'s steps
+  void allocate();
   void embed_timestep(const double* t);
   void self_attention(size_t l, float* x);
   void cross_attention(size_t l, float* x);
@@ -47,8 +50,8 @@ class PixArtTransformer final : public DiffusionModel {
   PixArtWeights w_;
   std::unique_ptr<TensorParallel> tp_;
   ModelGeometry geo_;
-  int64_t B_ = 0, L_ = 0, grid_h_ = 0, grid_w_ = 0;
-  TokenRange tokens_, res_, out_;  // attention tokens; residual rows (⊆ tokens_); output rows (⊆ res_)
+  int64_t B_ = 0, L_ = 0;  // prepared batch and text length
+  ImageTokens img_;        // the patch grid, this rank's attention tokens, residual rows and output rows
   std::unique_ptr<SelfAttention> attn_;
   std::unique_ptr<CrossAttention> cross_;
 
