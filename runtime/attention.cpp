@@ -222,7 +222,8 @@ void Attention::Impl::add_block_bias(ThreadState& T, const AttnBias& bias, const
                                      int64_t kc) const {
   const AttentionSpec& s = spec;
   const int64_t rel_width = s.q_len + s.kv_len - 1;
-  const float* kb = bias.key ? bias.key + t.b * s.kv_len + k0 : nullptr;
+  const int64_t key_stride = bias.key_stride > 0 ? bias.key_stride : s.kv_len;
+  const float* kb = bias.key ? bias.key + t.b * key_stride + k0 : nullptr;
   for (int64_t i = 0; i < t.rows; ++i) {
     const int64_t q = t.q0 + i;
     const float* hb = bias.head  ? bias.head + (t.h * s.q_len + q) * s.kv_len + k0
@@ -307,6 +308,8 @@ void Attention::Impl::run_blocks(const BlockRun& run) {
   BlockRun r = run;
   if (r.bias) {
     DIT_CHECK(!(r.bias->head && r.bias->rel), what << ": AttnBias takes head or rel, not both");
+    DIT_CHECK(r.bias->key_stride == 0 || r.bias->key_stride >= spec.kv_len,
+              what << ": AttnBias::key_stride " << r.bias->key_stride << " is shorter than kv_len");
     if (!r.bias->key && !r.bias->head && !r.bias->rel) r.bias = nullptr;  // adds nothing
   }
   const int nthr_now = std::min(nthr, std::max(1, omp_get_max_threads()));

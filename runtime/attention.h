@@ -46,6 +46,8 @@ struct AttnLayout {
 
 struct AttnBias {
   const float* key = nullptr;   // [batch, kv_len], e.g. a padding mask
+  int64_t key_stride = 0;       // elements between two batch items' key rows (0: kv_len; more: the
+                                // first kv_len of longer rows, e.g. a mask whose tail is not attended)
   const float* head = nullptr;  // [heads, q_len, kv_len], shared by the batch
   const float* rel = nullptr;   // [heads, q_len + kv_len - 1]: a head term that depends on j - i only
                                 // (O(L) memory instead of O(L²)); not together with head

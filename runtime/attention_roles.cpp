@@ -68,24 +68,31 @@ class LocalCrossAttention : public CrossAttention {
     DIT_CHECK(s.batch > 0 && s.q_tokens >= 0 && s.kv_tokens > 0 && s.heads > 0 && s.head_dim > 0,
               "cross-attention: bad shape batch " << s.batch << " queries " << s.q_tokens << " keys " << s.kv_tokens
                                                   << " heads " << s.heads << " head_dim " << s.head_dim);
-    const int64_t H = s.heads, d = s.head_dim;
     s_ = s;
-    if (s.q_tokens == 0) return;  // a rank holding no image tokens
+    kv_used_ = 0;
+    use_keys(s.kv_tokens);
+  }
+  void use_keys(int64_t kv_used) override {
+    DIT_CHECK(s_.kv_tokens > 0, "cross-attention: use_keys before prepare()");
+    DIT_CHECK(kv_used >= 1 && kv_used <= s_.kv_tokens,
+              "cross-attention: " << kv_used << " keys used of " << s_.kv_tokens << " prepared");
+    if (kv_used == kv_used_ || s_.q_tokens == 0) return;  // (a rank holding no image tokens computes nothing)
+    const int64_t H = s_.heads, d = s_.head_dim;
     AttentionSpec a;
-    a.batch = s.batch;
+    a.batch = s_.batch;
     a.heads = H;
-    a.q_len = s.q_tokens;
-    a.kv_len = s.kv_tokens;
+    a.q_len = s_.q_tokens;
+    a.kv_len = kv_used;
     a.head_dim = d;
-    a.compute = s.compute;
-    a.q = a.out = AttnLayout::bthd(s.q_tokens, d, H, H * d);
-    a.k = a.v = AttnLayout::bthd(s.kv_tokens, d, H, H * d);
+    a.compute = s_.compute;
+    a.q = a.out = AttnLayout::bthd(s_.q_tokens, d, H, H * d);
+    a.k = a.v = AttnLayout::bthd(s_.kv_tokens, d, H, H * d);  // the first kv_used of each item's rows
     attn_ = Attention(a);
+    kv_used_ = kv_used;
   }
   void forward(const float* q, const float* k, const float* v, const float* key_bias, float* out) override {
     if (s_.q_tokens == 0) return;
-    AttnBias bias;
-    bias.key = key_bias;
+    const AttnBias bias = bias_of(key_bias);
     attn_.run(q, k, v, out, nullptr, &bias);
   }
   DType io_dtype() const override { return s_.compute; }
@@ -93,13 +100,19 @@ class LocalCrossAttention : public CrossAttention {
                uint16_t* out) override {
     DIT_CHECK(io_dtype() == DType::BF16, "cross-attention: bf16 q, k, v need bf16 compute");
     if (s_.q_tokens == 0) return;
-    AttnBias bias;
-    bias.key = key_bias;
+    const AttnBias bias = bias_of(key_bias);
     attn_.run(q, k, v, out, nullptr, &bias);
   }
 
  private:
+  AttnBias bias_of(const float* key_bias) const {
+    AttnBias bias;
+    bias.key = key_bias;
+    bias.key_stride = s_.kv_tokens;  // rows of kv_tokens, of which the first kv_used_ are read
+    return bias;
+  }
   CrossAttentionShape s_;
+  int64_t kv_used_ = 0;
   Attention attn_;
 };
 

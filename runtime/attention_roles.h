@@ -67,7 +67,14 @@ struct CrossAttentionShape {
 class CrossAttention {
  public:
   virtual ~CrossAttention() = default;
+  // Attends to all kv_tokens keys.
   virtual void prepare(const CrossAttentionShape& s) = 0;
+  // From the next forward() on, only keys [0, kv_used) of each item (1 <= kv_used <= kv_tokens):
+  // the caller's word that the rest weigh nothing, e.g. text padding past every item's last
+  // unmasked token (its logits carry -10000, so its weight exp(s - 10000 - max) is 0 in f32).
+  // Inputs keep their kv_tokens layout. Per request, outside the denoising loop: it may create
+  // primitives. kv_used = kv_tokens attends to all again.
+  virtual void use_keys(int64_t kv_used) = 0;
   // q: [batch, q_tokens, heads, head_dim]; k, v: [batch, kv_tokens, heads, head_dim];
   // key_bias: [batch, kv_tokens] added to the scaled logits (0 keep, -10000 padding), or null;
   // out: [batch, q_tokens, heads, head_dim].

@@ -1,5 +1,6 @@
 #include "models/pixart/pixart_transformer.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "models/common/block_input.h"
@@ -24,6 +25,18 @@ void add_table(const float* table, const float* v, int64_t batch, int64_t n, int
 
 }  // namespace
 
+int64_t attended_text_tokens(const float* mask, int64_t batch, int64_t L) {
+  int64_t used = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    int64_t last = -1;
+    for (int64_t i = 0; i < L; ++i)
+      if (mask[b * L + i] != 0.f) last = i;
+    if (last < 0) return L;
+    used = std::max(used, last + 1);
+  }
+  return used;
+}
+
 PixArtTransformer::PixArtTransformer(PixArtWeights w, std::unique_ptr<TensorParallel> tp)
     : w_(std::move(w)), tp_(std::move(tp)), geo_(geometry_of(w_.cfg)) {}
 
@@ -33,7 +46,7 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   check_latent_grid("PixArt", s, c.patch);
   DIT_CHECK(s.text_tokens >= 1, "PixArt: a text length is required");
   B_ = s.batch;
-  L_ = s.text_tokens;
+  L_ = kv_used_ = s.text_tokens;
   img_ = image_tokens(s, c.patch, ctx, *tp_, c.hidden());
   if (!attn_) attn_ = ctx.layers().self_attention();  // once: they may hold communication state
   if (!cross_) cross_ = ctx.layers().cross_attention();
@@ -143,6 +156,10 @@ void PixArtTransformer::begin(const Conditioning& cond) {
                                                              << "] and a mask [" << B << ", " << L << "]");
   // Cross-attention padding bias (1 - m)·(-10000), as diffusers builds it.
   for (int64_t i = 0; i < B * L; ++i) key_bias_.f32()[i] = (1.0f - cond.text_mask.f32()[i]) * -10000.0f;
+  // Only the keys up to the batch's last unmasked token are attended: the padding past it
+  // weighs nothing (docs/pixart.md, "Cross-attention over the prompt's tokens").
+  kv_used_ = attended_text_tokens(cond.text_mask.f32(), B, L);
+  cross_->use_keys(kv_used_);
   // y = linear_2(GELU-tanh(linear_1(T5 states)))   [B, L, D], then every block's K and V of it.
   caption1_.run(cond.text.f32(), caption_h_.f32());
   caption2_.run(caption_h_.f32(), caption_.f32());
@@ -255,11 +272,12 @@ void PixArtTransformer::forward(const float* latents, const double* t, float* ou
 ModelFlops PixArtTransformer::flops() const {
   const PixArtConfig& c = w_.cfg;
   const double B = double(B_), N = double(img_.all()), D = c.hidden(), L = c.layers, T = double(L_);
+  const double Tx = double(kv_used_);  // the text tokens the cross-attention reads (the last request's)
   ModelFlops f;
   // per block: Q/K/V + self out, cross Q + cross out, MLP; patch embedding and output projection
   f.linear = L * 2 * B * N * D * (3 * D + D + D + D + 4 * D + 4 * D) + 2 * B * N * D * (c.patch_dim_in() + c.patch_dim_out());
   f.attention = L * 4 * B * N * N * D;
-  f.cross_attention = L * 4 * B * N * T * D;
+  f.cross_attention = L * 4 * B * N * Tx * D;
   // timestep MLP and adaLN-single, once per step
   f.conditioning = 2 * B * (256 * D + D * D) + 2 * B * D * 6 * D;
   // caption projection and every block's cross K/V, once per request

@@ -7,7 +7,8 @@
 //   y = caption2(GELU-tanh(caption1(T5 states)))                     [B, L, D] (once per request)
 //   per block (shift/scale/gate = scale_shift_table + t6):
 //     x += gate_msa ⊙ SelfAttn(LN(x)(1 + scale_msa) + shift_msa)
-//     x += CrossAttn(q = x, k, v = y; key bias (1 - mask)·(-10000))     (no norm, no gate)
+//     x += CrossAttn(q = x, k, v = y; key bias (1 - mask)·(-10000))     (no norm, no gate;
+//          keys past the batch's last unmasked text token are skipped: they weigh nothing)
 //     x += gate_mlp ⊙ FF(LN(x)(1 + scale_mlp) + shift_mlp)
 //   out = proj_out(LN(x)(1 + scale) + shift), shift/scale = final scale_shift_table + e
 //
@@ -30,6 +31,13 @@
 
 namespace dit {
 
+// The text tokens the cross-attention reads, of a [batch, L] mask: up to the last one any item
+// does not mask (mask 0). The padding past it carries the bias -10000 on every item, so its
+// weight exp(s - 10000 - max) is 0 in f32 (unless a padding key's logit exceeded every real
+// key's by some 9900, which no trained model gives): skipping it changes no value. An item whose
+// mask is all 0 attends to every token (equal logits: the average of all, as diffusers gives it).
+int64_t attended_text_tokens(const float* mask, int64_t batch, int64_t L);
+
 class PixArtTransformer final : public DiffusionModel {
  public:
   PixArtTransformer(PixArtWeights w, std::unique_ptr<TensorParallel> tp);
@@ -51,6 +59,7 @@ class PixArtTransformer final : public DiffusionModel {
   std::unique_ptr<TensorParallel> tp_;
   ModelGeometry geo_;
   int64_t B_ = 0, L_ = 0;  // prepared batch and text length
+  int64_t kv_used_ = 0;    // the text tokens the cross-attention reads, per request (begin: ≤ L_)
   ImageTokens img_;        // the patch grid, this rank's attention tokens, residual rows and output rows
   std::unique_ptr<SelfAttention> attn_;
   std::unique_ptr<CrossAttention> cross_;

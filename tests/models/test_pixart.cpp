@@ -174,3 +174,24 @@ TEST_CASE("PixArt-α pipeline: 100x150 binned to 208x304, resized and centre-cro
   check_generation({"pixart-alpha-tiny", "pixart-alpha-tiny/gen.lighthouse.100x150.bin.seed5.dpm6.g4.5.safetensors",
                     "a lighthouse on a rocky coast at sunset, oil painting", 5, 6, 4.5, 150, 100, true, 0, ""});
 }
+
+TEST_CASE("PixArt cross-attention reads the text tokens up to the batch's last unmasked one", "[pixart]") {
+  const float m[2 * 6] = {1, 1, 0, 1, 0, 0,   // last unmasked: 3
+                          1, 0, 0, 0, 0, 0};  // 0
+  CHECK(dit::attended_text_tokens(m, 2, 6) == 4);
+  CHECK(dit::attended_text_tokens(m + 6, 1, 6) == 1);
+  const float none[2 * 3] = {1, 0, 0, 0, 0, 0};  // an item masking everything attends to all: no skipping
+  CHECK(dit::attended_text_tokens(none, 2, 3) == 3);
+  const float all[3] = {1, 1, 1};
+  CHECK(dit::attended_text_tokens(all, 1, 3) == 3);
+  const float half[3] = {1, 0.5f, 0};  // a mask value other than 0 counts as attended
+  CHECK(dit::attended_text_tokens(half, 1, 3) == 2);
+  // The golden transformer calls above pad their captions, so they check the skipping against diffusers.
+  for (const char* f : {"pixart-tiny/forward.fox.160x224.t733.g4.5.safetensors"}) {
+    auto g = dit::SafeTensorsFile::open(data_path("golden/" + std::string(f)));
+    const std::vector<int64_t> mask = g->get_int64("encoder_attention_mask");
+    const Tensor text = g->get("encoder_hidden_states");
+    std::vector<float> mf(mask.begin(), mask.end());
+    CHECK(dit::attended_text_tokens(mf.data(), text.dim(0), text.dim(1)) < text.dim(1));
+  }
+}

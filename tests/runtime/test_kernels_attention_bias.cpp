@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "tests/compute_types.h"
@@ -277,4 +278,79 @@ TEST_CASE("Cross-attention in bf16: q, k, v and out in bf16 give the f32 path's 
   std::vector<uint16_t> untouched(4, 0x1234);
   none->forward(q16.data(), k16.data(), v16.data(), bias.data(), untouched.data());
   CHECK(untouched == std::vector<uint16_t>(4, 0x1234));
+}
+
+TEST_CASE("Attention bias: key_stride reads the first kv_len of longer key rows, with the bits of compact rows",
+          "[kernels][attention][bias]") {
+  for (DType c : dit_test::compute_types()) {
+    Problem p = make(9, 13, 16, 71);
+    p.key = padding(p.B, 13, {5, 13}, -10000.f);
+    const std::vector<float> want = run(p, c, 4, 8);
+    // The same bias in rows of 20, the 7 extra entries garbage (never read).
+    std::vector<float> wide(size_t(p.B * 20), 1e30f);
+    for (int64_t b = 0; b < p.B; ++b)
+      for (int64_t j = 0; j < 13; ++j) wide[size_t(b * 20 + j)] = p.key[size_t(b * 13 + j)];
+    AttentionSpec s;
+    s.batch = p.B;
+    s.heads = p.H;
+    s.q_len = 9;
+    s.kv_len = 13;
+    s.head_dim = 16;
+    s.compute = c;
+    s.q_block = 4;
+    s.kv_block = 8;
+    Attention a(s);
+    AttnBias bias;
+    bias.key = wide.data();
+    bias.key_stride = 20;
+    std::vector<float> got(want.size(), 7.f);
+    a.run(p.q.data(), p.k.data(), p.v.data(), got.data(), nullptr, &bias);
+    CHECK(std::memcmp(got.data(), want.data(), want.size() * 4) == 0);
+    bias.key_stride = 12;  // shorter than kv_len: refused
+    CHECK_THROWS_WITH(a.run(p.q.data(), p.k.data(), p.v.data(), got.data(), nullptr, &bias),
+                      Catch::Contains("key_stride 12 is shorter than kv_len"));
+  }
+}
+
+TEST_CASE("Cross-attention over the first keys only (use_keys) equals attending to all when the rest are padded",
+          "[kernels][attention][bias]") {
+  // PixArt skips the text padding past the batch's last unmasked token: those keys carry
+  // -10000 on every item, so they weigh nothing. Attending to all of them or to the first
+  // `used` gives the same output; use_keys(all) attends to all again.
+  const int64_t B = 2, T = 37, L = 29, H = 3, D = 16;
+  for (DType c : dit_test::compute_types()) {
+    auto q = kt::randv(B * T * H * D, 81, -2.f, 2.f), k = kt::randv(B * L * H * D, 82, -2.f, 2.f),
+         v = kt::randv(B * L * H * D, 83);
+    for (const int64_t used : {int64_t(1), int64_t(6), int64_t(17)}) {
+      std::vector<float> bias(B * L, 0.f);
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t j = (b == 0 ? used : std::min<int64_t>(used, 3)); j < L; ++j) bias[size_t(b * L + j)] = -10000.f;
+      auto cross = make_local_cross_attention();
+      cross->prepare(CrossAttentionShape{B, T, L, H, D, c});
+      std::vector<float> all(size_t(B * T * H * D), NAN), first(all.size(), NAN), again(all.size(), NAN);
+      cross->forward(q.data(), k.data(), v.data(), bias.data(), all.data());
+      cross->use_keys(used);
+      cross->forward(q.data(), k.data(), v.data(), bias.data(), first.data());
+      cross->use_keys(L);
+      cross->forward(q.data(), k.data(), v.data(), bias.data(), again.data());
+      INFO(dtype_name(c) << ", " << used << " of " << L << " keys");
+      double worst = 0;
+      for (size_t i = 0; i < all.size(); ++i) worst = std::max(worst, double(std::fabs(first[i] - all[i])));
+      CHECK(worst <= 1e-6);  // (0 here: the skipped keys' weights are exact zeros)
+      CHECK(std::memcmp(again.data(), all.data(), all.size() * 4) == 0);
+      // Garbage in the skipped keys changes nothing once they are skipped.
+      std::vector<float> k2 = k, v2 = v;
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t j = used; j < L; ++j)
+          for (int64_t e = 0; e < H * D; ++e) k2[size_t((b * L + j) * H * D + e)] = v2[size_t((b * L + j) * H * D + e)] = 1e30f;
+      cross->use_keys(used);
+      std::vector<float> skipped(all.size(), NAN);
+      cross->forward(q.data(), k2.data(), v2.data(), bias.data(), skipped.data());
+      CHECK(std::memcmp(skipped.data(), first.data(), all.size() * 4) == 0);
+    }
+    auto cross = make_local_cross_attention();
+    cross->prepare(CrossAttentionShape{B, T, L, H, D, c});
+    CHECK_THROWS_WITH(cross->use_keys(0), Catch::Contains("0 keys used of 29 prepared"));
+    CHECK_THROWS_WITH(cross->use_keys(L + 1), Catch::Contains("30 keys used of 29 prepared"));
+  }
 }
