@@ -41,7 +41,9 @@ class T5Conditioner final : public Conditioner {
         todo.push_back(r.prompt);
     std::map<std::string, Entry> fresh;
     if (!todo.empty()) {
-      const EncodedPrompts e = pe_.encode(todo, L);
+      // The padding's states are zeros, not encoded: the transformer's cross-attention weighs
+      // them 0 (and skips them past the batch's last prompt token: attended_text_tokens).
+      const EncodedPrompts e = pe_.encode(todo, L, false, PromptEncoder::Padding::Zeros);
       for (size_t i = 0; i < todo.size(); ++i) {
         Entry& en = fresh[todo[i]];
         en.hidden.assign(e.hidden.f32() + int64_t(i) * L * C, e.hidden.f32() + int64_t(i + 1) * L * C);

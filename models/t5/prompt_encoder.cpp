@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "models/t5/t5_text.h"
@@ -46,25 +47,40 @@ T5Tokens PromptEncoder::tokenize(const std::string& prompt, int64_t max_length, 
   return tok_->encode(preprocess(prompt, raw), max_length);
 }
 
-EncodedPrompts PromptEncoder::encode(const std::vector<std::string>& prompts, int64_t max_length, bool raw) {
+EncodedPrompts PromptEncoder::encode(const std::vector<std::string>& prompts, int64_t max_length, bool raw,
+                                    Padding padding) {
   DIT_CHECK(!prompts.empty(), "no prompt to encode");
   check_t5_max_length(max_length);
   EncodedPrompts e;
-  const int64_t B = int64_t(prompts.size()), L = max_length;
-  std::vector<int64_t> ids, mask;
+  const int64_t B = int64_t(prompts.size()), L = max_length, D = cfg_.d_model;
+  int64_t n = 0;  // the positions encoded: all, or up to the longest prompt's end
   for (const std::string& p : prompts) {
     e.preprocessed.push_back(preprocess(p, raw));
     e.tokens.push_back(tok_->encode(e.preprocessed.back(), L));
-    ids.insert(ids.end(), e.tokens.back().ids.begin(), e.tokens.back().ids.end());
-    mask.insert(mask.end(), e.tokens.back().mask.begin(), e.tokens.back().mask.end());
+    n = std::max(n, e.tokens.back().length);
+  }
+  if (padding == Padding::Encoded) n = L;
+  std::vector<int64_t> ids, mask;  // [B, n]
+  for (const T5Tokens& t : e.tokens) {
+    ids.insert(ids.end(), t.ids.begin(), t.ids.begin() + n);
+    mask.insert(mask.end(), t.mask.begin(), t.mask.begin() + n);
   }
   if (!enc_) {
     auto w = std::make_shared<const T5Weights>(T5Weights::load(dir_ + "/text_encoder", compute_, tp_.get(), cache_));
     enc_ = std::make_unique<T5Encoder>(std::move(w), tp_);
   }
-  if (enc_->batch() != B || enc_->seq_len() != L) enc_->prepare(B, L);
-  e.hidden = Tensor::empty({B, L, cfg_.d_model});
-  enc_->encode(ids.data(), mask.data(), e.hidden.f32());
+  if (enc_->batch() != B || enc_->seq_len() != n) enc_->prepare(B, n);
+  e.hidden = Tensor::empty({B, L, D});
+  if (n == L) {
+    enc_->encode(ids.data(), mask.data(), e.hidden.f32());
+    return e;
+  }
+  // Each prompt's positions up to its end, zeros past it.
+  Tensor h = Tensor::empty({B, n, D});
+  enc_->encode(ids.data(), mask.data(), h.f32());
+  std::memset(e.hidden.data(), 0, size_t(e.hidden.nbytes()));
+  for (int64_t b = 0; b < B; ++b)
+    std::memcpy(e.hidden.f32() + b * L * D, h.f32() + b * n * D, size_t(e.tokens[size_t(b)].length * D) * 4);
   return e;
 }
 

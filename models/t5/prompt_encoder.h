@@ -26,6 +26,7 @@ struct EncodedPrompts {
   std::vector<std::string> preprocessed;  // the text given to the tokenizer
   std::vector<T5Tokens> tokens;           // ids, mask, pieces, truncation per prompt
   Tensor hidden;                          // [prompts, max_length, d_model] f32, padded positions included
+                                          // (zeros with Padding::Zeros)
 };
 
 class PromptEncoder {
@@ -48,8 +49,16 @@ class PromptEncoder {
   // pixart_preprocess(prompt), or the prompt itself (checked to be UTF-8) when raw.
   std::string preprocess(const std::string& prompt, bool raw) const;
   T5Tokens tokenize(const std::string& prompt, int64_t max_length, bool raw) const;
-  // Loads the weights on first use; prepares the encoder for (prompts, max_length).
-  EncodedPrompts encode(const std::vector<std::string>& prompts, int64_t max_length, bool raw = false);
+  // What encode() does with the padding past a prompt's </s>: Encoded, as T5EncoderModel
+  // does (every position's state, as the pipelines pass them on); Zeros: only the positions up
+  // to the longest prompt's end are encoded (the padding's keys are masked, so a prompt's own
+  // positions come out the same, up to rounding) and each prompt's padding is zero — for a
+  // reader that weighs the padding 0 (PixArt's masked cross-attention): 8 positions instead of
+  // 300 for a short prompt.
+  enum class Padding { Encoded, Zeros };
+  // Loads the weights on first use; prepares the encoder for (prompts, the positions encoded).
+  EncodedPrompts encode(const std::vector<std::string>& prompts, int64_t max_length, bool raw = false,
+                        Padding padding = Padding::Encoded);
   // The encoder, once encode() has loaded it (else null).
   T5Encoder* encoder() { return enc_.get(); }
   // Frees the encoder and its weights (private copies included) and gives back its mapped

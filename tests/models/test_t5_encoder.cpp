@@ -3,6 +3,9 @@
 // single-file / F16 variants, f32 and bf16 compute.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
+
 #include "tests/compute_types.h"
 #include "models/t5/prompt_encoder.h"
 #include "models/t5/t5_encoder.h"
@@ -79,6 +82,40 @@ TEST_CASE("PromptEncoder tokenizes the golden prompts like the reference and enc
     const dit_test::Diff d = dit_test::diff(e.hidden, g.hidden);
     INFO(m << ": rel " << d.rel());
     CHECK(d.rel() <= 1e-5);
+  }
+}
+
+TEST_CASE("PromptEncoder with Padding::Zeros: each prompt's positions as the reference's, its padding zero",
+          "[t5]") {
+  // The golden prompts pad to 16 (all but the truncated first one): Zeros encodes only up to
+  // the longest prompt's end and leaves each prompt's padding at zero.
+  const char* m = "pixart-tiny";
+  const EncodeGolden g = t5_test::load_encode_golden(std::string("golden/") + m + "/encode.L16.safetensors");
+  for (DType c : dit_test::compute_types()) {
+    PromptEncoder pe = PromptEncoder::open(dit_test::data_path(m), c);
+    const std::vector<std::string> shorter(g.prompts.begin() + 1, g.prompts.end());  // the padded ones
+    const EncodedPrompts full = pe.encode(shorter, g.max_length);
+    const EncodedPrompts zeros = pe.encode(shorter, g.max_length, false, PromptEncoder::Padding::Zeros);
+    REQUIRE(zeros.hidden.shape() == full.hidden.shape());
+    const int64_t L = g.max_length, D = full.hidden.dim(2);
+    int64_t longest = 0;
+    for (size_t b = 0; b < shorter.size(); ++b) {
+      const int64_t n = zeros.tokens[b].length;
+      longest = std::max(longest, n);
+      INFO(dtype_name(c) << " prompt " << b << ", " << n << " of " << L << " positions");
+      CHECK(zeros.tokens[b].mask == full.tokens[b].mask);
+      double worst = 0, scale = 0;
+      for (int64_t i = 0; i < n * D; ++i) {
+        const float a = zeros.hidden.f32()[int64_t(b) * L * D + i], f = full.hidden.f32()[int64_t(b) * L * D + i];
+        worst = std::max(worst, double(std::fabs(a - f)));
+        scale = std::max(scale, double(std::fabs(f)));
+      }
+      CHECK(worst <= (c == DType::BF16 ? 2e-2 : 1e-5) * scale);
+      size_t nonzero = 0;
+      for (int64_t i = n * D; i < L * D; ++i) nonzero += zeros.hidden.f32()[int64_t(b) * L * D + i] != 0.f;
+      CHECK(nonzero == 0);
+    }
+    CHECK(longest < L);  // (the case tested: something was left out)
   }
 }
 
