@@ -3,14 +3,18 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
 #include "runtime/error.h"
+#include "runtime/printable.h"
 
 namespace dit {
 
 namespace {
+constexpr uint64_t kTellRemovedFrom = uint64_t(256) << 20;  // bytes removed before remove_files_if says so
+
 bool stat_identity(const std::string& path, uint64_t& size, int64_t& mtime_ns) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return false;
@@ -39,7 +43,7 @@ bool is_current(const FileIdentity& id) noexcept {
   return now.size == id.size && now.mtime_ns == id.mtime_ns;
 }
 
-RemovedFiles remove_files_if(const std::string& dir, const std::string& suffix,
+RemovedFiles remove_files_if(const std::string& dir, const std::string& suffix, const char* what,
                              const std::function<bool(const std::string&)>& stale) noexcept {
   namespace fs = std::filesystem;
   RemovedFiles r;
@@ -61,6 +65,9 @@ RemovedFiles remove_files_if(const std::string& dir, const std::string& suffix,
       r.bytes += size;
     }
   }
+  if (r.bytes >= kTellRemovedFrom)
+    std::fprintf(stderr, "weight cache: removed %zu %s (%.0f MB) from %s\n", r.files, what, double(r.bytes) / 1e6,
+                 printable(dir).c_str());
   return r;
 }
 

@@ -20,7 +20,6 @@ struct FileIdentity {
   uint64_t size = 0;
   int64_t mtime_ns = 0;
   std::string str() const;  // "path|size|mtime_ns"
-  bool operator==(const FileIdentity& o) const { return path == o.path && size == o.size && mtime_ns == o.mtime_ns; }
 };
 
 // Throws dit::Error naming the path when it cannot be stat'ed.
@@ -31,14 +30,16 @@ FileIdentity file_identity(const std::string& path);
 bool is_current(const FileIdentity& id) noexcept;
 
 // Removes the regular files directly in `dir` whose name ends in `suffix` and for which
-// stale(path) is true: how the weight caches drop entries no run can read again. Returns how
+// stale(path) is true: how the weight caches drop entries no run can read again. When that
+// frees 256 MB or more it says so in one line on stderr ("weight cache: removed N <what> ...";
+// smaller removals, such as a test suite's throwaway checkpoints, stay silent). Returns how
 // many files and bytes went. Never throws: a file that cannot be judged (stale throws) or
 // removed stays, and a missing directory removes nothing.
 struct RemovedFiles {
   size_t files = 0;
   uint64_t bytes = 0;
 };
-RemovedFiles remove_files_if(const std::string& dir, const std::string& suffix,
+RemovedFiles remove_files_if(const std::string& dir, const std::string& suffix, const char* what,
                              const std::function<bool(const std::string&)>& stale) noexcept;
 
 }  // namespace dit

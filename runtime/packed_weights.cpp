@@ -127,13 +127,9 @@ bool stale_entry(const nlohmann::json& h) {
 }  // namespace
 
 size_t remove_stale_entries(const std::string& dir) noexcept {
-  const RemovedFiles r = remove_files_if(dir, ".packed", [](const std::string& p) { return stale_entry(read_header(p)); });
-  if (r.bytes >= kTellFrom)  // (small ones silently: a test suite's or a demo's throwaway checkpoints)
-    std::fprintf(stderr,
-                 "weight cache: removed %zu packed weights of changed or deleted checkpoints or of an older dit-gen "
-                 "(%.0f MB) from %s\n",
-                 r.files, double(r.bytes) / 1e6, printable(dir).c_str());
-  return r.files;
+  return remove_files_if(dir, ".packed", "packed weights of changed or deleted checkpoints or of an older dit-gen",
+                         [](const std::string& p) { return stale_entry(read_header(p)); })
+      .files;
 }
 
 void pack_weight(const dnnl::memory::desc& user, const void* plain, const dnnl::memory::desc& packed, void* dst) {

@@ -1,8 +1,5 @@
 #include "runtime/weight_cache.h"
 
-#include <sys/stat.h>
-
-#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -33,9 +30,7 @@ constexpr const char* kVersion = "1";
 constexpr int64_t kPiece = int64_t(4) << 20;  // elements converted and written at a time (16 MB of f32)
 
 struct Source {
-  std::string path;  // canonical
-  uint64_t size = 0;
-  int64_t mtime_ns = 0;
+  FileIdentity id;                 // the checkpoint file
   DType to = DType::F32;           // the cache's element type
   std::vector<std::string> names;  // the tensors it converts
   uint64_t bytes = 0;              // their size converted
@@ -55,10 +50,7 @@ bool converts(const std::string& dtype, DType to) {
 Source describe(const SafeTensorsFile& src, DType to) {
   Source s;
   s.to = to;
-  const FileIdentity id = file_identity(src.path());
-  s.path = id.path;
-  s.size = id.size;
-  s.mtime_ns = id.mtime_ns;
+  s.id = file_identity(src.path());
   for (const std::string& n : src.names()) {
     if (!converts(src.info(n).dtype, to)) continue;
     s.names.push_back(n);
@@ -70,9 +62,9 @@ Source describe(const SafeTensorsFile& src, DType to) {
 // What names the source in a cache file's metadata (and is compared when it is opened).
 std::map<std::string, std::string> identity_of(const Source& s) {
   return {{"dit_cache_version", kVersion},
-          {"dit_source", s.path},
-          {"dit_source_size", std::to_string(s.size)},
-          {"dit_source_mtime_ns", std::to_string(s.mtime_ns)}};
+          {"dit_source", s.id.path},
+          {"dit_source_size", std::to_string(s.id.size)},
+          {"dit_source_mtime_ns", std::to_string(s.id.mtime_ns)}};
 }
 
 // The metadata written: the identity, and the host that made the file (remove_stale_copies).
@@ -99,15 +91,12 @@ bool stale_copy(const SafeTensorsFile& f) {
   }
 }
 
-// Removes this host's cache files in `dir` whose checkpoint file is gone or changed (one line
-// on stderr when that frees 256 MB or more); never throws. Called under the directory's lock before a conversion.
+// Removes this host's cache files in `dir` whose checkpoint file is gone or changed; never
+// throws. Called under the directory's lock before a conversion.
 void remove_stale_copies(const std::string& dir) noexcept {
   // (a file that does not read as safetensors throws: not ours to judge, it stays)
-  const RemovedFiles r =
-      remove_files_if(dir, ".safetensors", [](const std::string& p) { return stale_copy(*SafeTensorsFile::open(p)); });
-  if (r.bytes >= (uint64_t(256) << 20))  // (small ones silently: a test suite's or a demo's throwaway checkpoints)
-    std::fprintf(stderr, "weight cache: removed %zu converted copies of changed or deleted checkpoints (%.0f MB) from %s\n",
-                 r.files, double(r.bytes) / 1e6, printable(dir).c_str());
+  remove_files_if(dir, ".safetensors", "converted copies of changed or deleted checkpoints",
+                  [](const std::string& p) { return stale_copy(*SafeTensorsFile::open(p)); });
 }
 
 // The cache file if it exists and is the converted copy of exactly this source; null otherwise.
@@ -215,7 +204,7 @@ std::shared_ptr<SafeTensorsFile> converted_cache_for(const SafeTensorsFile& src,
   std::string stem = fs::path(src.path()).filename().string();
   if (const size_t dot = stem.rfind(".safetensors"); dot != std::string::npos) stem.resize(dot);
   // The f32 key is the one of the first version of this cache (no dtype in it), so entries made then stay valid.
-  const std::string key = hex16(fnv1a(s.path + "|" + std::to_string(s.size) + "|" + std::to_string(s.mtime_ns) + "|" +
+  const std::string key = hex16(fnv1a(s.id.str() + "|" +
                                       kVersion + (to == DType::F32 ? "" : "|bf16")));
   const std::string path = dir + "/" + stem + "-" + key + "." + dtype_name(to) + ".safetensors";
   if (auto f = open_valid(path, src, s)) return f;
