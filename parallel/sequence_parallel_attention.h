@@ -105,6 +105,9 @@ class SequenceParallelAttention final : public SelfAttention {
   // into it: the bits of the f32 output rounded, with no widening pass.
   DType out_dtype() const override;
   void forward(const uint16_t* qkv, uint16_t* out) override;
+  // Ulysses on one machine (one chunk, windows set up): this rank's window, for the QKV
+  // projection to write into (ulysses_window.cpp); else null.
+  void* qkv_destination() override;
 
  private:
   int64_t group_tokens(int ring_rank) const {  // tokens of the Ulysses group at ring position ring_rank
@@ -119,7 +122,8 @@ class SequenceParallelAttention final : public SelfAttention {
   void ulysses_forward(QkvRows qkv, OutRows out);
   void ulysses_all_to_all(QkvRows qkv, OutRows out);
   void scatter16(QkvRows qkv);
-  void pack16(QkvRows qkv, TokenRange heads, uint16_t* dst, int64_t dst_tokens = 0, int64_t first = 0) const;
+  void pack16(QkvRows qkv, TokenRange heads, uint16_t* dst, int64_t dst_tokens = 0, int64_t first = 0,
+              int64_t tokens = -1) const;
   void unpack_chunk16(QkvRows qkv, int c);
   void attend16(int64_t heads);
   void exchange_outputs16(uint16_t* recv);
@@ -131,6 +135,13 @@ class SequenceParallelAttention final : public SelfAttention {
   void unpack_chunk(QkvRows qkv, int c);
   void post_gather_chunk(int c, OutRows out, uint32_t tag0);
   void finish_gather(OutRows out);
+  // Ulysses through the group's shared-memory windows (ulysses_window.cpp).
+  size_t ulysses_window_bytes() const;
+  void ulysses_window(QkvRows qkv, OutRows out);
+  void window_scatter(QkvRows qkv);
+  void read_qkv_block(const void* rows, int j);
+  void window_gather(OutRows out);
+  void read_out_block(const void* block, int j, OutRows out);
   void attend(QkvRows qkv_g, float* out_g, int64_t heads);
   void ring_attention(QkvRows qkv_g, float* out_g);
   void ring_attention_window(QkvRows qkv_g, float* out_g);
@@ -184,6 +195,15 @@ class SequenceParallelAttention final : public SelfAttention {
   std::vector<uint16_t> send16_, qkv16_, out16_, recv16_;
   std::vector<size_t> send16_off_;
   std::vector<StridedBlock> gather16_to_, gather16_from_;
+  // Ulysses through windows (one machine, one chunk; ulysses_window.cpp): each rank's window
+  // holds its q, k, v rows [B, T, 3, H, d] in qkv_dtype() (written there by the projection when
+  // it asked qkv_destination(), else copied in), from which every rank reads its heads of the
+  // other ranks' tokens (one copy, the bf16 conversion included, instead of a copy into the
+  // staging slot and one out of it); then its attention output [B, Tg, Hu, d] (f32 written
+  // there by the attention; bf16 rounded into it), from which every rank reads its tokens.
+  bool uly_window_ = false;
+  bool qkv_in_window_ = false;  // qkv_destination() handed out the window for the next forward
+  char* uly_win_ = nullptr;     // this rank's window, during a use
   // Attention over the group's tokens by heads per call (no ring), or per K/V block length (ring).
   std::map<int64_t, Attention> by_heads_;
   std::map<int64_t, Attention> by_kv_len_;

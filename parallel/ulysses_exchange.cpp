@@ -20,7 +20,18 @@ void SequenceParallelAttention::prepare_ulysses() {
                                           heads_of(j).begin + parts[size_t(c)].end};
   }
   uly16_ = compute_ == DType::BF16 && d_ % 2 == 0;  // (with a ring, C_ is 1)
-  if (C_ == 1) return prepare_ulysses_blocks();
+  uly_window_ = qkv_in_window_ = false;
+  if (C_ == 1) {
+    prepare_ulysses_blocks();
+    // On one machine: through the windows (collective: every Ulysses rank prepares the same
+    // shape), without the all-to-all's staging buffers.
+    uly_window_ = uly_->ensure_window(ulysses_window_bytes());
+    if (uly_window_) {
+      if (!uly16_) Buf().swap(chunk_out_);  // the attention writes into the window
+      for (auto* v : {&send16_, &out16_, &recv16_}) std::vector<uint16_t>().swap(*v);
+    }
+    return;
+  }
   const size_t n = size_t(C_ * U_);
   ss_off_.assign(n + 1, 0);
   sr_off_.assign(n + 1, 0);
@@ -111,13 +122,15 @@ void SequenceParallelAttention::prepare_ulysses_blocks() {
 }
 
 // bf16 Ulysses: my tokens' q, k and v of heads `heads` as [3, B, heads, T, d] bf16, or with
-// dst_tokens > 0 as tokens [first, first + T) of [3, B, heads, dst_tokens, d].
+// dst_tokens > 0 as tokens [first, first + T) of [3, B, heads, dst_tokens, d]. tokens >= 0: rows
+// of that many tokens instead of mine (another rank's, read from its window).
 void SequenceParallelAttention::pack16(QkvRows qkv, TokenRange heads, uint16_t* dst, int64_t dst_tokens,
-                                       int64_t first) const {
-  const AttnLayout in = AttnLayout::bthd(T_, d_, H_, 3 * H_ * d_);  // [B, T, 3, H, d] per q|k|v plane
-  const int64_t n = heads.size(), plane = B_ * n * (dst_tokens > 0 ? dst_tokens : T_) * d_;
+                                       int64_t first, int64_t tokens) const {
+  const int64_t T = tokens >= 0 ? tokens : T_;
+  const AttnLayout in = AttnLayout::bthd(T, d_, H_, 3 * H_ * d_);  // [B, T, 3, H, d] per q|k|v plane
+  const int64_t n = heads.size(), plane = B_ * n * (dst_tokens > 0 ? dst_tokens : T) * d_;
   for (int64_t p = 0; p < 3; ++p)
-    to_dense(qkv, (p * H_ + heads.begin) * d_, in, n, T_, dst + size_t(p * plane), dst_tokens, first);
+    to_dense(qkv, (p * H_ + heads.begin) * d_, in, n, T, dst + size_t(p * plane), dst_tokens, first);
 }
 
 // ... for every rank j's heads, into send16_.
@@ -345,7 +358,7 @@ void SequenceParallelAttention::finish_gather(OutRows out) {
 // Ulysses: scatter all chunks at once; then per chunk wait, attend, send the outputs back, so
 // chunk c+1's q,k,v and chunk c's outputs travel while chunk c+1 is computed.
 void SequenceParallelAttention::ulysses_forward(QkvRows qkv, OutRows out) {
-  if (C_ == 1) return ulysses_all_to_all(qkv, out);
+  if (C_ == 1) return uly_window_ ? ulysses_window(qkv, out) : ulysses_all_to_all(qkv, out);
   const uint32_t tag0 = tag_;
   tag_ += uint32_t(2 * C_);
   post_scatter(qkv, tag0);

@@ -50,6 +50,13 @@ class SelfAttention {
   virtual DType out_dtype() const { return DType::F32; }
   // qkv and out in bf16; only where qkv_dtype() and out_dtype() are BF16.
   virtual void forward(const uint16_t* qkv, uint16_t* out);
+  // Where the caller may write the next forward()'s qkv instead of its own buffer, or null:
+  // room for [batch, local_tokens, 3, heads, head_dim] in qkv_dtype(), valid until that
+  // forward() returns, which must then be given this pointer. Ulysses on one machine hands
+  // out its shared-memory window, so that the QKV projection writes where the other ranks
+  // read (docs/transport.md, "Windows"). Call it just before the projection: it may wait
+  // until the other ranks have finished reading this rank's last output.
+  virtual void* qkv_destination() { return nullptr; }
   virtual const char* name() const = 0;
 };
 

@@ -108,18 +108,21 @@ void project(const QkvLinear& op, BlockInput h, Y* qkv) {
 
 void project_and_attend(const QkvLinear& op, SelfAttention& attn, BlockInput h, Tensor& qkv, Tensor& out,
                         bool has_tokens) {
+  void* at = attn.qkv_destination();  // where the attention reads them best (e.g. where other ranks read), or null
   if (qkv.dtype() == DType::BF16) {
-    if (has_tokens) project(op, h, qkv.bf16());  // [B, T, 3, H', d]
+    uint16_t* y = at ? static_cast<uint16_t*>(at) : qkv.bf16();
+    if (has_tokens) project(op, h, y);  // [B, T, 3, H', d]
     profile::Scope pa(profile::Cat::Attention);
     if (out.dtype() == DType::BF16)
-      attn.forward(qkv.bf16(), out.bf16());  // [B, T, H', d]
+      attn.forward(y, out.bf16());  // [B, T, H', d]
     else
-      attn.forward(qkv.bf16(), out.f32());
+      attn.forward(y, out.f32());
   } else {
     DIT_CHECK(out.dtype() == DType::F32, "attention: bf16 output from f32 q, k, v");
-    if (has_tokens) project(op, h, qkv.f32());
+    float* y = at ? static_cast<float*>(at) : qkv.f32();
+    if (has_tokens) project(op, h, y);
     profile::Scope pa(profile::Cat::Attention);
-    attn.forward(qkv.f32(), out.f32());
+    attn.forward(y, out.f32());
   }
 }
 

@@ -87,6 +87,9 @@ std::string run_ranks(int world, std::chrono::milliseconds timeout,
 // for dp = cfg = 1. Every attention object is prepared first (as the model does before
 // the denoising loop), then all run forward in turn, twice: objects sharing the groups
 // interleave, and the second pass reuses every buffer and must repeat the first bit for bit.
+// The first pass gives forward() the rank's own buffer; the second writes q, k, v where
+// qkv_destination() says, when it offers a place (Ulysses in one chunk on shared memory: its
+// window, in qkv_dtype(); it must then offer one) — so the two paths must agree bit for bit.
 // bf16_input: every rank's q, k, v rounded to bf16 and given as such (forward(const uint16_t*)),
 // which the layout must take (qkv_dtype() BF16).
 // bf16_output: q, k, v given in bf16 and the output written in bf16 (out_dtype() must say
@@ -109,6 +112,7 @@ void run_layout(int ulysses, int ring, std::vector<Problem>& problems, int chunk
       std::unique_ptr<SelfAttention> attn;
       TokenRange range;
       std::vector<float> in, out, first;
+      bool window = false;  // Ulysses through windows: qkv_destination() must offer one
     };
     std::vector<Mine> mine(problems.size());
     for (size_t i = 0; i < problems.size(); ++i) {
@@ -130,6 +134,9 @@ void run_layout(int ulysses, int ring, std::vector<Problem>& problems, int chunk
       const bool want_window = ring > 1 && !std::getenv("DIT_NO_SHM_WINDOWS");  // threads share one machine
       DIT_CHECK((mesh.ring().window_bytes() > 0) == want_window,
                 "ring window: " << mesh.ring().window_bytes() << " bytes (" << mesh.ring().window_note() << ")");
+      // Ulysses in one chunk (chunks 1, USP, or ranks with one head each) reads through windows.
+      const bool one_chunk = ring > 1 || chunks == 1 || split_tokens(H, ulysses, 0).size() == 1;
+      m.window = ulysses > 1 && one_chunk && !std::getenv("DIT_NO_SHM_WINDOWS");
       m.in.resize(size_t(B * T * 3 * H * d) + 1);
       m.out.assign(size_t(B * T * H * d) + 1, NAN);
       for (int64_t b = 0; b < B; ++b)
@@ -145,15 +152,30 @@ void run_layout(int ulysses, int ring, std::vector<Problem>& problems, int chunk
     for (int pass = 0; pass < 2; ++pass)
       for (size_t i = 0; i < problems.size(); ++i) {
         Mine& m = mine[i];
+        void* at = pass == 1 ? m.attn->qkv_destination() : nullptr;
+        DIT_CHECK(pass == 0 || (at != nullptr) == m.window, "qkv_destination() " << (at ? "offered" : "did not offer")
+                                                                                   << " a place ("
+                                                                                   << mesh.ulysses().window_note() << ")");
+        const bool give16 = bf16_input || (at && m.attn->qkv_dtype() == DType::BF16);
+        const uint16_t* q16 = in16[i].data();
+        const float* q32 = m.in.data();
+        if (at && give16) {
+          uint16_t* y = static_cast<uint16_t*>(at);
+          for (size_t k = 0; k + 1 < m.in.size(); ++k) y[k] = bf16_input ? in16[i][k] : f32_to_bf16(m.in[k]);
+          q16 = y;
+        } else if (at) {
+          std::copy_n(m.in.data(), m.in.size() - 1, static_cast<float*>(at));
+          q32 = static_cast<float*>(at);
+        }
         if (bf16_output) {
           DIT_CHECK(m.attn->out_dtype() == DType::BF16, "out_dtype() is " << dtype_name(m.attn->out_dtype()));
           std::vector<uint16_t> o16(m.out.size(), 0x7fc1);  // NaN where nothing is written
-          m.attn->forward(in16[i].data(), o16.data());
+          m.attn->forward(q16, o16.data());
           for (size_t k = 0; k < o16.size(); ++k) m.out[k] = bf16_to_f32(o16[k]);
-        } else if (bf16_input)
-          m.attn->forward(in16[i].data(), m.out.data());
+        } else if (give16)
+          m.attn->forward(q16, m.out.data());
         else
-          m.attn->forward(m.in.data(), m.out.data());
+          m.attn->forward(q32, m.out.data());
         if (pass == 0) {
           m.first = m.out;
           continue;
@@ -243,6 +265,43 @@ TEST_CASE("Ring: K/V read in place from shared-memory windows give the bits of K
     unsetenv("DIT_NO_SHM_WINDOWS");
     for (size_t i = 0; i < windows.size(); ++i) {
       INFO("u" << u << " r" << r << " problem " << i);
+      CHECK(std::memcmp(windows[i].got.data(), messages[i].got.data(), windows[i].got.size() * 4) == 0);
+    }
+  }
+}
+
+TEST_CASE("Ulysses through shared-memory windows gives the bits of the all-to-all", "[parallel][attention]") {
+  // q, k, v and the outputs read from the ranks' windows (the first pass of run_layout copying
+  // them in, the second written where qkv_destination() says) against the all-to-all
+  // (DIT_NO_SHM_WINDOWS): f32 and bf16 (outputs returned in bf16), uneven heads and tokens
+  // (u3 over 4 heads, u4 over 6, 37 tokens; 3 tokens over 4 ranks: empty ranges), USP.
+  struct Case {
+    int ulysses, ring;
+    DType compute;
+    bool bf16_output;
+  };
+  std::vector<Case> cases = {{2, 1, DType::F32, false}, {3, 1, DType::F32, false}, {4, 1, DType::F32, false},
+                             {2, 2, DType::F32, false}};
+  if (dit_test::bf16_available())
+    for (Case c : {Case{2, 1, DType::BF16, false}, {3, 1, DType::BF16, true}, {4, 1, DType::BF16, true},
+                   {2, 2, DType::BF16, false}})
+      cases.push_back(c);
+  for (const Case& c : cases) {
+    auto problems = [&] {
+      std::vector<Problem> ps;
+      unsigned seed = 200;
+      for (int64_t h : {4, 6})
+        for (int64_t n : {64, 37, 3}) ps.push_back(make_problem({2, h, 16, n, c.compute}, seed++));
+      return ps;
+    };
+    std::vector<Problem> windows = problems(), messages = problems();
+    run_layout(c.ulysses, c.ring, windows, 1, c.bf16_output, c.bf16_output);
+    setenv("DIT_NO_SHM_WINDOWS", "1", 1);  // before the rank threads start
+    run_layout(c.ulysses, c.ring, messages, 1, c.bf16_output, c.bf16_output);
+    unsetenv("DIT_NO_SHM_WINDOWS");
+    for (size_t i = 0; i < windows.size(); ++i) {
+      INFO("u" << c.ulysses << " r" << c.ring << " " << dtype_name(c.compute) << (c.bf16_output ? " bf16 output" : "")
+               << " problem " << i);
       CHECK(std::memcmp(windows[i].got.data(), messages[i].got.data(), windows[i].got.size() * 4) == 0);
     }
   }
