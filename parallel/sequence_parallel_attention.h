@@ -136,7 +136,7 @@ class SequenceParallelAttention final : public SelfAttention {
   void post_gather_chunk(int c, OutRows out, uint32_t tag0);
   void finish_gather(OutRows out);
   // Ulysses through the group's shared-memory windows (ulysses_window.cpp).
-  size_t ulysses_window_bytes() const;
+  size_t ulysses_window_bytes();  // sets out_at_
   void ulysses_window(QkvRows qkv, OutRows out);
   void window_scatter(QkvRows qkv);
   void read_qkv_block(const void* rows, int j);
@@ -199,11 +199,13 @@ class SequenceParallelAttention final : public SelfAttention {
   // holds its q, k, v rows [B, T, 3, H, d] in qkv_dtype() (written there by the projection when
   // it asked qkv_destination(), else copied in), from which every rank reads its heads of the
   // other ranks' tokens (one copy, the bf16 conversion included, instead of a copy into the
-  // staging slot and one out of it); then its attention output [B, Tg, Hu, d] (f32 written
-  // there by the attention; bf16 rounded into it), from which every rank reads its tokens.
+  // staging slot and one out of it); and from out_at_ the other ranks' tokens of its attention
+  // output [B, Tg, Hu, d] (copied, or in bf16 rounded, from chunk_out_), from which each rank
+  // reads its tokens.
   bool uly_window_ = false;
   bool qkv_in_window_ = false;  // qkv_destination() handed out the window for the next forward
   char* uly_win_ = nullptr;     // this rank's window, during a use
+  size_t out_at_ = 0;           // where the outputs lie in a window (bytes; after the rows)
   // Attention over the group's tokens by heads per call (no ring), or per K/V block length (ring).
   std::map<int64_t, Attention> by_heads_;
   std::map<int64_t, Attention> by_kv_len_;

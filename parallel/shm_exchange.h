@@ -116,6 +116,9 @@ class ShmExchange {
   //   ... write mine ...;  window_publish();
   //   const char* theirs = window_peer(j);   // once rank j has published this use
   //   ... read ...;  window_release();       // done with every block of this use
+  // A use may publish more than once, in stages (Ulysses: q, k, v, then the outputs, in parts
+  // of the block that do not overlap): window_peer(j) waits for rank j's publication of the
+  // same count as this rank's last, so every rank must publish the same number of times.
   bool ensure_window(gloo::rendezvous::Store& store, size_t bytes, const std::function<bool(bool)>& agree,
                      std::string* why);
   size_t window_bytes() const { return window_bytes_; }
@@ -146,7 +149,7 @@ class ShmExchange {
   char* slot(int r) const;
   std::atomic<uint64_t>& posted(int r) const;
   std::atomic<uint64_t>& done(int r) const;
-  std::atomic<uint64_t>& window_posted(int r) const;    // the last use rank r published
+  std::atomic<uint64_t>& window_posted(int r) const;    // how many times rank r has published
   std::atomic<uint64_t>& window_released(int r) const;  // the last use rank r finished reading
   void unmap_windows();
   // Waits until c >= target; `peer` is the rank whose progress it shows.
@@ -203,6 +206,7 @@ class ShmExchange {
   std::vector<char*> windows_;
   size_t window_bytes_ = 0;
   uint64_t window_use_ = 0;
+  uint64_t window_published_ = 0;  // publications so far (one or more a use, the same on every rank)
   int rank_, size_;
   ShmOptions opts_;
   Header* header_;

@@ -112,11 +112,16 @@ char* ShmExchange::window_begin() {
   return windows_[size_t(rank_)];
 }
 
-void ShmExchange::window_publish() { window_posted(rank_).store(window_use_, std::memory_order_release); }
+void ShmExchange::window_publish() {
+  DIT_CHECK(window_use_ > 0, "shared memory: window_publish without window_begin");
+  window_posted(rank_).store(++window_published_, std::memory_order_release);
+}
 
 const char* ShmExchange::window_peer(int j) {
   DIT_CHECK(j >= 0 && j < size_ && window_bytes_ > 0, "shared memory: no window of rank " << j);
-  if (j != rank_) wait_for(window_posted(j), window_use_, j, std::chrono::steady_clock::now() + opts_.timeout);
+  DIT_CHECK(window_published_ > 0, "shared memory: window_peer before this rank published");
+  if (j != rank_)  // rank j's publication of the same count as this rank's last (every rank publishes in step)
+    wait_for(window_posted(j), window_published_, j, std::chrono::steady_clock::now() + opts_.timeout);
   return windows_[size_t(j)];
 }
 

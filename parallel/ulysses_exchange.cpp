@@ -27,7 +27,6 @@ void SequenceParallelAttention::prepare_ulysses() {
     // shape), without the all-to-all's staging buffers.
     uly_window_ = uly_->ensure_window(ulysses_window_bytes());
     if (uly_window_) {
-      if (!uly16_) Buf().swap(chunk_out_);  // the attention writes into the window
       for (auto* v : {&send16_, &out16_, &recv16_}) std::vector<uint16_t>().swap(*v);
     }
     return;

@@ -12,18 +12,34 @@
 // puts on the wire, as nccl-tests reports it); for send/recv "pingpong" (rank 0 <-> 1,
 // latency = half the round trip) and "ring" (every rank sends to the next and receives
 // from the previous at once, as ring attention does) bandwidth is per rank and direction.
+//
+// "ulysses" times one Ulysses self-attention forward over the ranks (DiT-XL/2's 16 heads of 72,
+// batch 2; --tokens, --dtype), both ways in one run, their iterations alternated: through the
+// shared-memory windows (the QKV rows written where qkv_destination() says, as the model's
+// projection does; the copy of the input there is not timed) and through the all-to-alls
+// (windows off for that object, as DIT_NO_SHM_WINDOWS does). The attention's arithmetic is the
+// same in both, so their difference is what the exchange costs. The object prepared first ran
+// up to 10% slower at 4096 tokens on the 2-core VM whichever it was (where its buffers landed),
+// so each dtype is measured twice, each way prepared first, and "windows_over_all_to_all" is
+// the median of the 2·iters per-iteration ratios.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "parallel/launcher.h"
+#include "parallel/parallel_attention.h"
 #include "parallel/process_group.h"
+#include "runtime/dtype.h"
 #include "runtime/error.h"
+#include "runtime/engine.h"
+#include "runtime/token_split.h"
 #include "tools/parse_args.h"
 
 namespace {
@@ -84,6 +100,63 @@ struct Bench {
   }
 };
 
+// One Ulysses forward per call, through windows (A) or all-to-alls (B), on the same input.
+class UlyssesPair {
+ public:
+  UlyssesPair(std::shared_ptr<dit::ProcessGroup> g, int64_t tokens, dit::DType dtype, bool windows_first)
+      : dtype_(dtype) {
+    dit::SelfAttentionShape s;
+    s.batch = 2;
+    s.heads = 16;
+    s.head_dim = 72;
+    s.total_tokens = tokens;
+    s.local_tokens = dit::split_tokens(tokens, g->size(), g->rank()).size();
+    s.compute = dtype;
+    auto make_windows = [&] {
+      windows_ = dit::make_sequence_parallel_attention(g, nullptr, 1);
+      windows_->prepare(s);
+    };
+    if (windows_first) make_windows();
+    setenv("DIT_NO_SHM_WINDOWS", "1", 1);  // every rank: this object's exchange is the all-to-all
+    all_to_all_ = dit::make_sequence_parallel_attention(g, nullptr, 1);
+    all_to_all_->prepare(s);
+    unsetenv("DIT_NO_SHM_WINDOWS");
+    if (!windows_first) make_windows();
+    has_windows_ = g->window_bytes() > 0;
+    n_ = size_t(s.batch * s.local_tokens * 3 * s.heads * s.head_dim);
+    in_.assign(n_ + 1, 0.0f);
+    for (size_t i = 0; i < n_; ++i) in_[i] = float((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+    in16_.resize(n_ + 1);
+    for (size_t i = 0; i <= n_; ++i) in16_[i] = dit::f32_to_bf16(in_[i]);
+    out_.assign(size_t(s.batch * s.local_tokens * s.heads * s.head_dim) + 1, 0.0f);
+    out16_.assign(out_.size(), 0);
+  }
+  bool has_windows() const { return has_windows_; }
+  // Seconds of one forward (the input's copy into the window not counted).
+  double run(bool windows) {
+    dit::SelfAttention& a = windows ? *windows_ : *all_to_all_;
+    const auto t0 = Clock::now();
+    void* at = a.qkv_destination();
+    const auto t1 = Clock::now();
+    const bool bf16 = dtype_ == dit::DType::BF16;
+    if (at) std::memcpy(at, bf16 ? static_cast<const void*>(in16_.data()) : in_.data(), n_ * (bf16 ? 2 : 4));
+    const auto t2 = Clock::now();
+    if (bf16)
+      a.forward(at ? static_cast<const uint16_t*>(at) : in16_.data(), out16_.data());
+    else
+      a.forward(at ? static_cast<const float*>(at) : in_.data(), out_.data());
+    return std::chrono::duration<double>(t1 - t0).count() + std::chrono::duration<double>(Clock::now() - t2).count();
+  }
+
+ private:
+  dit::DType dtype_;
+  std::unique_ptr<dit::SelfAttention> windows_, all_to_all_;
+  bool has_windows_ = false;
+  size_t n_ = 0;
+  std::vector<float> in_, out_;
+  std::vector<uint16_t> in16_, out16_;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -92,10 +165,16 @@ int main(int argc, char** argv) {
   std::string sizes_flag = "16K,64K,256K,1M,4M,16M,64M", ops_flag = "all_to_all,all_gather,pingpong,ring";
   app.add_option("--nproc", nproc, "local processes (ranks)")->capture_default_str();
   app.add_option("--sizes", sizes_flag, "message sizes")->capture_default_str();
-  app.add_option("--ops", ops_flag, "operations")->capture_default_str();
+  app.add_option("--ops", ops_flag, "operations: all_to_all, all_gather, pingpong, ring, ulysses")->capture_default_str();
   app.add_option("--iters", iters_flag, "iterations per size (0: 5..50 by size)")->capture_default_str();
   app.add_option("--warmup", warmup, "untimed iterations per size")->capture_default_str();
   app.add_option("--timeout", timeout_s, "communication timeout, seconds")->capture_default_str();
+  int64_t tokens = 1024;
+  std::string dtypes = "f32";
+  app.add_option("--tokens", tokens, "ulysses: image tokens (DiT-XL/2: 1024 at 512 px, 4096 at 1024 px)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+      ->capture_default_str();
+  app.add_option("--dtype", dtypes, "ulysses: compute types, comma-separated: f32, bf16")->capture_default_str();
   std::string transport = "auto";
   app.add_option("--transport", transport, dit::kTransportHelp)->check(CLI::IsMember({"auto", "tcp"}))->capture_default_str();
   if (auto rc = dit::parse_args(app, argc, argv, "dit-comm-bench")) return *rc;
@@ -125,6 +204,50 @@ int main(int argc, char** argv) {
 
     nlohmann::json results = nlohmann::json::array();
     for (const auto& op : split(ops_flag)) {
+      if (op == "ulysses") {
+        DIT_CHECK(n > 1, "--ops ulysses needs --nproc 2 or more");
+        for (const auto& dt : split(dtypes)) {
+          const dit::DType dtype = dit::parse_dtype(dt);
+          DIT_CHECK(dtype == dit::DType::F32 || dit::compute_supported(dtype),
+                    "--dtype " << dt << ": this CPU cannot compute it");
+          const int iters = iters_flag > 0 ? iters_flag : 20;
+          std::vector<double> worst[2], ratios;  // [0] windows, [1] all-to-all: per iteration, the slowest rank
+          for (bool windows_first : {true, false}) {
+            UlyssesPair pair(world, tokens, dtype, windows_first);
+            DIT_CHECK(pair.has_windows(), "--ops ulysses: the ranks have no shared-memory windows (" << pg.window_note() << ")");
+            for (int i = 0; i < warmup; ++i) pair.run(true), pair.run(false);
+            std::vector<float> local(size_t(2 * iters));
+            for (int i = 0; i < iters; ++i)  // alternated: windows, all-to-all, all-to-all, windows, ...
+              for (int k = 0; k < 2; ++k) {
+                const bool windows = (i + k) % 2 == 0;
+                pg.barrier();
+                local[size_t(2 * i + (windows ? 0 : 1))] = float(pair.run(windows));
+              }
+            std::vector<float> all(local.size() * size_t(n));
+            pg.all_gather(local.data(), all.data(), local.size());
+            for (int i = 0; i < iters; ++i) {
+              double w[2] = {0, 0};
+              for (int k = 0; k < 2; ++k) {
+                for (int q = 0; q < n; ++q) w[k] = std::max(w[k], double(all[size_t(q) * local.size() + size_t(2 * i + k)]));
+                worst[k].push_back(w[k]);
+              }
+              ratios.push_back(w[0] / w[1]);
+            }
+          }
+          const double mw = median(worst[0]), ma = median(worst[1]), ratio = median(ratios);
+          results.push_back({{"op", "ulysses"},
+                             {"dtype", dit::dtype_name(dtype)},
+                             {"tokens", tokens},
+                             {"iters", 2 * iters},
+                             {"windows_median_us", std::round(mw * 1e7) / 10},
+                             {"all_to_all_median_us", std::round(ma * 1e7) / 10},
+                             {"windows_over_all_to_all", std::round(ratio * 1e4) / 1e4}});
+          if (r == 0)
+            std::fprintf(stderr, "ulysses %-4s %6lld tokens  windows %9.1f us  all-to-all %9.1f us  ratio %.4f\n",
+                         dt.c_str(), static_cast<long long>(tokens), mw * 1e6, ma * 1e6, ratio);
+        }
+        continue;
+      }
       for (size_t size0 : sizes) {
         size_t size = round(size0);
         int iters = iters_flag > 0 ? iters_flag : int(std::clamp<size_t>((size_t(256) << 20) / size, 5, 50));
@@ -160,7 +283,7 @@ int main(int argc, char** argv) {
           });
           bus_factor = 1;
         } else {
-          DIT_FAIL("unknown op '" << op << "' (all_to_all, all_gather, pingpong, ring)");
+          DIT_FAIL("unknown op '" << op << "' (all_to_all, all_gather, pingpong, ring, ulysses)");
         }
         double med = median(t), mn = *std::min_element(t.begin(), t.end());
         double algbw = double(size) / med / 1e9;

@@ -238,3 +238,25 @@ TEST_CASE("dit-bench rejects bad several-machine options", "[tools][bench]") {
   CHECK(c.code != 0);
   CHECK_THAT(c.err, Catch::Contains("--node-rank 2"));
 }
+
+TEST_CASE("dit-comm-bench --ops ulysses times the windows against the all-to-all, each prepared first", "[tools][bench]") {
+  const RunResult r = run(bin("dit-comm-bench") + " --nproc 2 --ops ulysses --tokens 64 --iters 2 --warmup 1 --dtype " +
+                          compute_type_list());
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto doc = nlohmann::json::parse(r.out);
+  REQUIRE(doc["results"].size() == compute_types().size());
+  for (const auto& row : doc["results"]) {
+    INFO(row.dump());
+    CHECK(row["op"] == "ulysses");
+    CHECK(row["tokens"] == 64);
+    CHECK(row["iters"] == 4);  // 2 each way prepared first
+    CHECK(row["windows_median_us"].get<double>() > 0);
+    CHECK(row["all_to_all_median_us"].get<double>() > 0);
+    CHECK(row["windows_over_all_to_all"].get<double>() > 0);
+  }
+  const RunResult one = run(bin("dit-comm-bench") + " --nproc 1 --ops ulysses --tokens 64 --iters 1");
+  CHECK(one.code != 0);
+  CHECK(one.err.find("--ops ulysses needs --nproc 2 or more") != std::string::npos);
+  CHECK(one.out.empty());
+}
