@@ -16,7 +16,7 @@
 // "ulysses" times one Ulysses self-attention forward over the ranks (DiT-XL/2's 16 heads of 72,
 // batch 2; --tokens, --dtype), both ways in one run, their iterations alternated: through the
 // shared-memory windows (the QKV rows written where qkv_destination() says, as the model's
-// projection does; the copy of the input there is not timed) and through the all-to-alls
+// projection does, before the barrier that starts the timing) and through the all-to-alls
 // (windows off for that object, as DIT_NO_SHM_WINDOWS does). The attention's arithmetic is the
 // same in both, so their difference is what the exchange costs. The object prepared first ran
 // up to 10% slower at 4096 tokens on the 2-core VM whichever it was (where its buffers landed),
@@ -132,26 +132,35 @@ class UlyssesPair {
     out16_.assign(out_.size(), 0);
   }
   bool has_windows() const { return has_windows_; }
-  // Seconds of one forward (the input's copy into the window not counted).
-  double run(bool windows) {
+  // Puts the input where the next forward reads it: into the window for the windows' object
+  // (qkv_destination(), as the model's projection writes there), nowhere for the all-to-all's.
+  void stage(bool windows) {
+    at_ = nullptr;
+    if (!windows) return;
+    at_ = windows_->qkv_destination();
+    const bool bf16 = dtype_ == dit::DType::BF16;
+    std::memcpy(at_, bf16 ? static_cast<const void*>(in16_.data()) : in_.data(), n_ * (bf16 ? 2 : 4));
+  }
+  // Seconds of one forward, after stage(windows).
+  double forward(bool windows) {
     dit::SelfAttention& a = windows ? *windows_ : *all_to_all_;
     const auto t0 = Clock::now();
-    void* at = a.qkv_destination();
-    const auto t1 = Clock::now();
-    const bool bf16 = dtype_ == dit::DType::BF16;
-    if (at) std::memcpy(at, bf16 ? static_cast<const void*>(in16_.data()) : in_.data(), n_ * (bf16 ? 2 : 4));
-    const auto t2 = Clock::now();
-    if (bf16)
-      a.forward(at ? static_cast<const uint16_t*>(at) : in16_.data(), out16_.data());
+    if (dtype_ == dit::DType::BF16)
+      a.forward(at_ ? static_cast<const uint16_t*>(at_) : in16_.data(), out16_.data());
     else
-      a.forward(at ? static_cast<const float*>(at) : in_.data(), out_.data());
-    return std::chrono::duration<double>(t1 - t0).count() + std::chrono::duration<double>(Clock::now() - t2).count();
+      a.forward(at_ ? static_cast<const float*>(at_) : in_.data(), out_.data());
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  double run(bool windows) {
+    stage(windows);
+    return forward(windows);
   }
 
  private:
   dit::DType dtype_;
   std::unique_ptr<dit::SelfAttention> windows_, all_to_all_;
   bool has_windows_ = false;
+  void* at_ = nullptr;  // staged input in the window, or null
   size_t n_ = 0;
   std::vector<float> in_, out_;
   std::vector<uint16_t> in16_, out16_;
@@ -220,8 +229,9 @@ int main(int argc, char** argv) {
             for (int i = 0; i < iters; ++i)  // alternated: windows, all-to-all, all-to-all, windows, ...
               for (int k = 0; k < 2; ++k) {
                 const bool windows = (i + k) % 2 == 0;
+                pair.stage(windows);  // not timed: the projection writes its rows either way
                 pg.barrier();
-                local[size_t(2 * i + (windows ? 0 : 1))] = float(pair.run(windows));
+                local[size_t(2 * i + (windows ? 0 : 1))] = float(pair.forward(windows));
               }
             std::vector<float> all(local.size() * size_t(n));
             pg.all_gather(local.data(), all.data(), local.size());
