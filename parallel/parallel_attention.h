@@ -5,7 +5,9 @@
 //  - Ulysses (the `ulysses` group, U ranks): an all-to-all of Q, K and V turns the token
 //    split into a head split (rank u gets heads split_tokens(H, U, u) of all the group's
 //    tokens: H/U each, or one more for the first H mod U ranks when U does not divide H),
-//    attention runs on full-length heads, a second all-to-all turns it back. Without a ring
+//    attention runs on full-length heads, a second all-to-all turns it back (on one machine,
+//    in one chunk: through the ranks' shared-memory windows instead, the QKV projection
+//    writing where the others read: qkv_destination(), ulysses_window.cpp). Without a ring
 //    the heads go in `ulysses_chunks` chunks, pipelined: every chunk's Q, K, V are posted at
 //    once (point to point, chunk 0 first on every link); chunk c is computed as soon as it
 //    has arrived and its outputs are sent back at once, so chunk c+1's inputs and chunk c's

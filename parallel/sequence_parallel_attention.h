@@ -1,8 +1,9 @@
 // The sequence-parallel attention behind make_sequence_parallel_attention
-// (parallel/parallel_attention.h): its state and the steps of its forward, for the three files
+// (parallel/parallel_attention.h): its state and the steps of its forward, for the four files
 // that implement it (no model includes this):
 //   parallel_attention.cpp  prepare() and forward(): shapes, kernels, buffers; the dispatch
 //   ulysses_exchange.cpp    Ulysses: the all-to-alls (one chunk) or the pipelined chunks, f32 or bf16
+//   ulysses_window.cpp      Ulysses in one chunk on one machine: through shared-memory windows
 //   ring_attention.cpp      Ring: K/V blocks as messages or in shared-memory windows, softmax carried on
 #pragma once
 
