@@ -16,7 +16,8 @@
 // "ulysses" times one Ulysses self-attention forward over the ranks (DiT-XL/2's 16 heads of 72,
 // batch 2; --tokens, --dtype), both ways in one run, their iterations alternated: through the
 // shared-memory windows (the QKV rows written where qkv_destination() says, as the model's
-// projection does, before the barrier that starts the timing) and through the all-to-alls
+// projection does; the all-to-all's into its own buffer; both before the barrier that starts
+// the timing) and through the all-to-alls
 // (windows off for that object, as DIT_NO_SHM_WINDOWS does). The attention's arithmetic is the
 // same in both, so their difference is what the exchange costs. The object prepared first ran
 // up to 10% slower at 4096 tokens on the 2-core VM whichever it was (where its buffers landed),
@@ -126,19 +127,20 @@ class UlyssesPair {
     n_ = size_t(s.batch * s.local_tokens * 3 * s.heads * s.head_dim);
     in_.assign(n_ + 1, 0.0f);
     for (size_t i = 0; i < n_; ++i) in_[i] = float((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+    own_.assign(n_ + 1, 0.0f);
+    own16_.assign(n_ + 1, 0);
     in16_.resize(n_ + 1);
     for (size_t i = 0; i <= n_; ++i) in16_[i] = dit::f32_to_bf16(in_[i]);
     out_.assign(size_t(s.batch * s.local_tokens * s.heads * s.head_dim) + 1, 0.0f);
     out16_.assign(out_.size(), 0);
   }
   bool has_windows() const { return has_windows_; }
-  // Puts the input where the next forward reads it: into the window for the windows' object
-  // (qkv_destination(), as the model's projection writes there), nowhere for the all-to-all's.
+  // Writes the input where the next forward reads it, as the model's projection does: into the
+  // window for the windows' object (qkv_destination()), into a buffer of its own for the
+  // all-to-all's (so that both start with the same bytes just written).
   void stage(bool windows) {
-    at_ = nullptr;
-    if (!windows) return;
-    at_ = windows_->qkv_destination();
     const bool bf16 = dtype_ == dit::DType::BF16;
+    at_ = windows ? windows_->qkv_destination() : bf16 ? static_cast<void*>(own16_.data()) : own_.data();
     std::memcpy(at_, bf16 ? static_cast<const void*>(in16_.data()) : in_.data(), n_ * (bf16 ? 2 : 4));
   }
   // Seconds of one forward, after stage(windows).
@@ -146,9 +148,9 @@ class UlyssesPair {
     dit::SelfAttention& a = windows ? *windows_ : *all_to_all_;
     const auto t0 = Clock::now();
     if (dtype_ == dit::DType::BF16)
-      a.forward(at_ ? static_cast<const uint16_t*>(at_) : in16_.data(), out16_.data());
+      a.forward(static_cast<const uint16_t*>(at_), out16_.data());
     else
-      a.forward(at_ ? static_cast<const float*>(at_) : in_.data(), out_.data());
+      a.forward(static_cast<const float*>(at_), out_.data());
     return std::chrono::duration<double>(Clock::now() - t0).count();
   }
   double run(bool windows) {
@@ -162,8 +164,8 @@ class UlyssesPair {
   bool has_windows_ = false;
   void* at_ = nullptr;  // staged input in the window, or null
   size_t n_ = 0;
-  std::vector<float> in_, out_;
-  std::vector<uint16_t> in16_, out16_;
+  std::vector<float> in_, own_, out_;  // own_: the all-to-all's input, written by stage()
+  std::vector<uint16_t> in16_, own16_, out16_;
 };
 
 }  // namespace
@@ -229,7 +231,7 @@ int main(int argc, char** argv) {
             for (int i = 0; i < iters; ++i)  // alternated: windows, all-to-all, all-to-all, windows, ...
               for (int k = 0; k < 2; ++k) {
                 const bool windows = (i + k) % 2 == 0;
-                pair.stage(windows);  // not timed: the projection writes its rows either way
+                pair.stage(windows);  // not timed: the projection writes the rows either way
                 pg.barrier();
                 local[size_t(2 * i + (windows ? 0 : 1))] = float(pair.forward(windows));
               }
