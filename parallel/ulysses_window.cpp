@@ -123,11 +123,8 @@ void SequenceParallelAttention::window_gather(OutRows out) {
       narrow_tokens(j, row, reinterpret_cast<uint16_t*>(uly_win_ + out_at_), false);
       continue;
     }
-    const size_t at = size_t(tokens_of(j).begin - tokens_of(0).begin) * size_t(row), n = size_t(tokens_of(j).size() * row);
-    float* w = reinterpret_cast<float*>(uly_win_ + out_at_);
-    for (int64_t b = 0; b < B_; ++b)
-      copy_block_parallel(chunk_out_.data() + size_t(b * Tg_ * row) + at, kFlat, 0, w + size_t(b * Tg_ * row) + at,
-                          kFlat, 0, n);
+    const int64_t at = (tokens_of(j).begin - tokens_of(0).begin) * row, n = tokens_of(j).size() * row;
+    copy_cols(reinterpret_cast<float*>(uly_win_ + out_at_) + at, Tg_ * row, chunk_out_.data() + at, Tg_ * row, B_, n);
   }
   uly_->window_publish();
   const float* mine = chunk_out_.data();
