@@ -36,32 +36,37 @@ double seconds_since(std::chrono::steady_clock::time_point& t) {
   return s;
 }
 
+// f32: S holds the block's scaled logits Q·Kᵀ·scale.
 void softmax_block(const float* S, float* P, int64_t rows, int64_t cols, int64_t ld, float* m, float* l, float* a) {
   for (int64_t i = 0; i < rows; ++i) softmax_row(S + i * ld, P + i * ld, cols, m + i, l + i, a + i);
 }
 
-// bf16: probabilities computed in f32 and stored rounded to bf16 for P·V, in one pass.
-void softmax_block_bf16(const float* S, uint16_t* P, int64_t rows, int64_t cols, int64_t ld, float* m, float* l,
-                        float* a) {
-  for (int64_t i = 0; i < rows; ++i) softmax_row_bf16(S + i * ld, P + i * ld, cols, m + i, l + i, a + i);
+// bf16: S holds Q·Kᵀ, which the softmax scales (softmax_row.h); probabilities computed in f32
+// and stored rounded to bf16 for P·V, in one pass.
+void softmax_block_bf16(const float* S, uint16_t* P, int64_t rows, int64_t cols, int64_t ld, float scale, float* m,
+                        float* l, float* a) {
+  for (int64_t i = 0; i < rows; ++i) softmax_row_bf16(S + i * ld, P + i * ld, cols, scale, m + i, l + i, a + i);
 }
 
-// s[j] = max(s[j] + (head[j] + key[j]), -FLT_MAX) over one block row; head or key may be
-// null. The clamp keeps masked logits finite (two very negative terms could reach -inf,
-// and a block of -inf logits would make the online softmax's exp(m_old - m_new) NaN).
-DIT_MULTIVERSION void add_bias_row(float* s, const float* head, const float* key, int64_t n) {
+// s[j] = max(s[j] + (head[j] + key[j])·inv_scale, -FLT_MAX) over one block row of logits:
+// inv_scale is 1 where they come scaled (f32), 1/scale where the softmax scales the sum (bf16:
+// scale·s + bias); head or key may be null. Where the bias is 0 or the scale 1 (key masks, T5)
+// the product is exact, so a zero bias gives the bits of none. The clamp keeps masked logits
+// finite (two very negative terms could reach -inf, and a block of -inf logits would make the
+// online softmax's exp(m_old - m_new) NaN).
+DIT_MULTIVERSION void add_bias_row(float* s, float inv_scale, const float* head, const float* key, int64_t n) {
   constexpr float lo = -std::numeric_limits<float>::max();
   if (head && key) {
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) {
-      const float v = s[j] + (head[j] + key[j]);
+      const float v = s[j] + (head[j] + key[j]) * inv_scale;
       s[j] = v < lo ? lo : v;
     }
   } else {
     const float* b = head ? head : key;
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) {
-      const float v = s[j] + b[j];
+      const float v = s[j] + b[j] * inv_scale;
       s[j] = v < lo ? lo : v;
     }
   }
@@ -224,12 +229,13 @@ void Attention::Impl::add_block_bias(ThreadState& T, const AttnBias& bias, const
   const int64_t rel_width = s.q_len + s.kv_len - 1;
   const int64_t key_stride = bias.key_stride > 0 ? bias.key_stride : s.kv_len;
   const float* kb = bias.key ? bias.key + t.b * key_stride + k0 : nullptr;
+  const float inv_scale = 1.f / softmax_scale;
   for (int64_t i = 0; i < t.rows; ++i) {
     const int64_t q = t.q0 + i;
     const float* hb = bias.head  ? bias.head + (t.h * s.q_len + q) * s.kv_len + k0
                       : bias.rel ? bias.rel + t.h * rel_width + (k0 - q) + (s.q_len - 1)
                                  : nullptr;
-    add_bias_row(T.S + i * KB, hb, kb, kc);
+    add_bias_row(T.S + i * KB, inv_scale, hb, kb, kc);
   }
 }
 
@@ -253,7 +259,7 @@ void Attention::Impl::finish_rows(ThreadState& T, const BlockRun& r, const TaskR
       store_row(T.O + i * D, 1.f / T.l[i], static_cast<float*>(r.out) + at, D);
   }
   if (r.lse)
-    for (int64_t i = 0; i < t.rows; ++i) r.lse[t.r0 + i] = T.m[i] + std::log(T.l[i]);
+    for (int64_t i = 0; i < t.rows; ++i) r.lse[t.r0 + i] = T.m[i] * softmax_scale + std::log(T.l[i]);
 }
 
 // One task: the rows of q block qi of (batch b, head h) over every K/V block, online softmax.
@@ -285,12 +291,12 @@ void Attention::Impl::run_task(ThreadState& T, int64_t task, const BlockRun& r) 
     A.qk_src.set_data_handle(const_cast<char*>(qp));
     A.qk_wei.set_data_handle(const_cast<char*>(kp + k0 * ek.token_stride * esz));
     auto clock = std::chrono::steady_clock::now();
-    execute(p.qk, T.stream, A.qk);  // S = Q·Kᵀ·scale   [rows, kc]
+    execute(p.qk, T.stream, A.qk);  // S = Q·Kᵀ·qk_scale   [rows, kc]
     T.phases.qk += seconds_since(clock);
-    if (r.bias) add_block_bias(T, *r.bias, t, k0, kc);
-    if (bf16)  // P = exp(S - m'), m' and l updated, a = exp(m - m')
-      softmax_block_bf16(T.S, static_cast<uint16_t*>(T.P), t.rows, kc, KB, T.m, T.l, T.a);
-    else
+    if (r.bias) add_block_bias(T, *r.bias, t, k0, kc);  // S += bias / softmax_scale
+    if (bf16)  // P = exp((S - m')·scale), m' and l updated, a = exp((m - m')·scale)
+      softmax_block_bf16(T.S, static_cast<uint16_t*>(T.P), t.rows, kc, KB, softmax_scale, T.m, T.l, T.a);
+    else  // P = exp(S - m'), S scaled
       softmax_block(T.S, static_cast<float*>(T.P), t.rows, kc, KB, T.m, T.l, T.a);
     T.phases.softmax += seconds_since(clock);
     A.pv_wei.set_data_handle(const_cast<char*>(vp + k0 * ev.token_stride * esz));

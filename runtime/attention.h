@@ -19,9 +19,12 @@
 // depends only on j - i (T5's relative position bias), its diagonals [heads, q_len + kv_len - 1]:
 //   p = softmax(Q·Kᵀ·scale + (head[h, i, j] + key[b, j]))
 //   rel form: head[h, i, j] = rel[h, (j - i) + q_len - 1]
-// Sums below -FLT_MAX are clamped to -FLT_MAX, so masked keys stay finite: a K/V block
-// whose keys are all masked produces no NaN and weighs exactly 0 once a row has seen an
-// unmasked key (exp underflows to 0). A row whose keys are all masked averages V (as torch does).
+// The scale is applied by the softmax, as it reads the logits (softmax_row.h), not by the
+// Q·Kᵀ matmul; so the bias is added as bias/scale to the unscaled logits (exact where the
+// bias is 0 or the scale 1: masks, T5). Sums below -FLT_MAX are clamped to -FLT_MAX, so
+// masked keys stay finite: a K/V block whose keys are all masked produces no NaN and weighs
+// exactly 0 once a row has seen an unmasked key (exp underflows to 0). A row whose keys are
+// all masked averages V (as torch does).
 #pragma once
 
 #include <array>
@@ -55,7 +58,7 @@ struct AttnBias {
 
 struct AttentionSpec {
   int64_t batch = 1, heads = 1, q_len = 1, kv_len = 1, head_dim = 1;
-  float scale = 0;  // 0 -> 1/sqrt(head_dim); any other value as given (T5: 1.0)
+  float scale = 0;  // 0 -> 1/sqrt(head_dim); any other (> 0, finite) as given (T5: 1.0)
   AttnLayout q, k, v, out;  // all-zero -> dense bhtd
   DType compute = DType::F32;
   int64_t q_block = 0, kv_block = 0;  // rows of Q / K,V per block; 0 -> defaults (tuned here)
@@ -73,8 +76,9 @@ struct AttentionPhases {
 };
 
 // The online softmax's state between calls of Attention::run_dense_part over successive sets of
-// keys (ring attention): per query row ([batch, heads, q_len]) the running max of the scaled
-// logits m and the running sum of their exponentials l; the unnormalised output stays in out.
+// keys (ring attention): per query row ([batch, heads, q_len]) the running max m of the logits
+// before the scale (softmax_row.h) and the running sum l of the scaled logits' exponentials;
+// the unnormalised output stays in out.
 struct AttentionCarry {
   float* m = nullptr;
   float* l = nullptr;

@@ -60,6 +60,10 @@ struct Attention::Impl {
   bool pack_kv = false;  // f32: K/V copied to dense [batch, heads, kv_len, head_dim] per run
   Tensor kd, vd;
   bool dense = false;  // the spec's q, k, v are dense bhtd: run_dense may be used
+  // The scale applied by the Q·Kᵀ matmul (f32: an output scale, a multiply in registers) or by
+  // the softmax (bf16: folded into its exponential, sparing the matmul a post-op; softmax_row.h);
+  // the other is 1. The rows' m are maxima of the logits as S holds them.
+  float qk_scale = 1, softmax_scale = 1;
 
   // One run over the blocks: q, k, v in the matmuls' layouts (eq, ek, ev); out f32, or bf16
   // (out16) rounded to nearest even, in the spec's out layout; lse, bias and carry optional.

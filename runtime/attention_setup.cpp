@@ -35,10 +35,10 @@ bool is_dense(const AttnLayout& l, int64_t H, int64_t T, int64_t D) {
   return l.batch_stride == d.batch_stride && l.head_stride == d.head_stride && l.token_stride == d.token_stride;
 }
 
-// The block matmuls Q·Kᵀ (scaled) and P·V for blocks of qr query rows and kc keys, reading
-// q, k and v in the layouts eq, ek and ev.
+// The block matmuls Q·Kᵀ (times qk_scale, unless 1) and P·V for blocks of qr query rows and kc
+// keys, reading q, k and v in the layouts eq, ek and ev.
 BlockPrims make_block_prims(const AttentionSpec& s, const AttnLayout& eq, const AttnLayout& ek, const AttnLayout& ev,
-                            int64_t qr, int64_t kc, int64_t KB) {
+                            int64_t qr, int64_t kc, int64_t KB, float qk_scale) {
   auto& eng = Engine::get().engine;
   const int64_t D = s.head_dim;
   const dt cdt = s.compute == DType::BF16 ? dt::bf16 : dt::f32;
@@ -51,7 +51,7 @@ BlockPrims make_block_prims(const AttentionSpec& s, const AttnLayout& eq, const 
   p.pv_dst = memory::desc({qr, D}, dt::f32, memory::dims{D, 1});
   dnnl::primitive_attr qk_attr;
   qk_attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  qk_attr.set_output_scales(0, {s.scale});
+  if (qk_scale != 1.f) qk_attr.set_output_scales(0, {qk_scale});
   dnnl::matmul::primitive_desc qk_pd(dnnl::matmul::desc(p.qk_src, p.qk_wei, p.qk_dst), qk_attr, eng);
   dnnl::primitive_attr pv_attr;
   pv_attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -95,12 +95,14 @@ Attention::Attention(const AttentionSpec& spec_in) : impl_(std::make_unique<Impl
   require_compute(spec_in.compute);
   m.spec = with_defaults(spec_in);
   const AttentionSpec& s = m.spec;
+  DIT_CHECK(std::isfinite(s.scale) && s.scale > 0, m.what << ": scale " << s.scale << " (expected > 0)");
   const int64_t D = s.head_dim;
   const bool bf16 = s.compute == DType::BF16;
   m.dense = (!bf16 || is_dense(s.q, s.heads, s.q_len, D)) && is_dense(s.k, s.heads, s.kv_len, D) &&
             is_dense(s.v, s.heads, s.kv_len, D);
   m.choose_blocks();
   m.choose_layouts();
+  (bf16 ? m.softmax_scale : m.qk_scale) = s.scale;
   m.nthr = std::max(1, omp_get_max_threads());
   dnnl_call(m.what.c_str(), [&] {
     // The block matmuls run inside our OpenMP parallel region, where oneDNN runs single-threaded;
@@ -167,7 +169,7 @@ void Attention::Impl::make_prims() {
     for (int ki = 0; ki < 2; ++ki) {
       const int64_t qr = qi ? q_tail : QB, kc = ki ? kv_tail : KB;
       if ((qi && qr == QB) || (ki && kc == KB)) continue;  // no distinct tail
-      prims[qi][ki] = make_block_prims(spec, eq, ek, ev, qr, kc, KB);
+      prims[qi][ki] = make_block_prims(spec, eq, ek, ev, qr, kc, KB, qk_scale);
       const BlockPrims& p = prims[qi][ki];
       sp_max = std::max({sp_max, p.qk_sp.get_size(), p.pv_sp.get_size()});
     }

@@ -19,31 +19,33 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 inline void put(float* p, float e) { *p = e; }
 inline void put(uint16_t* p, float e) { *p = f32_to_bf16(e); }
 
-// The exponential a kernel uses for its output type: exp_f for f32 probabilities, the
-// cheaper exp_short_f (4.1e-6 relative, 0 below -87) for probabilities stored as bf16.
+// The exponential a kernel uses for its output type, of the difference d = s - m: exp_f(d) for
+// f32 probabilities (the logits come scaled), the cheaper exp_short_scaled_f (exp(d·scale),
+// 4.1e-6 relative, 0 below exp(-87)) for probabilities stored as bf16.
 template <class Out>
-inline float exp_for(float x) {
+inline float exp_for(float d, simd::ExpShortScale k) {
   if constexpr (std::is_same_v<Out, float>)
-    return simd::exp_f(x);
+    return simd::exp_f(d);
   else
-    return simd::exp_short_f(x);
+    return simd::exp_short_scaled_f(d, k);
 }
 }  // namespace
 
-// Online-softmax update of one row of a block: s (logits, already scaled) -> p, running m/l, alpha.
-// The sum l takes the f32 exponentials whatever type p is stored in.
+// Online-softmax update of one row of a block: s (logits; for bf16 p before the scale) -> p,
+// running m/l, alpha. The sum l takes the f32 exponentials whatever type p is stored in.
 template <class Out>
-static void softmax_row_generic(const float* s, Out* p, int64_t cols, float* m, float* l, float* a) {
+static void softmax_row_generic(const float* s, Out* p, int64_t cols, float scale, float* m, float* l, float* a) {
+  const simd::ExpShortScale k(scale);
   float mx = kNegInf;
   for (int64_t j = 0; j < cols; ++j) mx = s[j] > mx ? s[j] : mx;
   const float mnew = std::max(*m, mx);
   float sum = 0.f;
   for (int64_t j = 0; j < cols; ++j) {
-    const float e = exp_for<Out>(s[j] - mnew);
+    const float e = exp_for<Out>(s[j] - mnew, k);
     put(p + j, e);
     sum += e;
   }
-  const float alpha = *m == kNegInf ? 0.f : simd::exp_f(*m - mnew);
+  const float alpha = *m == kNegInf ? 0.f : simd::exp_f((*m - mnew) * scale);
   *l = *l * alpha + sum;
   *m = mnew;
   *a = alpha;
@@ -75,23 +77,32 @@ __attribute__((target("avx512f"))) static inline __m512 exp512(__m512 x) {
   return _mm512_maskz_mov_ps(~under, _mm512_scalef_ps(p, n));
 }
 
-// simd::exp_short_f on 16 lanes, operation for operation (the same bits).
-__attribute__((target("avx512f"))) static inline __m512 exp512_short(__m512 x) {
-  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(simd::kExpShortLimit), _CMP_GE_OQ);
-  const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_fmsub_ps(x, log2e, n);
+// simd::exp_short_scaled_f on 16 lanes, operation for operation (the same bits): exp(d·scale)
+// for c = scale·log2 e and d_min = -87 / scale (simd::ExpShortScale).
+__attribute__((target("avx512f"))) static inline __m512 exp512_short(__m512 d, __m512 c, __m512 d_min) {
+  const __mmask16 keep = _mm512_cmp_ps_mask(d, d_min, _CMP_GE_OQ);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(d, c), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_fmsub_ps(d, c, n);
   __m512 q = _mm512_set1_ps(simd::kExp2Q[4]);
   for (int i = 3; i >= 0; --i) q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(simd::kExp2Q[i]));
   return _mm512_maskz_scalef_ps(keep, q, n);
 }
 
+// The exponential of 16 differences d = s - m for an output type, as exp_for: exp512(d) for
+// f32 (scaled logits), exp512_short(d, c, d_min) = exp(d·scale) for bf16.
+struct Exp512Args {
+  __m512 c, d_min;
+};
 template <class Out>
-__attribute__((target("avx512f"))) static inline __m512 exp512_for(__m512 x) {
+__attribute__((target("avx512f"))) static inline __m512 exp512_for(__m512 d, const Exp512Args& k) {
   if constexpr (std::is_same_v<Out, float>)
-    return exp512(x);
+    return exp512(d);
   else
-    return exp512_short(x);
+    return exp512_short(d, k.c, k.d_min);
+}
+__attribute__((target("avx512f"))) static inline Exp512Args exp512_args(float scale) {
+  const simd::ExpShortScale k(scale);
+  return {_mm512_set1_ps(k.c), _mm512_set1_ps(k.d_min)};
 }
 
 // 16 lanes of p (the first `k` of them): f32 as they are, or bf16 rounded to nearest even with
@@ -120,33 +131,34 @@ __attribute__((target("avx512f"))) static inline float row_max16(const float* s,
   return std::max(m, _mm512_reduce_max_ps(vmax));
 }
 
-__attribute__((target("avx512f"))) static inline void finish_row(float mnew, __m512 vsum, float* m, float* l,
-                                                                 float* a) {
-  const float alpha = *m == kNegInf ? 0.f : simd::exp_f(*m - mnew);
+__attribute__((target("avx512f"))) static inline void finish_row(float mnew, float scale, __m512 vsum, float* m,
+                                                                 float* l, float* a) {
+  const float alpha = *m == kNegInf ? 0.f : simd::exp_f((*m - mnew) * scale);
   *l = *l * alpha + _mm512_reduce_add_ps(vsum);
   *m = mnew;
   *a = alpha;
 }
 
 template <class Out>
-__attribute__((target("avx512f"))) static void softmax_row_avx512(const float* s, Out* p, int64_t cols, float* m, float* l,
-                                                           float* a) {
+__attribute__((target("avx512f"))) static void softmax_row_avx512(const float* s, Out* p, int64_t cols, float scale,
+                                                                  float* m, float* l, float* a) {
   const float mnew = row_max16(s, cols, *m);
   const __m512 vm = _mm512_set1_ps(mnew);
+  const Exp512Args ek = exp512_args(scale);
   __m512 vsum = _mm512_setzero_ps();
   int64_t j = 0;
   for (; j + 16 <= cols; j += 16) {
-    const __m512 e = exp512_for<Out>(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm));
+    const __m512 e = exp512_for<Out>(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm), ek);
     store16(p + j, e, __mmask16(0xffff));
     vsum = _mm512_add_ps(vsum, e);
   }
   if (j < cols) {
     const __mmask16 k = __mmask16((1u << (cols - j)) - 1);
-    const __m512 e = _mm512_maskz_mov_ps(k, exp512_for<Out>(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vm)));
+    const __m512 e = _mm512_maskz_mov_ps(k, exp512_for<Out>(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vm), ek));
     store16(p + j, e, k);
     vsum = _mm512_add_ps(vsum, e);
   }
-  finish_row(mnew, vsum, m, l, a);
+  finish_row(mnew, scale, vsum, m, l, a);
 }
 
 // bf16 output with AVX512_BF16's vcvtne2ps2bf16 (32 values rounded to nearest even in one
@@ -154,25 +166,26 @@ __attribute__((target("avx512f"))) static void softmax_row_avx512(const float* s
 // flushes subnormals, which exp512_short never produces, so p, m, l and a are bit for bit those
 // of softmax_row_avx512<uint16_t> (the same exponentials, summed in the same order).
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static void softmax_row_avx512bf16(
-    const float* s, uint16_t* p, int64_t cols, float* m, float* l, float* a) {
+    const float* s, uint16_t* p, int64_t cols, float scale, float* m, float* l, float* a) {
   const float mnew = row_max16(s, cols, *m);
   const __m512 vm = _mm512_set1_ps(mnew);
+  const Exp512Args ek = exp512_args(scale);
   __m512 vsum = _mm512_setzero_ps();
   int64_t j = 0;
   for (; j + 32 <= cols; j += 32) {
-    const __m512 e0 = exp512_short(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm));
-    const __m512 e1 = exp512_short(_mm512_sub_ps(_mm512_loadu_ps(s + j + 16), vm));
+    const __m512 e0 = exp512_short(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm), ek.c, ek.d_min);
+    const __m512 e1 = exp512_short(_mm512_sub_ps(_mm512_loadu_ps(s + j + 16), vm), ek.c, ek.d_min);
     _mm512_storeu_si512(p + j, __m512i(_mm512_cvtne2ps_pbh(e1, e0)));
     vsum = _mm512_add_ps(vsum, e0);
     vsum = _mm512_add_ps(vsum, e1);
   }
   for (; j < cols; j += 16) {  // at most one full vector, then the masked tail
     const __mmask16 k = cols - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (cols - j)) - 1);
-    const __m512 e = _mm512_maskz_mov_ps(k, exp512_short(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vm)));
+    const __m512 e = _mm512_maskz_mov_ps(k, exp512_short(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vm), ek.c, ek.d_min));
     _mm256_mask_storeu_epi16(p + j, k, __m256i(_mm512_cvtneps_pbh(e)));
     vsum = _mm512_add_ps(vsum, e);
   }
-  finish_row(mnew, vsum, m, l, a);
+  finish_row(mnew, scale, vsum, m, l, a);
 }
 
 // The same for AVX2 + FMA CPUs (no AVX-512): GCC leaves the generic exp loop scalar, which was
@@ -264,53 +277,72 @@ SoftmaxRowKernel softmax_row_best() {
 
 namespace {
 
-template <class Out>
-using RowFn = void (*)(const float*, Out*, int64_t, float*, float*, float*);
+// The kernels' signatures: f32 probabilities from scaled logits; bf16 probabilities from
+// logits before the scale, which the exponential applies.
+using RowFn32 = void (*)(const float*, float*, int64_t, float*, float*, float*);
+using RowFn16 = void (*)(const float*, uint16_t*, int64_t, float, float*, float*, float*);
 
-template <class Out>
-RowFn<Out> kernel_fn(SoftmaxRowKernel k) {
+// The f32 forms of the kernels shared with bf16 (their logits come scaled: scale 1).
+void softmax_row_generic_f32(const float* s, float* p, int64_t cols, float* m, float* l, float* a) {
+  softmax_row_generic<float>(s, p, cols, 1.f, m, l, a);
+}
+#ifdef DIT_HAVE_AVX512_SOFTMAX
+__attribute__((target("avx512f"))) void softmax_row_avx512_f32(const float* s, float* p, int64_t cols, float* m,
+                                                               float* l, float* a) {
+  softmax_row_avx512<float>(s, p, cols, 1.f, m, l, a);
+}
+#endif
+
+RowFn32 kernel_f32(SoftmaxRowKernel k) {
+  DIT_CHECK(softmax_row_supported(k), "softmax row kernel " << int(k) << " is not available on this CPU");
+  switch (k) {
+#ifdef DIT_HAVE_AVX512_SOFTMAX
+    case SoftmaxRowKernel::Avx512Bf16:  // f32 output: no bf16 instruction to use
+    case SoftmaxRowKernel::Avx512:
+      return softmax_row_avx512_f32;
+    case SoftmaxRowKernel::Avx2:
+      return softmax_row_avx2;
+#endif
+    default:
+      return softmax_row_generic_f32;
+  }
+}
+
+RowFn16 kernel_bf16(SoftmaxRowKernel k) {
   DIT_CHECK(softmax_row_supported(k), "softmax row kernel " << int(k) << " is not available on this CPU");
   switch (k) {
 #ifdef DIT_HAVE_AVX512_SOFTMAX
     case SoftmaxRowKernel::Avx512Bf16:
-      if constexpr (std::is_same_v<Out, uint16_t>)
-        return softmax_row_avx512bf16;
-      else
-        return softmax_row_avx512<Out>;  // f32 output: no bf16 instruction to use
+      return softmax_row_avx512bf16;
     case SoftmaxRowKernel::Avx512:
-      return softmax_row_avx512<Out>;
-    case SoftmaxRowKernel::Avx2:
-      // oneDNN has no bf16 matmul on AVX2-only CPUs, so bf16 probabilities never run there:
-      // the scalar kernel serves that slot.
-      if constexpr (std::is_same_v<Out, float>)
-        return softmax_row_avx2;
-      else
-        return softmax_row_generic<Out>;
+      return softmax_row_avx512<uint16_t>;
 #endif
     default:
-      return softmax_row_generic<Out>;
+      // oneDNN has no bf16 matmul on AVX2-only CPUs, so bf16 probabilities never run there:
+      // the scalar kernel serves that slot.
+      return softmax_row_generic<uint16_t>;
   }
 }
 
 }  // namespace
 
 void softmax_row_with(SoftmaxRowKernel k, const float* s, float* p, int64_t cols, float* m, float* l, float* a) {
-  kernel_fn<float>(k)(s, p, cols, m, l, a);
+  kernel_f32(k)(s, p, cols, m, l, a);
 }
 
-void softmax_row_bf16_with(SoftmaxRowKernel k, const float* s, uint16_t* p, int64_t cols, float* m, float* l,
-                           float* a) {
-  kernel_fn<uint16_t>(k)(s, p, cols, m, l, a);
+void softmax_row_bf16_with(SoftmaxRowKernel k, const float* s, uint16_t* p, int64_t cols, float scale, float* m,
+                           float* l, float* a) {
+  kernel_bf16(k)(s, p, cols, scale, m, l, a);
 }
 
 void softmax_row(const float* s, float* p, int64_t cols, float* m, float* l, float* a) {
-  static const RowFn<float> best = kernel_fn<float>(softmax_row_best());
+  static const RowFn32 best = kernel_f32(softmax_row_best());
   best(s, p, cols, m, l, a);
 }
 
-void softmax_row_bf16(const float* s, uint16_t* p, int64_t cols, float* m, float* l, float* a) {
-  static const RowFn<uint16_t> best = kernel_fn<uint16_t>(softmax_row_best());
-  best(s, p, cols, m, l, a);
+void softmax_row_bf16(const float* s, uint16_t* p, int64_t cols, float scale, float* m, float* l, float* a) {
+  static const RowFn16 best = kernel_bf16(softmax_row_best());
+  best(s, p, cols, scale, m, l, a);
 }
 
 }  // namespace dit

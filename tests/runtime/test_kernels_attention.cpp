@@ -545,3 +545,16 @@ TEST_CASE("Attention::run_dense_part over successive key sets gives one run over
   CHECK_THROWS_WITH(a.run_dense_part(x.data(), x.data(), x.data(), x.data(), AttentionCarry{}),
                     Catch::Contains("needs the rows' m and l"));
 }
+
+TEST_CASE("Attention refuses a scale that is not positive and finite", "[kernels][attention]") {
+  for (const float scale : {-0.125f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    AttentionSpec s;
+    s.batch = 1;
+    s.heads = 2;
+    s.q_len = s.kv_len = 8;
+    s.head_dim = 16;
+    s.scale = scale;
+    INFO("scale " << scale);
+    CHECK_THROWS_WITH(Attention(s), Catch::Contains("scale") && Catch::Contains("expected > 0"));
+  }
+}

@@ -84,8 +84,11 @@ TEST_CASE("softmax row kernels equal a double-precision reference", "[runtime][a
 //   a million logits some values fall exactly halfway between two bf16 values (low 16 bits
 //   0x8000), so ties to even are checked too;
 // - against a double-precision reference: p within 2^-8 relative (rounding to 8 significant bits
-//   plus the short polynomial), 0 where s - m' < -87; m' and a exact; l within 1e-5 relative of
-//   the f32 kernel's (summed in the same order) and 5e-5 of the double sum (4096 f32 additions);
+//   plus the short polynomial), 0 where (s - m')·scale < -87; m' exact, a within 1e-6; l within
+//   5e-5 of the double sum (4096 f32 additions);
+// - at scale 1, against the f32 kernel (summed in the same order): m' and a exact, l within 1e-5;
+// - the scale is taken before the exponential (the logits come unscaled): at 1/sqrt(72) each p
+//   is simd::exp_short_scaled_f's value, and its m' the unscaled max;
 // - the AVX512_BF16 kernel (conversion instruction) gives the AVX-512 kernel's bits: p and l.
 TEST_CASE("softmax row kernels store bf16 probabilities rounded to nearest even",
           "[runtime][attention][bf16]") {
@@ -94,7 +97,7 @@ TEST_CASE("softmax row kernels store bf16 probabilities rounded to nearest even"
   for (auto [k, name] : kKernels) {
     if (!softmax_row_supported(k)) {
       WARN("softmax row kernel " << name << " (bf16 output) not checked: this CPU cannot run it");
-      CHECK_THROWS_AS(softmax_row_bf16_with(k, nullptr, nullptr, 0, nullptr, nullptr, nullptr), Error);
+      CHECK_THROWS_AS(softmax_row_bf16_with(k, nullptr, nullptr, 0, 1.f, nullptr, nullptr, nullptr), Error);
       continue;
     }
     std::mt19937 rng(11);
@@ -106,29 +109,32 @@ TEST_CASE("softmax row kernels store bf16 probabilities rounded to nearest even"
         std::vector<uint16_t> p16(s.size(), 0xffff);
         for (float& x : s) x = nd(rng);
         if (cols > 3) s[2] = -FLT_MAX;  // a masked key
-        if (cols > 5) s[4] = s[0] - 95.f;  // below exp(-87) of the row's max at most
         const State st = rep % 2 ? State{ninf, 0.f} : State{3.f, 2.f};
+        const float scale = rep % 4 < 2 ? 1.f : 0.117851130f;  // DiT's 1/sqrt(72)
+        if (cols > 5) s[4] = s[0] - 95.f / scale;  // below exp(-87) of the row's max at most
         float m32 = st.m, l32 = st.l, a32 = NAN, m16 = st.m, l16 = st.l, a16 = NAN;
         // The f32 kernel with the same summation order: the scalar one where bf16 output on
         // AVX2 is served by it.
         const SoftmaxRowKernel same = k == SoftmaxRowKernel::Avx2 ? SoftmaxRowKernel::Generic : k;
         softmax_row_with(same, s.data(), p32.data(), cols, &m32, &l32, &a32);
-        softmax_row_bf16_with(k, s.data(), p16.data(), cols, &m16, &l16, &a16);
-        INFO(name << " cols " << cols << " rep " << rep);
-        REQUIRE(m16 == m32);
-        CHECK(a16 == a32);
+        softmax_row_bf16_with(k, s.data(), p16.data(), cols, scale, &m16, &l16, &a16);
+        INFO(name << " cols " << cols << " rep " << rep << " scale " << scale);
+        REQUIRE(m16 == m32);  // the unscaled max either way
+        const double ar = st.m == ninf ? 0.0 : std::exp(double((st.m - m16) * scale));
+        CHECK(std::fabs(a16 - ar) <= 1e-6 * ar);
+        if (scale == 1.f) CHECK(a16 == a32);
         int64_t not_rounded = 0, far = 0;
         double sum = 0;
         for (size_t j = 0; j < s.size(); ++j) {
-          const float x = s[j] - m16;
-          const float before = simd::exp_short_f(x);
+          const float d = s[j] - m16;
+          const float before = simd::exp_short_scaled_f(d, simd::ExpShortScale(scale));
           uint32_t u;
           std::memcpy(&u, &before, 4);
           ties += (u & 0xffffu) == 0x8000u;
           not_rounded += p16[j] != f32_to_bf16(before);
-          const double e = std::exp(double(x)), got = bf16_to_f32(p16[j]);
+          const double x = double(d) * scale, e = std::exp(x), got = bf16_to_f32(p16[j]);
           sum += e;
-          if (x < -87.f) {  // exp_short_f: exactly 0
+          if (x < -87.0) {  // exp_short_scaled_f: exactly 0
             far += got != 0;
             ++zeros;
           } else {
@@ -140,13 +146,13 @@ TEST_CASE("softmax row kernels store bf16 probabilities rounded to nearest even"
         CHECK(far == 0);
         // l: the f32 kernel's sum of the same kind (same order) up to the exponentials' error,
         // and the double reference up to that and f32 summation over `cols` terms.
-        const double lr = double(st.l) * (st.m == ninf ? 0.0 : std::exp(double(st.m - m16))) + sum;
-        CHECK(std::fabs(l16 - l32) <= 1e-5 * l32);
+        const double lr = double(st.l) * ar + sum;
+        if (scale == 1.f) CHECK(std::fabs(l16 - l32) <= 1e-5 * l32);
         CHECK(std::fabs(l16 - lr) <= 5e-5 * lr);
         if (k == SoftmaxRowKernel::Avx512Bf16) {  // the same bits as the integer rounding of AVX-512
           std::vector<uint16_t> q16(s.size());
           float m = st.m, l = st.l, a = NAN;
-          softmax_row_bf16_with(SoftmaxRowKernel::Avx512, s.data(), q16.data(), cols, &m, &l, &a);
+          softmax_row_bf16_with(SoftmaxRowKernel::Avx512, s.data(), q16.data(), cols, scale, &m, &l, &a);
           CHECK(q16 == p16);
           CHECK(l == l16);
         }
@@ -157,4 +163,27 @@ TEST_CASE("softmax row kernels store bf16 probabilities rounded to nearest even"
     ++ran;
   }
   CHECK(ran >= 1);
+}
+
+// The bf16 kernels take the difference before the scale: a row of equal logits, the masked keys'
+// -FLT_MAX included, gives exactly exp(0) = 1 each (and l = cols), at any scale. (Folding the
+// scale into the difference with one FMA, (s·scale - m'), leaves the rounding error of
+// -FLT_MAX·scale, about 1e31, in the argument: every p was 0 and l too.)
+TEST_CASE("softmax row kernels, bf16: equal logits give exp(0) at any scale, -FLT_MAX included",
+          "[runtime][attention][bf16]") {
+  for (auto [k, name] : kKernels) {
+    if (!softmax_row_supported(k)) continue;
+    for (const float v : {0.f, 3.5f, -1e30f, -FLT_MAX})
+      for (const float scale : {1.f, 0.117851130f, 0.35355339f, 4.f}) {
+        std::vector<float> s(37, v);
+        std::vector<uint16_t> p(s.size());
+        float m = -std::numeric_limits<float>::infinity(), l = 0.f, a = NAN;
+        softmax_row_bf16_with(k, s.data(), p.data(), int64_t(s.size()), scale, &m, &l, &a);
+        INFO(name << " logit " << v << " scale " << scale);
+        CHECK(m == v);
+        CHECK(l == 37.f);
+        CHECK(a == 0.f);
+        for (uint16_t x : p) CHECK(x == f32_to_bf16(1.f));
+      }
+  }
 }
