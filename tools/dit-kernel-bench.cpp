@@ -4,7 +4,7 @@
 //
 // Reports GFLOP/s (median of --runs timed runs after --warmup untimed ones) for a big
 // square oneDNN matmul (the machine's GEMM peak), the DiT block's Linear layers (f32 and
-// bf16, 256 and 1024 tokens, batch 2), attention (16 heads x 72, 256/1024/4096 tokens), the
+// bf16, 256 and 1024 tokens, batch 2), attention (16 heads x 72, or --head-dim, 256/1024/4096 tokens), the
 // modulated LayerNorm (f32, and bf16 for a bf16 Linear), and the VAE's 3x3 convolutions (channels last, as the decoder runs them, and the NCHW paths).
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -117,8 +117,8 @@ json bench_linear(const LinearCase& lc, int64_t tokens, DType c, bool pack = fal
 
 // bf16: q, k, v given in bf16 and the output written in bf16, as a block's projection and
 // local attention exchange them.
-json bench_attention(int64_t tokens, int64_t B, DType c, int64_t qb = 0, int64_t kb = 0) {
-  const int64_t H = 16, D = 72;
+json bench_attention(int64_t tokens, int64_t B, DType c, int64_t qb = 0, int64_t kb = 0, int64_t D = 72) {
+  const int64_t H = 16;
   AttentionSpec s;
   s.batch = B;
   s.heads = H;
@@ -228,6 +228,7 @@ int main(int argc, char** argv) {
   int threads = 0;
   bool sweep = false, skip_4096 = false, packed = false;
   std::string only;
+  std::vector<int64_t> head_dims{72};
   app.add_option("-t,--threads", threads, "threads (default: OpenMP default)");
   app.add_option("--runs", g_runs, "timed runs per measurement (median reported)")->capture_default_str();
   app.add_option("--warmup", g_warmup, "untimed warm-up runs")->capture_default_str();
@@ -236,6 +237,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"gemm", "linear", "attention", "norm", "conv", "copy"}));
   app.add_flag("--sweep", sweep, "also sweep attention block sizes at 1024 tokens");
   app.add_flag("--no-4096", skip_4096, "skip the 4096-token attention");
+  app.add_option("--head-dim", head_dims,
+                 "attention: head sizes to time, comma-separated (16 heads each; default 72, DiT-XL/2's). "
+                 "Q·Kᵀ reduces over the head size: e.g. 72,96 shows what a zero-padded 72 would cost")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t(1), int64_t(512)));
   app.add_flag("--packed", packed, "also time Linear with weights reordered into the matmul's preferred layout");
   if (auto rc = dit::parse_args(app, argc, argv, "dit-kernel-bench")) return *rc;
   try {
@@ -262,11 +268,12 @@ int main(int argc, char** argv) {
             rows.push_back(bench_linear({"fc2_gated", 4608, 1152, Act::None, true}, t, c, pack));
           }
     if (only.empty() || only == "attention") {
-      for (DType c : types)
-        for (int64_t t : {256, 1024, 4096}) {
-          if (t == 4096 && skip_4096) continue;
-          rows.push_back(bench_attention(t, 2, c));
-        }
+      for (int64_t d : head_dims)
+        for (DType c : types)
+          for (int64_t t : {256, 1024, 4096}) {
+            if (t == 4096 && skip_4096) continue;
+            rows.push_back(bench_attention(t, 2, c, 0, 0, d));
+          }
       if (sweep)
         for (DType c : types)
           for (int64_t qb : {32, 64, 128, 256, 512})

@@ -77,8 +77,11 @@ def kernels(docs):
     for doc in docs:
         for r in doc.get("results", []):
             if r.get("op", "").startswith("attention") and r.get("dtype") in gemm:
-                print(f"- {r['op']} {r['dtype']} {r.get('tokens', '')} tokens: {r['gflops']:.0f} GFLOP/s, "
-                      f"{r['gflops'] / gemm[r['dtype']]:.2f} of the GEMM")
+                ph = r.get("phases", {})
+                phases = (f"; Q·Kᵀ {ph['qk']:.2f}, softmax {ph['softmax']:.2f}, P·V {ph['pv']:.2f} of its time"
+                          if all(k in ph for k in ("qk", "softmax", "pv")) else "")
+                print(f"- {r['op']} {r['dtype']} {r.get('tokens', '')} tokens, head_dim {r.get('head_dim', '?')}: "
+                      f"{r['gflops']:.0f} GFLOP/s, {r['gflops'] / gemm[r['dtype']]:.2f} of the GEMM{phases}")
     linear, impl = {}, {}
     for doc in docs:
         for r in doc.get("results", []):

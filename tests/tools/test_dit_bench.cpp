@@ -260,3 +260,28 @@ TEST_CASE("dit-comm-bench --ops ulysses times the windows against the all-to-all
   CHECK(one.err.find("--ops ulysses needs --nproc 2 or more") != std::string::npos);
   CHECK(one.out.empty());
 }
+
+TEST_CASE("dit-kernel-bench --head-dim times attention at each head size asked for", "[tools][bench]") {
+  RunResult r = run(bin("dit-kernel-bench") + " -t 1 --only attention --no-4096 --runs 1 --warmup 0 --head-dim 8,24");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto doc = nlohmann::json::parse(r.out);
+  std::vector<int64_t> dims;
+  for (const auto& row : doc["results"]) {
+    INFO(row.dump());
+    CHECK(row["op"] == "attention");
+    CHECK(row["gflops"].get<double>() > 0);
+    CHECK(row["phases"]["qk"].get<double>() > 0);
+    dims.push_back(row["head_dim"].get<int64_t>());
+  }
+  // f32 (and bf16 where the CPU has it) at 256 and 1024 tokens, for each size in turn
+  const size_t per = 2 * compute_types().size();
+  REQUIRE(dims.size() == 2 * per);
+  CHECK(std::count(dims.begin(), dims.end(), 8) == int64_t(per));
+  CHECK(std::count(dims.begin(), dims.end(), 24) == int64_t(per));
+
+  RunResult bad = run(bin("dit-kernel-bench") + " --only attention --head-dim 72,0");
+  CHECK(bad.code != 0);
+  CHECK(bad.out.empty());
+  CHECK(bad.err.find("--head-dim") != std::string::npos);
+}
