@@ -116,7 +116,7 @@ bench=("$bin/dit-bench" --preset xl --layers "$layers" $steps)
 
 # 1. Kernels at all cores: the GEMM reference, attention (f32 and bf16), the copies, the linears.
 part kernels 90 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs 5 --only gemm
-part kernels 90 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs 5 --only attention --no-4096 --head-dim 72,96
+part kernels 90 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs 5 --only attention --no-4096 --head-dim 72,80,96
 part kernels 60 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs 5 --only copy
 # The block's linears with the weights as they are read (in place) and reordered into the
 # matmul's preferred layout (what a packed weight cache would give).
