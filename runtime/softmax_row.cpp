@@ -32,7 +32,8 @@ inline float exp_for(float d, simd::ExpShortScale k) {
 }  // namespace
 
 // Online-softmax update of one row of a block: s (logits; for bf16 p before the scale) -> p,
-// running m/l, alpha. The sum l takes the f32 exponentials whatever type p is stored in.
+// running m/l, alpha. The sum l takes the f32 exponentials whatever type p is stored in. For
+// f32 p the logits come scaled and scale is 1 (softmax_row_generic_f32).
 template <class Out>
 static void softmax_row_generic(const float* s, Out* p, int64_t cols, float scale, float* m, float* l, float* a) {
   const simd::ExpShortScale k(scale);
@@ -139,6 +140,7 @@ __attribute__((target("avx512f"))) static inline void finish_row(float mnew, flo
   *a = alpha;
 }
 
+// As softmax_row_generic, 16 logits at a time (f32 p: scale 1, softmax_row_avx512_f32).
 template <class Out>
 __attribute__((target("avx512f"))) static void softmax_row_avx512(const float* s, Out* p, int64_t cols, float scale,
                                                                   float* m, float* l, float* a) {
