@@ -548,9 +548,7 @@ TEST_CASE("Attention::run_dense_part over successive key sets gives one run over
 
 TEST_CASE("Attention refuses a scale that is not positive and finite", "[kernels][attention]") {
   for (const float scale : {-0.125f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
-    AttentionSpec s;
-    s.batch = 1;
-    s.heads = 2;
+    AttentionSpec s;  // batch 1, one head
     s.q_len = s.kv_len = 8;
     s.head_dim = 16;
     s.scale = scale;
