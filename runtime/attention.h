@@ -62,6 +62,10 @@ struct AttentionSpec {
   AttnLayout q, k, v, out;  // all-zero -> dense bhtd
   DType compute = DType::F32;
   int64_t q_block = 0, kv_block = 0;  // rows of Q / K,V per block; 0 -> defaults (tuned here)
+  // bf16: scale the logits in the Q·Kᵀ matmul (an output scale) rather than in the softmax, as
+  // bf16 ran before the thirteenth session; only for comparing the two
+  // (dit-kernel-bench --bf16-scale-in-qk). f32 always scales there.
+  bool bf16_scale_in_qk = false;
 };
 
 // Where a run's time went, summed over the threads (seconds), since construction or the last

@@ -102,7 +102,7 @@ Attention::Attention(const AttentionSpec& spec_in) : impl_(std::make_unique<Impl
             is_dense(s.v, s.heads, s.kv_len, D);
   m.choose_blocks();
   m.choose_layouts();
-  (bf16 ? m.softmax_scale : m.qk_scale) = s.scale;
+  (bf16 && !s.bf16_scale_in_qk ? m.softmax_scale : m.qk_scale) = s.scale;
   m.nthr = std::max(1, omp_get_max_threads());
   dnnl_call(m.what.c_str(), [&] {
     // The block matmuls run inside our OpenMP parallel region, where oneDNN runs single-threaded;

@@ -117,7 +117,8 @@ json bench_linear(const LinearCase& lc, int64_t tokens, DType c, bool pack = fal
 
 // bf16: q, k, v given in bf16 and the output written in bf16, as a block's projection and
 // local attention exchange them.
-json bench_attention(int64_t tokens, int64_t B, DType c, int64_t qb = 0, int64_t kb = 0, int64_t D = 72) {
+json bench_attention(int64_t tokens, int64_t B, DType c, int64_t qb = 0, int64_t kb = 0, int64_t D = 72,
+                     bool scale_in_qk = false) {
   const int64_t H = 16;
   AttentionSpec s;
   s.batch = B;
@@ -127,6 +128,7 @@ json bench_attention(int64_t tokens, int64_t B, DType c, int64_t qb = 0, int64_t
   s.compute = c;
   s.q_block = qb;
   s.kv_block = kb;
+  s.bf16_scale_in_qk = scale_in_qk;
   s.q = s.k = s.v = AttnLayout::bthd(tokens, D, H, 3 * H * D);  // fused QKV, as in the model
   s.out = AttnLayout::bthd(tokens, D, H, H * D);
   Attention attn(s);
@@ -146,6 +148,9 @@ json bench_attention(int64_t tokens, int64_t B, DType c, int64_t qb = 0, int64_t
       runs);
   json j = {{"op", "attention"}, {"tokens", tokens}, {"batch", B},   {"heads", H},
             {"head_dim", D},     {"dtype", dtype_name(c)}, {"ms", sec * 1e3}, {"gflops", attn.flops() / sec / 1e9}};
+  // where the softmax scale is applied: by the Q·Kᵀ matmul (f32, and bf16 with
+  // --bf16-scale-in-qk) or by the softmax (bf16)
+  j["scale_in"] = c == DType::BF16 && !scale_in_qk ? "softmax" : "qk_matmul";
   if (qb || kb) {
     j["q_block"] = qb;
     j["kv_block"] = kb;
@@ -226,7 +231,7 @@ json bench_norm(int64_t tokens) {
 int main(int argc, char** argv) {
   CLI::App app{"dit-kernel-bench: GFLOP/s of the dit-gen kernels at DiT-XL/2 sizes (JSON on stdout)"};
   int threads = 0;
-  bool sweep = false, skip_4096 = false, packed = false;
+  bool sweep = false, skip_4096 = false, packed = false, scale_in_qk = false;
   std::string only;
   std::vector<int64_t> head_dims{72};
   app.add_option("-t,--threads", threads, "threads (default: OpenMP default)");
@@ -242,6 +247,9 @@ int main(int argc, char** argv) {
                  "Q·Kᵀ reduces over the head size: e.g. 72,96 shows what a zero-padded 72 would cost")
       ->delimiter(',')
       ->check(CLI::Range(int64_t(1), int64_t(512)));
+  app.add_flag("--bf16-scale-in-qk", scale_in_qk,
+               "attention: also time bf16 with the softmax scale applied by the Q·Kᵀ matmul (an output scale), "
+               "as before the softmax took it over (rows with \"scale_in\": \"qk_matmul\")");
   app.add_flag("--packed", packed, "also time Linear with weights reordered into the matmul's preferred layout");
   if (auto rc = dit::parse_args(app, argc, argv, "dit-kernel-bench")) return *rc;
   try {
@@ -273,6 +281,7 @@ int main(int argc, char** argv) {
           for (int64_t t : {256, 1024, 4096}) {
             if (t == 4096 && skip_4096) continue;
             rows.push_back(bench_attention(t, 2, c, 0, 0, d));
+            if (c == DType::BF16 && scale_in_qk) rows.push_back(bench_attention(t, 2, c, 0, 0, d, true));
           }
       if (sweep)
         for (DType c : types)

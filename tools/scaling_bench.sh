@@ -117,6 +117,9 @@ bench=("$bin/dit-bench" --preset xl --layers "$layers" $steps)
 # 1. Kernels at all cores: the GEMM reference, attention (f32 and bf16), the copies, the linears.
 part kernels 90 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs 5 --only gemm
 part kernels 90 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs 5 --only attention --no-4096 --head-dim 72,80,96
+# bf16 attention with the softmax scale in the Q·Kᵀ matmul, as before the softmax took it over
+# (on AMX that scale sends every tile of logits through a buffer: docs/benchmarks.md)
+part kernels 60 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs 5 --only attention --no-4096 --bf16-scale-in-qk
 part kernels 60 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs 5 --only copy
 # The block's linears with the weights as they are read (in place) and reordered into the
 # matmul's preferred layout (what a packed weight cache would give).

@@ -78,8 +78,10 @@ AttentionSpec spec_of(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t D, D
 
 // fused: q, k, v read from one [B, T, 3, H, D] buffer, out [B, T, H, D].
 void check_attention(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t D, bool fused, DType compute,
-                     int64_t qblock = 0, int64_t kvblock = 0, float scale = 0, float range = 1.f) {
+                     int64_t qblock = 0, int64_t kvblock = 0, float scale = 0, float range = 1.f,
+                     bool scale_in_qk = false) {
   AttentionSpec s = spec_of(B, H, Tq, Tk, D, compute);
+  s.bf16_scale_in_qk = scale_in_qk;
   s.q_block = qblock;
   s.kv_block = kvblock;
   s.scale = scale;
@@ -118,7 +120,8 @@ void check_attention(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t D, bo
   const bool bf = compute == DType::BF16;
   std::ostringstream os;
   os << "attn B" << B << " H" << H << " Tq" << Tq << " Tk" << Tk << " D" << D << " fused" << fused << " "
-     << dtype_name(compute) << " blocks " << qblock << "/" << kvblock << " impl " << attn.impl_info();
+     << dtype_name(compute) << " blocks " << qblock << "/" << kvblock << (scale_in_qk ? " scale in Q·Kᵀ" : "")
+     << " impl " << attn.impl_info();
   kt::check_close(gather(s, out.data(), ol).data(), want.data(), want.size(), bf ? 2e-2 : 1e-4, bf ? 1e-2 : 2e-5,
                   os.str() + " out");
   kt::check_close(lse.data(), want_lse.data(), want_lse.size(), bf ? 1e-2 : 1e-5, bf ? 1e-2 : 1e-5,
@@ -172,6 +175,15 @@ TEST_CASE("Attention with bf16 compute", "[kernels][attention][bf16]") {
   for (int64_t T : {1, 7, 64, 333}) check_attention(2, 3, T, T, 72, true, DType::BF16);
   check_attention(2, 3, 7, 333, 8, false, DType::BF16);
   check_attention(2, 3, 333, 64, 72, false, DType::BF16, 32, 64);
+}
+
+// The scale as Q·Kᵀ's output scale (how bf16 ran before, kept for dit-kernel-bench to compare)
+// matches the reference as well, large logits included.
+TEST_CASE("Attention with bf16 compute, the scale in the Q·Kᵀ matmul", "[kernels][attention][bf16]") {
+  if (!dit_test::bf16_available()) return;
+  check_attention(2, 3, 64, 64, 72, true, DType::BF16, 0, 0, 0, 1.f, true);
+  check_attention(2, 3, 333, 64, 72, false, DType::BF16, 32, 64, 0, 1.f, true);
+  check_attention(2, 2, 100, 300, 16, false, DType::BF16, 32, 64, 1.0f, 4.f, true);
 }
 
 TEST_CASE("Attention runs with one thread and with more threads than tasks", "[kernels][attention]") {

@@ -261,21 +261,28 @@ TEST_CASE("dit-comm-bench --ops ulysses times the windows against the all-to-all
   CHECK(one.out.empty());
 }
 
+// --bf16-scale-in-qk adds, for each bf16 row, one with the softmax scale in the Q·Kᵀ matmul.
 TEST_CASE("dit-kernel-bench --head-dim times attention at each head size asked for", "[tools][bench]") {
-  RunResult r = run(bin("dit-kernel-bench") + " -t 1 --only attention --no-4096 --runs 1 --warmup 0 --head-dim 8,24");
+  RunResult r = run(bin("dit-kernel-bench") +
+                    " -t 1 --only attention --no-4096 --runs 1 --warmup 0 --head-dim 8,24 --bf16-scale-in-qk");
   INFO(r.err);
   REQUIRE(r.code == 0);
   const auto doc = nlohmann::json::parse(r.out);
   std::vector<int64_t> dims;
+  int64_t in_qk = 0, in_softmax = 0;
   for (const auto& row : doc["results"]) {
     INFO(row.dump());
     CHECK(row["op"] == "attention");
     CHECK(row["gflops"].get<double>() > 0);
     CHECK(row["phases"]["qk"].get<double>() > 0);
     dims.push_back(row["head_dim"].get<int64_t>());
+    if (row["dtype"] == "f32") CHECK(row["scale_in"] == "qk_matmul");
+    if (row["dtype"] == "bf16") (row["scale_in"] == "qk_matmul" ? in_qk : in_softmax) += 1;
   }
-  // f32 (and bf16 where the CPU has it) at 256 and 1024 tokens, for each size in turn
-  const size_t per = 2 * compute_types().size();
+  CHECK(in_qk == in_softmax);
+  CHECK(in_qk == (dit_test::bf16_available() ? 4 : 0));
+  // f32 (and bf16 twice where the CPU has it) at 256 and 1024 tokens, for each size in turn
+  const size_t per = 2 * (compute_types().size() + (dit_test::bf16_available() ? 1 : 0));
   REQUIRE(dims.size() == 2 * per);
   CHECK(std::count(dims.begin(), dims.end(), 8) == int64_t(per));
   CHECK(std::count(dims.begin(), dims.end(), 24) == int64_t(per));
