@@ -137,7 +137,10 @@ class SequenceParallelAttention final : public SelfAttention {
   void post_gather_chunk(int c, OutRows out, uint32_t tag0);
   void finish_gather(OutRows out);
   // Ulysses through the group's shared-memory windows (ulysses_window.cpp).
-  size_t ulysses_window_bytes();  // sets out_at_
+  struct UlyssesWindowLayout {
+    size_t out_at, bytes;
+  };
+  UlyssesWindowLayout ulysses_window_layout() const;
   void ulysses_window(QkvRows qkv, OutRows out);
   void window_scatter(QkvRows qkv);
   void read_qkv_block(const void* rows, int j);

@@ -25,7 +25,9 @@ void SequenceParallelAttention::prepare_ulysses() {
     prepare_ulysses_blocks();
     // On one machine: through the windows (collective: every Ulysses rank prepares the same
     // shape), without the all-to-all's staging buffers.
-    uly_window_ = uly_->ensure_window(ulysses_window_bytes());
+    const UlyssesWindowLayout w = ulysses_window_layout();
+    out_at_ = w.out_at;
+    uly_window_ = uly_->ensure_window(w.bytes);
     if (uly_window_) {
       for (auto* v : {&send16_, &out16_, &recv16_}) std::vector<uint16_t>().swap(*v);
     }

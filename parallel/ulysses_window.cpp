@@ -23,17 +23,18 @@
 
 namespace dit::detail {
 
-// The room each rank's window needs, the same on every rank of the group (ensure_window is
-// collective): any rank's q, k, v rows, then from out_at_ any rank's attention output.
-size_t SequenceParallelAttention::ulysses_window_bytes() {
+// Where the outputs lie in each rank's window and the room it needs, the same on every rank of
+// the group (ensure_window is collective): any rank's q, k, v rows, then from `out_at` (on its
+// own cache line) any rank's attention output.
+SequenceParallelAttention::UlyssesWindowLayout SequenceParallelAttention::ulysses_window_layout() const {
   const size_t esz = uly16_ ? 2 : 4;  // rows in qkv_dtype(); outputs returned in bf16 with it
   size_t rows = 0, outs = 0;
   for (int j = 0; j < U_; ++j) {
     rows = std::max(rows, size_t(B_ * tokens_of(j).size() * 3 * H_ * d_) * esz);
     outs = std::max(outs, size_t(B_ * Tg_ * heads_of(j).size() * d_) * esz);
   }
-  out_at_ = (rows + 63) / 64 * 64;  // on its own cache line
-  return out_at_ + outs;
+  const size_t out_at = (rows + 63) / 64 * 64;
+  return {out_at, out_at + outs};
 }
 
 void* SequenceParallelAttention::qkv_destination() {
