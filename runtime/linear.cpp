@@ -183,6 +183,7 @@ static void check_linear(const LinearSpec& spec, const LinearWeight& w, const st
   DIT_CHECK(ldy >= N && (ldy == N || !spec.gated_residual), what << ": bad out_stride " << spec.out_stride);
   DIT_CHECK(int(spec.gated_residual) + int(spec.accumulate) + int(spec.multiply) <= 1,
             what << ": gated_residual, accumulate and multiply exclude each other");
+  DIT_CHECK(!spec.gate_after_matmul || spec.gated_residual, what << ": gate_after_matmul needs gated_residual");
   DIT_CHECK((spec.input == DType::F32 || spec.input == DType::BF16) &&
                 (spec.output == DType::F32 || spec.output == DType::BF16),
             what << ": input and output are f32 or bf16");
@@ -246,7 +247,8 @@ Linear::Linear(const LinearSpec& spec, const LinearWeight& w_in) : impl_(std::ma
       return dnnl::matmul::primitive_desc(d, attr, eng);
     };
     const bool pack = spec.pack_weights || bool(w.packed);
-    pd = describe(spec.gated_residual, pack);
+    m.manual_gate = spec.gated_residual && spec.gate_after_matmul;
+    pd = describe(spec.gated_residual && !m.manual_gate, pack);
     if (spec.gated_residual && std::string(pd.impl_info_str()).rfind("ref", 0) == 0) {
       m.manual_gate = true;  // the reference matmul is ~100x slower than a jit GEMM
       pd = describe(false, pack);

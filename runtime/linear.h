@@ -70,6 +70,11 @@ struct LinearSpec {
   int64_t in = 0, out = 0;
   Act act = Act::None;
   bool gated_residual = false;  // y += gate ⊙ act(x·Wᵀ + b) instead of y = ...
+  // gated_residual only: a plain matmul per batch element, then the gated sum in a pass of its
+  // own (what the form gets where oneDNN has only its reference matmul for the post-ops),
+  // instead of the gate and the sum as the matmul's post-ops. For comparisons
+  // (dit-kernel-bench --gate-after-matmul).
+  bool gate_after_matmul = false;
   // Reorder the weights once (constructor) into the layout the matmul prefers for this
   // shape. Costs a private copy of the weights per Linear (no sharing of the mmap); the
   // default (false) reads the [out, in] weights in place, or their shared packed form

@@ -78,7 +78,7 @@ struct LinearCase {
   bool qkv_block = false;
 };
 
-json bench_linear(const LinearCase& lc, int64_t tokens, DType c, bool pack = false) {
+json bench_linear(const LinearCase& lc, int64_t tokens, DType c, bool pack = false, bool gate_after = false) {
   const int64_t B = 2;
   Tensor w = random_tensor({lc.out, lc.in}, 3), bias = random_tensor({lc.out}, 4);
   LinearWeight lw = LinearWeight::prepare(w, bias, c);
@@ -90,6 +90,7 @@ json bench_linear(const LinearCase& lc, int64_t tokens, DType c, bool pack = fal
   s.act = lc.act;
   s.gated_residual = lc.gated;
   s.pack_weights = pack;
+  s.gate_after_matmul = gate_after;
   const bool io16 = lc.qkv_block && c == DType::BF16;
   if (lc.qkv_block) s.out_stride = 3 * lc.out;
   if (io16) s.input = s.output = DType::BF16;
@@ -104,15 +105,19 @@ json bench_linear(const LinearCase& lc, int64_t tokens, DType c, bool pack = fal
     else
       lin.run(x.f32(), y.f32(), gate.f32());
   });
-  return {{"op", std::string("linear_") + lc.name + (pack ? "_packed" : "")},
-          {"tokens", tokens},
-          {"batch", B},
-          {"in", lc.in},
-          {"out", lc.out},
-          {"dtype", dtype_name(c)},
-          {"ms", sec * 1e3},
-          {"gflops", lin.flops() / sec / 1e9},
-          {"impl", lin.impl_info()}};
+  json j = {{"op", std::string("linear_") + lc.name + (pack ? "_packed" : "")},
+            {"tokens", tokens},
+            {"batch", B},
+            {"in", lc.in},
+            {"out", lc.out},
+            {"dtype", dtype_name(c)},
+            {"ms", sec * 1e3},
+            {"gflops", lin.flops() / sec / 1e9},
+            {"impl", lin.impl_info()}};
+  // the gated forms: the gate and the residual sum as the matmul's post-ops, or in a pass after
+  // a plain matmul (--gate-after-matmul)
+  if (lc.gated) j["gate"] = gate_after ? "after_matmul" : "post_ops";
+  return j;
 }
 
 // bf16: q, k, v given in bf16 and the output written in bf16, as a block's projection and
@@ -231,7 +236,7 @@ json bench_norm(int64_t tokens) {
 int main(int argc, char** argv) {
   CLI::App app{"dit-kernel-bench: GFLOP/s of the dit-gen kernels at DiT-XL/2 sizes (JSON on stdout)"};
   int threads = 0;
-  bool sweep = false, skip_4096 = false, packed = false, scale_in_qk = false;
+  bool sweep = false, skip_4096 = false, packed = false, scale_in_qk = false, gate_after = false;
   std::string only;
   std::vector<int64_t> head_dims{72};
   app.add_option("-t,--threads", threads, "threads (default: OpenMP default)");
@@ -251,6 +256,9 @@ int main(int argc, char** argv) {
                "attention: also time bf16 with the softmax scale applied by the Q·Kᵀ matmul (an output scale), "
                "as before the softmax took it over (rows with \"scale_in\": \"qk_matmul\")");
   app.add_flag("--packed", packed, "also time Linear with weights reordered into the matmul's preferred layout");
+  app.add_flag("--gate-after-matmul", gate_after,
+               "linear: also time the gated linears with the gate and the residual sum in a pass after a plain "
+               "matmul instead of as its post-ops (rows with \"gate\": \"after_matmul\")");
   if (auto rc = dit::parse_args(app, argc, argv, "dit-kernel-bench")) return *rc;
   try {
     if (threads > 0) set_num_threads(threads);
@@ -274,6 +282,10 @@ int main(int argc, char** argv) {
             rows.push_back(bench_linear({"attn_out_gated", 1152, 1152, Act::None, true}, t, c, pack));
             rows.push_back(bench_linear({"fc1_gelu", 1152, 4608, Act::GeluTanh}, t, c, pack));
             rows.push_back(bench_linear({"fc2_gated", 4608, 1152, Act::None, true}, t, c, pack));
+            if (gate_after) {
+              rows.push_back(bench_linear({"attn_out_gated", 1152, 1152, Act::None, true}, t, c, pack, true));
+              rows.push_back(bench_linear({"fc2_gated", 4608, 1152, Act::None, true}, t, c, pack, true));
+            }
           }
     if (only.empty() || only == "attention") {
       for (int64_t d : head_dims)

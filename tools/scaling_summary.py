@@ -87,15 +87,17 @@ def kernels(docs):
     for doc in docs:
         for r in doc.get("results", []):
             if r.get("op", "").startswith("linear_"):
-                linear[(r["op"], r["dtype"], r["tokens"])] = r["gflops"]
-                impl[(r["op"], r["dtype"], r["tokens"])] = r.get("impl", "")
-    for (op, dt, tokens), g in sorted(linear.items()):
+                # the gated linears with --gate-after-matmul: the gate in a pass after a plain matmul
+                after = " (gate after the matmul)" if r.get("gate") == "after_matmul" else ""
+                linear[(r["op"], after, r["dtype"], r["tokens"])] = r["gflops"]
+                impl[(r["op"], after, r["dtype"], r["tokens"])] = r.get("impl", "")
+    for (op, after, dt, tokens), g in sorted(linear.items()):
         if op.endswith("_packed") or dt not in gemm:
             continue
-        packed = linear.get((op + "_packed", dt, tokens))
+        packed = linear.get((op + "_packed", after, dt, tokens))
         # the oneDNN implementation (brgemm or gemm:jit, AMX or not) and whether packing was used
-        how = impl.get((op + "_packed", dt, tokens)) or impl.get((op, dt, tokens), "")
-        print(f"- {op} {dt} {tokens} tokens: {g:.0f} GFLOP/s, {g / gemm[dt]:.2f} of the GEMM"
+        how = impl.get((op + "_packed", after, dt, tokens)) or impl.get((op, after, dt, tokens), "")
+        print(f"- {op}{after} {dt} {tokens} tokens: {g:.0f} GFLOP/s, {g / gemm[dt]:.2f} of the GEMM"
               + ("" if packed is None else f"; weights packed {packed:.0f} ({packed / g:.2f}x)")
               + (f" [{how}]" if how else ""))
     for doc in docs:

@@ -39,7 +39,7 @@ Tensor make_tensor(const std::vector<float>& v, const Shape& shape) {
 }
 
 void run_case(int64_t batch, int64_t rows, int64_t in, int64_t out, Act act, bool with_bias, bool gated, DType compute,
-              bool bf16_storage = false, bool pack = false) {
+              bool bf16_storage = false, bool pack = false, bool gate_after = false) {
   LinearSpec s;
   s.batch = batch;
   s.rows = rows;
@@ -48,6 +48,7 @@ void run_case(int64_t batch, int64_t rows, int64_t in, int64_t out, Act act, boo
   s.act = act;
   s.gated_residual = gated;
   s.pack_weights = pack;
+  s.gate_after_matmul = gate_after;
   uint32_t seed = uint32_t(batch * 1000003 + rows * 10007 + in * 101 + out + int(act) * 7 + with_bias * 3 + gated);
   auto x = kt::randv(batch * rows * in, seed + 1);
   auto w = kt::randv(out * in, seed + 2, -0.5f, 0.5f);
@@ -75,7 +76,8 @@ void run_case(int64_t batch, int64_t rows, int64_t in, int64_t out, Act act, boo
   const double rtol = compute == DType::BF16 ? 1e-2 : 1e-4, atol = compute == DType::BF16 ? 1e-2 : 1e-4;
   std::ostringstream os;
   os << "linear b" << batch << " r" << rows << " " << in << "->" << out << " act " << int(act) << " bias "
-     << with_bias << " gated " << gated << " " << dtype_name(compute) << " impl " << lin.impl_info();
+     << with_bias << " gated " << gated << (gate_after ? " (gate after the matmul)" : "") << " "
+     << dtype_name(compute) << " impl " << lin.impl_info();
   kt::check_close(y.data(), want.data(), y.size(), rtol, atol, os.str());
   // weights untouched
   if (wt.dtype() == DType::F32) kt::check_close(wt.f32(), w.data(), w.size(), 0, 0, "weights unchanged");
@@ -107,7 +109,23 @@ TEST_CASE("Linear gated residual: y += gate[b] * act(xW^T + b)", "[kernels][line
         run_case(2, 7, 13, 17, act, bias, true, c);
         run_case(2, 1, 3, 5, act, bias, true, c);
         run_case(3, 20, 64, 96, act, bias, true, c);
+        run_case(2, 7, 13, 17, act, bias, true, c, false, false, true);
+        run_case(3, 20, 64, 96, act, bias, true, c, false, true, true);
       }
+}
+
+TEST_CASE("Linear: gate_after_matmul is the gated form's alternative and says so", "[kernels][linear]") {
+  LinearSpec s;
+  s.batch = 2;
+  s.rows = 5;
+  s.in = 16;
+  s.out = 24;
+  s.gated_residual = true;
+  s.gate_after_matmul = true;
+  const LinearWeight lw = LinearWeight::prepare(make_tensor(kt::randv(24 * 16, 21), {24, 16}), Tensor(), DType::F32);
+  CHECK(Linear(s, lw).impl_info().find("gate applied after the matmul") != std::string::npos);
+  s.gated_residual = false;
+  CHECK_THROWS_WITH(Linear(s, lw), Catch::Contains("gate_after_matmul needs gated_residual"));
 }
 
 TEST_CASE("a gated Linear gives each batch element the bits of a batch of one", "[kernels][linear]") {
