@@ -70,6 +70,8 @@ scratch=$(mktemp -d) || exit 1  # temporary files stay out of OUT_DIR
 trap 'rm -rf "$scratch"' EXIT
 log=$out/log.txt
 : >"$log"
+# a rerun into the same OUT_DIR starts afresh (the parts append to these)
+rm -f "$out"/{kernels,layouts,torch,whole,nodes}.jsonl "$out/summary.txt"
 cores=$(nproc)
 layers=${LAYERS:-4}
 export DIT_BENCH_CACHE=${DIT_BENCH_CACHE:-$HOME/.cache/dit-gen/bench}
@@ -78,6 +80,7 @@ if [ $quick = 1 ]; then
 else
   small=512 large=1024 steps="--steps 2 --warmup 1" rounds=2
 fi
+kruns=$((quick == 1 ? 5 : 15))  # timed runs of each kernel measurement
 model=$DIT_BENCH_CACHE/xl-L$layers
 echo "cores $cores, xl preset with $layers layers, tools from $bin, $(date -u +%FT%TZ)" >>"$log"
 lscpu 2>/dev/null | grep -E '^(Model name|Flags)' | cut -c1-400 >>"$log"
@@ -114,17 +117,19 @@ part() {
 
 bench=("$bin/dit-bench" --preset xl --layers "$layers" $steps)
 
-# 1. Kernels at all cores: the GEMM reference, attention (f32 and bf16), the copies, the linears.
-part kernels 90 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs 5 --only gemm
-part kernels 90 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs 5 --only attention --no-4096 --head-dim 72,80,96
+# 1. Kernels at all cores (median of 15 runs each: a 16-core machine's single runs ranged
+# 0.5-1.2x of their median, and the whole part takes about 20 s): the GEMM reference, attention (f32 and bf16), the copies, the linears.
+part kernels 90 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs $kruns --only gemm
+part kernels 90 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs $kruns --only attention --no-4096 --head-dim 72,80,96
 # bf16 attention with the softmax scale in the Q·Kᵀ matmul, as before the softmax took it over
 # (on AMX that scale sends every tile of logits through a buffer: docs/benchmarks.md)
-part kernels 60 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs 5 --only attention --no-4096 --bf16-scale-in-qk
-part kernels 60 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs 5 --only copy
+part kernels 60 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs $kruns --only attention --no-4096 --bf16-scale-in-qk
+part kernels 60 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs $kruns --only copy
 # The block's linears with the weights as they are read (in place) and reordered into the
-# matmul's preferred layout (what a packed weight cache would give).
-if [ $quick = 1 ]; then lruns="--runs 1 --warmup 0"; else lruns="--runs 5"; fi
-part kernels 90 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" $lruns --only linear --packed
+# matmul's preferred layout (what a packed weight cache would give); the gated ones also with
+# the gate in a pass after a plain matmul instead of as its post-ops.
+if [ $quick = 1 ]; then lruns="--runs 1 --warmup 0"; else lruns="--runs $kruns"; fi
+part kernels 90 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" $lruns --only linear --packed --gate-after-matmul
 
 # 2. One machine, 1024 tokens: each layout of R ranks with cores/R threads against serial-all.
 for r in 2 4 8 16; do
