@@ -152,11 +152,22 @@ def nodes(docs):
     print("## Simulated machines (tools/netbench.sh): speed-up over one node")
     print("| nodes | layout | tokens | step (s) | vs one node | cores |")
     print("|---|---|---|---|---|---|")
+    nodes_of = {}  # a layout's nodes and cores, from its rounds' lines, for its median line
     for d in docs:
-        if "layout" in d:
-            sp = d.get("speedup_vs_serial")
-            print(f"| {d.get('nodes', '')} | {d['layout']} | {d.get('tokens', '')} | "
-                  f"{d.get('step_median_s', 0):.3f} | {'' if sp is None else f'{sp:.2f}x'} | {d.get('cores', '')} |")
+        if "layout" not in d:
+            continue
+        if "speedup_vs_serial_median" in d or ("rounds" in d and "nodes" not in d):
+            # netbench.sh with -- --rounds N: the medians over the rounds of one invocation
+            n, cores = nodes_of.get(d["layout"], ("", ""))
+            sp = d.get("speedup_vs_serial_median")
+            rounds = ", ".join(f"{x:.2f}" for x in d.get("speedup_vs_serial_rounds", []))
+            print(f"| {n} | {d['layout']}, median of {d.get('rounds', '?')} rounds | | {d.get('step_median_s', 0):.3f} | "
+                  f"{'' if sp is None else f'{sp:.2f}x ({rounds})'} | {cores} |")
+            continue
+        nodes_of[d["layout"]] = (d.get("nodes", ""), d.get("cores", ""))
+        sp = d.get("speedup_vs_serial")
+        print(f"| {d.get('nodes', '')} | {d['layout']} | {d.get('tokens', '')} | "
+              f"{d.get('step_median_s', 0):.3f} | {'' if sp is None else f'{sp:.2f}x'} | {d.get('cores', '')} |")
     print()
 
 
