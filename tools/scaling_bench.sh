@@ -117,12 +117,13 @@ part() {
 
 bench=("$bin/dit-bench" --preset xl --layers "$layers" $steps)
 
-# 1. Kernels at all cores (median of 15 runs each: a 16-core machine's single runs ranged
-# 0.5-1.2x of their median, and the whole part takes about 20 s): the GEMM reference, attention (f32 and bf16), the copies, the linears.
+# 1. Kernels at all cores: the GEMM reference, attention (f32 and bf16), the copies, the
+# linears; medians of 15 runs each (a 16-core machine's single runs ranged 0.5-1.2x of their
+# median; the whole part takes about 20 s).
 part kernels 90 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs $kruns --only gemm
 part kernels 90 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs $kruns --only attention --no-4096 --head-dim 72,80,96
 # bf16 attention with the softmax scale in the Q·Kᵀ matmul, as before the softmax took it over
-# (on AMX that scale sends every tile of logits through a buffer: docs/benchmarks.md)
+# (the fourteenth session measured no difference on AMX: docs/benchmarks.md)
 part kernels 60 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs $kruns --only attention --no-4096 --bf16-scale-in-qk
 part kernels 60 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs $kruns --only copy
 # The block's linears with the weights as they are read (in place) and reordered into the
