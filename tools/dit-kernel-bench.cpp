@@ -78,6 +78,15 @@ struct LinearCase {
   bool qkv_block = false;
 };
 
+// The block's linears in the order it runs them.
+const LinearCase kBlockLinears[] = {
+    {"qkv", 1152, 3456},
+    {"q_of_split_qkv", 1152, 1152, Act::None, false, true},
+    {"attn_out_gated", 1152, 1152, Act::None, true},
+    {"fc1_gelu", 1152, 4608, Act::GeluTanh},
+    {"fc2_gated", 4608, 1152, Act::None, true},
+};
+
 json bench_linear(const LinearCase& lc, int64_t tokens, DType c, bool pack = false, bool gate_after = false) {
   const int64_t B = 2;
   Tensor w = random_tensor({lc.out, lc.in}, 3), bias = random_tensor({lc.out}, 4);
@@ -277,14 +286,9 @@ int main(int argc, char** argv) {
         for (int64_t t : {256, 1024})
           for (bool pack : {false, true}) {
             if (pack && !packed) continue;
-            rows.push_back(bench_linear({"qkv", 1152, 3456}, t, c, pack));
-            rows.push_back(bench_linear({"q_of_split_qkv", 1152, 1152, Act::None, false, true}, t, c, pack));
-            rows.push_back(bench_linear({"attn_out_gated", 1152, 1152, Act::None, true}, t, c, pack));
-            rows.push_back(bench_linear({"fc1_gelu", 1152, 4608, Act::GeluTanh}, t, c, pack));
-            rows.push_back(bench_linear({"fc2_gated", 4608, 1152, Act::None, true}, t, c, pack));
-            if (gate_after) {
-              rows.push_back(bench_linear({"attn_out_gated", 1152, 1152, Act::None, true}, t, c, pack, true));
-              rows.push_back(bench_linear({"fc2_gated", 4608, 1152, Act::None, true}, t, c, pack, true));
+            for (const LinearCase& lc : kBlockLinears) {
+              rows.push_back(bench_linear(lc, t, c, pack));
+              if (lc.gated && gate_after) rows.push_back(bench_linear(lc, t, c, pack, true));
             }
           }
     if (only.empty() || only == "attention") {
