@@ -141,8 +141,8 @@ void Attention::run(const float* q, const float* k, const float* v, float* out, 
   auto t0 = std::chrono::steady_clock::now();
   if (bf16) {
     // Dense bf16 copies of Q, K and V ([batch, heads, tokens, head_dim]), converted once per call.
-    attention_to_dense(q, s.q, s.batch, H, s.q_len, s.head_dim, DType::BF16, m.qb.data());
-    attention_to_dense(k, s.k, s.batch, H, s.kv_len, s.head_dim, DType::BF16, m.kb.data());
+    attention_to_dense(q, s.q, s.batch, H, s.q_len, s.head_dim, DType::BF16, m.qb.data(), 0, 0, m.Dqk);
+    attention_to_dense(k, s.k, s.batch, H, s.kv_len, s.head_dim, DType::BF16, m.kb.data(), 0, 0, m.Dqk);
     attention_to_dense(v, s.v, s.batch, H, s.kv_len, s.head_dim, DType::BF16, m.vb.data());
     qbase = m.qb.data();
     kbase = m.kb.data();
@@ -177,8 +177,8 @@ void Attention::run16(const uint16_t* q, const uint16_t* k, const uint16_t* v, v
   const ProfilePhases prof(*this);
   auto t0 = std::chrono::steady_clock::now();
   // Dense copies [batch, heads, tokens, head_dim], the form run() converts its f32 inputs to.
-  attention_to_dense(q, s.q, s.batch, s.heads, s.q_len, s.head_dim, m.qb.bf16());
-  attention_to_dense(k, s.k, s.batch, s.heads, s.kv_len, s.head_dim, m.kb.bf16());
+  attention_to_dense(q, s.q, s.batch, s.heads, s.q_len, s.head_dim, m.qb.bf16(), 0, 0, m.Dqk);
+  attention_to_dense(k, s.k, s.batch, s.heads, s.kv_len, s.head_dim, m.kb.bf16(), 0, 0, m.Dqk);
   attention_to_dense(v, s.v, s.batch, s.heads, s.kv_len, s.head_dim, m.vb.bf16());
   m.prepare_s += seconds_since(t0);
   m.run_blocks({static_cast<const char*>(m.qb.data()), static_cast<const char*>(m.kb.data()),
@@ -188,6 +188,7 @@ void Attention::run16(const uint16_t* q, const uint16_t* k, const uint16_t* v, v
 void Attention::run_dense(const void* q, const void* k, const void* v, float* out, float* lse) const {
   DIT_CHECK(impl_, "Attention::run_dense on an empty Attention");
   DIT_CHECK(impl_->dense, impl_->what << ": run_dense needs dense [batch, heads, tokens, head_dim] k and v (and q for bf16)");
+  DIT_CHECK(impl_->Dqk == impl_->spec.head_dim, impl_->what << ": run_dense reads unpadded q and k (bf16_pad_qk is for run())");
   const ProfilePhases prof(*this);
   impl_->run_blocks({static_cast<const char*>(q), static_cast<const char*>(k), static_cast<const char*>(v), out, false,
                      lse, nullptr, nullptr});
@@ -198,6 +199,8 @@ void Attention::run_dense_part(const void* q, const void* k, const void* v, floa
   DIT_CHECK(impl_, "Attention::run_dense_part on an empty Attention");
   DIT_CHECK(impl_->dense,
             impl_->what << ": run_dense_part needs dense [batch, heads, tokens, head_dim] k and v (and q for bf16)");
+  DIT_CHECK(impl_->Dqk == impl_->spec.head_dim,
+            impl_->what << ": run_dense_part reads unpadded q and k (bf16_pad_qk is for run())");
   DIT_CHECK(carry.m && carry.l, impl_->what << ": run_dense_part needs the rows' m and l");
   const ProfilePhases prof(*this);
   impl_->run_blocks({static_cast<const char*>(q), static_cast<const char*>(k), static_cast<const char*>(v), out, false,

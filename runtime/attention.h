@@ -66,6 +66,12 @@ struct AttentionSpec {
   // bf16 ran before the thirteenth session; only for comparing the two
   // (dit-kernel-bench --bf16-scale-in-qk). f32 always scales there.
   bool bf16_scale_in_qk = false;
+  // bf16: Q and K copied with their head_dim zero-padded to a multiple of 32 (AMX's tile depth in
+  // bf16), so that Q·Kᵀ reduces over whole tiles (72 -> 96); P·V and the output keep head_dim.
+  // The logits are the same sums (the pad adds exact zeros). run() only: run_dense's callers
+  // write unpadded planes. For comparing (dit-kernel-bench --bf16-pad-qk); the model does not
+  // set it.
+  bool bf16_pad_qk = false;
 };
 
 // Where a run's time went, summed over the threads (seconds), since construction or the last
@@ -142,11 +148,15 @@ class Attention {
 // in `compute` (f32: floats copied; bf16: rounded to bf16, uint16_t): what run_dense reads.
 // dst holds batch·heads·tokens·head_dim elements; the rows are split over the threads. With
 // dst_tokens > 0 the destination is [batch, heads, dst_tokens, head_dim] and x lands at token
-// dst_first of it (one rank's share of a longer sequence).
+// dst_first of it (one rank's share of a longer sequence). With dst_row > 0 the destination's
+// rows are dst_row >= head_dim elements long, of which the first head_dim are written (a
+// zero-padded head_dim, AttentionSpec::bf16_pad_qk).
 void attention_to_dense(const float* x, const AttnLayout& L, int64_t batch, int64_t heads, int64_t tokens,
-                        int64_t head_dim, DType compute, void* dst, int64_t dst_tokens = 0, int64_t dst_first = 0);
+                        int64_t head_dim, DType compute, void* dst, int64_t dst_tokens = 0, int64_t dst_first = 0,
+                        int64_t dst_row = 0);
 // The same from bf16 x into the bf16 form (a copy of the rows).
 void attention_to_dense(const uint16_t* x, const AttnLayout& L, int64_t batch, int64_t heads, int64_t tokens,
-                        int64_t head_dim, uint16_t* dst, int64_t dst_tokens = 0, int64_t dst_first = 0);
+                        int64_t head_dim, uint16_t* dst, int64_t dst_tokens = 0, int64_t dst_first = 0,
+                        int64_t dst_row = 0);
 
 }  // namespace dit

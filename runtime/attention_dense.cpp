@@ -19,12 +19,13 @@ namespace dit {
 namespace {
 
 // `rows` rows of D floats, src_stride apart, rounded to bf16 (to nearest even: the bits of
-// to_bf16) into dense rows. A call per row through to_bf16 cost about as much as the conversion
+// to_bf16) into rows dst_stride apart (D: dense). A call per row through to_bf16 cost about as much as the conversion
 // at D = 72 (the vector loop's scalar remainder). The AVX-512 kernel does a row in whole vectors
 // of 16, the last one redone from D - 16 (the overlap gets the same bits): masked stores to lines
 // not in cache were twice as slow here (Zen 4).
-void rows_to_bf16_generic(const float* src, int64_t src_stride, uint16_t* dst, int64_t rows, int64_t D) {
-  for (int64_t r = 0; r < rows; ++r) to_bf16(src + r * src_stride, dst + r * D, D);
+void rows_to_bf16_generic(const float* src, int64_t src_stride, uint16_t* dst, int64_t dst_stride, int64_t rows,
+                          int64_t D) {
+  for (int64_t r = 0; r < rows; ++r) to_bf16(src + r * src_stride, dst + r * dst_stride, D);
 }
 
 #ifdef DIT_HAVE_AVX512_ROWS
@@ -42,19 +43,20 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) inline void round16(const f
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void rows_to_bf16_avx512(const float* src, int64_t src_stride,
-                                                                           uint16_t* dst, int64_t rows, int64_t D) {
-  for (int64_t r = 0; r < rows; ++r, src += src_stride, dst += D) {
+                                                                           uint16_t* dst, int64_t dst_stride,
+                                                                           int64_t rows, int64_t D) {
+  for (int64_t r = 0; r < rows; ++r, src += src_stride, dst += dst_stride) {
     for (int64_t i = 0; i + 16 <= D; i += 16) round16(src + i, dst + i);
     if (D % 16) round16(src + D - 16, dst + D - 16);
   }
 }
 
-// `rows` rows of `bytes` bytes, src_stride bytes apart, copied into dense rows, in whole
+// `rows` rows of `bytes` bytes, src_stride bytes apart, copied into rows dst_stride bytes apart, in whole
 // 64-byte vectors (the last redone from bytes - 64) where a row has at least 64: a memcpy
 // call per 144-byte row (bf16, head_dim 72) was a sixth of bf16 attention's time at 256 tokens.
-__attribute__((target("avx512f"))) void rows_copy_avx512(const char* src, int64_t src_stride, char* dst, int64_t rows,
-                                                         int64_t bytes) {
-  for (int64_t r = 0; r < rows; ++r, src += src_stride, dst += bytes) {
+__attribute__((target("avx512f"))) void rows_copy_avx512(const char* src, int64_t src_stride, char* dst,
+                                                         int64_t dst_stride, int64_t rows, int64_t bytes) {
+  for (int64_t r = 0; r < rows; ++r, src += src_stride, dst += dst_stride) {
     for (int64_t i = 0; i + 64 <= bytes; i += 64) _mm512_storeu_si512(dst + i, _mm512_loadu_si512(src + i));
     if (bytes % 64) _mm512_storeu_si512(dst + bytes - 64, _mm512_loadu_si512(src + bytes - 64));
   }
@@ -63,62 +65,64 @@ __attribute__((target("avx512f"))) void rows_copy_avx512(const char* src, int64_
 #pragma GCC diagnostic pop
 #endif
 
-// Rows of D elements of T, src_stride elements apart, into dense rows.
+// Rows of D elements of T, src_stride elements apart, into rows dst_stride elements apart.
 template <class T>
-void rows_copy(const T* src, int64_t src_stride, T* dst, int64_t rows, int64_t D) {
+void rows_copy(const T* src, int64_t src_stride, T* dst, int64_t dst_stride, int64_t rows, int64_t D) {
   const int64_t bytes = D * int64_t(sizeof(T));
 #ifdef DIT_HAVE_AVX512_ROWS
   static const bool avx512 = __builtin_cpu_supports("avx512f");
   if (avx512 && bytes >= 64)
     return rows_copy_avx512(reinterpret_cast<const char*>(src), src_stride * int64_t(sizeof(T)),
-                            reinterpret_cast<char*>(dst), rows, bytes);
+                            reinterpret_cast<char*>(dst), dst_stride * int64_t(sizeof(T)), rows, bytes);
 #endif
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * D, src + r * src_stride, size_t(bytes));
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_stride, src + r * src_stride, size_t(bytes));
 }
 
-void rows_to_bf16(const float* src, int64_t src_stride, uint16_t* dst, int64_t rows, int64_t D) {
+void rows_to_bf16(const float* src, int64_t src_stride, uint16_t* dst, int64_t dst_stride, int64_t rows, int64_t D) {
 #ifdef DIT_HAVE_AVX512_ROWS
   static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                              __builtin_cpu_supports("avx512vl");
-  if (avx512 && D >= 16) return rows_to_bf16_avx512(src, src_stride, dst, rows, D);
+  if (avx512 && D >= 16) return rows_to_bf16_avx512(src, src_stride, dst, dst_stride, rows, D);
 #endif
-  rows_to_bf16_generic(src, src_stride, dst, rows, D);
+  rows_to_bf16_generic(src, src_stride, dst, dst_stride, rows, D);
 }
 
 // Calls f(src, at, n) for runs of up to 64 tokens of one (batch, head): src the run's first row
-// in x (layout L), at its first element in the dense [batch, heads, Td, D] destination. The runs
-// are shared among the threads; no division per row.
+// in x (layout L), at its first element in the dense [batch, heads, Td, R] destination (rows of
+// R >= D elements). The runs are shared among the threads; no division per row.
 template <class T, class F>
 void for_dense_runs(const T* x, const AttnLayout& L, int64_t batch, int64_t heads, int64_t tokens, int64_t D,
-                    int64_t dst_tokens, int64_t dst_first, F&& f) {
+                    int64_t R, int64_t dst_tokens, int64_t dst_first, F&& f) {
   constexpr int64_t kChunk = 64;
   const int64_t Td = dst_tokens > 0 ? dst_tokens : tokens, chunks = (tokens + kChunk - 1) / kChunk;
   parallel_for(batch * heads * chunks, batch * heads * tokens * D > 16384, [&](int64_t task) {
     const int64_t bh = task / chunks, t0 = task % chunks * kChunk, n = std::min(kChunk, tokens - t0);
     const int64_t b = bh / heads, h = bh % heads;
-    f(x + b * L.batch_stride + h * L.head_stride + t0 * L.token_stride, (bh * Td + dst_first + t0) * D, n);
+    f(x + b * L.batch_stride + h * L.head_stride + t0 * L.token_stride, (bh * Td + dst_first + t0) * R, n);
   });
 }
 
 }  // namespace
 
 void attention_to_dense(const float* x, const AttnLayout& L, int64_t batch, int64_t heads, int64_t tokens,
-                        int64_t head_dim, DType compute, void* dst, int64_t dst_tokens, int64_t dst_first) {
-  const int64_t D = head_dim;
-  for_dense_runs(x, L, batch, heads, tokens, D, dst_tokens, dst_first, [&](const float* src, int64_t at, int64_t n) {
+                        int64_t head_dim, DType compute, void* dst, int64_t dst_tokens, int64_t dst_first,
+                        int64_t dst_row) {
+  const int64_t D = head_dim, R = dst_row > 0 ? dst_row : D;
+  for_dense_runs(x, L, batch, heads, tokens, D, R, dst_tokens, dst_first, [&](const float* src, int64_t at, int64_t n) {
     if (compute == DType::BF16) {
-      rows_to_bf16(src, L.token_stride, static_cast<uint16_t*>(dst) + at, n, D);
+      rows_to_bf16(src, L.token_stride, static_cast<uint16_t*>(dst) + at, R, n, D);
     } else {
-      rows_copy(src, L.token_stride, static_cast<float*>(dst) + at, n, D);
+      rows_copy(src, L.token_stride, static_cast<float*>(dst) + at, R, n, D);
     }
   });
 }
 
 void attention_to_dense(const uint16_t* x, const AttnLayout& L, int64_t batch, int64_t heads, int64_t tokens,
-                        int64_t head_dim, uint16_t* dst, int64_t dst_tokens, int64_t dst_first) {
-  const int64_t D = head_dim;
-  for_dense_runs(x, L, batch, heads, tokens, D, dst_tokens, dst_first,
-                 [&](const uint16_t* src, int64_t at, int64_t n) { rows_copy(src, L.token_stride, dst + at, n, D); });
+                        int64_t head_dim, uint16_t* dst, int64_t dst_tokens, int64_t dst_first, int64_t dst_row) {
+  const int64_t D = head_dim, R = dst_row > 0 ? dst_row : D;
+  for_dense_runs(x, L, batch, heads, tokens, D, R, dst_tokens, dst_first, [&](const uint16_t* src, int64_t at, int64_t n) {
+    rows_copy(src, L.token_stride, dst + at, R, n, D);
+  });
 }
 
 }  // namespace dit

@@ -49,13 +49,14 @@ struct Attention::Impl {
   AttentionSpec spec;
   std::string what, impl_name;
   int64_t QB = 0, KB = 0, nqb = 0, nkb = 0, q_tail = 0, kv_tail = 0;
+  int64_t Dqk = 0;  // the head_dim Q·Kᵀ reduces over: the spec's, or padded (bf16_pad_qk)
   AttnLayout eq, ek, ev;  // layouts the matmuls read (user's for f32, dense bhtd bf16 copies for bf16)
   BlockPrims prims[2][2];  // [q tail?][kv tail?]
   int nthr = 1;
   std::vector<ThreadState> th;
   Tensor thread_buf, scratch_buf;
   size_t scratch_per_thread = 0, thread_floats = 0;
-  Tensor qb, kb, vb;  // bf16 copies (bf16 compute only)
+  Tensor qb, kb, vb;  // bf16 copies (bf16 compute only); qb and kb rows Dqk long
   double prepare_s = 0;  // wall time of the copies before the blocks (AttentionPhases::prepare)
   bool pack_kv = false;  // f32: K/V copied to dense [batch, heads, kv_len, head_dim] per run
   Tensor kd, vd;

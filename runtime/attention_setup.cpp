@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <sstream>
 
 #include "runtime/attention.h"
@@ -35,16 +36,16 @@ bool is_dense(const AttnLayout& l, int64_t H, int64_t T, int64_t D) {
   return l.batch_stride == d.batch_stride && l.head_stride == d.head_stride && l.token_stride == d.token_stride;
 }
 
-// The block matmuls Q·Kᵀ (times qk_scale, unless 1) and P·V for blocks of qr query rows and kc
-// keys, reading q, k and v in the layouts eq, ek and ev.
+// The block matmuls Q·Kᵀ (times qk_scale, unless 1, reducing over Dqk) and P·V for blocks of qr
+// query rows and kc keys, reading q, k and v in the layouts eq, ek and ev.
 BlockPrims make_block_prims(const AttentionSpec& s, const AttnLayout& eq, const AttnLayout& ek, const AttnLayout& ev,
-                            int64_t qr, int64_t kc, int64_t KB, float qk_scale) {
+                            int64_t qr, int64_t kc, int64_t KB, int64_t Dqk, float qk_scale) {
   auto& eng = Engine::get().engine;
   const int64_t D = s.head_dim;
   const dt cdt = s.compute == DType::BF16 ? dt::bf16 : dt::f32;
   BlockPrims p;
-  p.qk_src = memory::desc({qr, D}, cdt, memory::dims{eq.token_stride, 1});
-  p.qk_wei = memory::desc({D, kc}, cdt, memory::dims{1, ek.token_stride});
+  p.qk_src = memory::desc({qr, Dqk}, cdt, memory::dims{eq.token_stride, 1});
+  p.qk_wei = memory::desc({Dqk, kc}, cdt, memory::dims{1, ek.token_stride});
   p.qk_dst = memory::desc({qr, kc}, dt::f32, memory::dims{KB, 1});
   p.pv_src = memory::desc({qr, kc}, cdt, memory::dims{KB, 1});
   p.pv_wei = memory::desc({kc, D}, cdt, memory::dims{ev.token_stride, 1});
@@ -98,6 +99,8 @@ Attention::Attention(const AttentionSpec& spec_in) : impl_(std::make_unique<Impl
   DIT_CHECK(std::isfinite(s.scale) && s.scale > 0, m.what << ": scale " << s.scale << " (expected > 0)");
   const int64_t D = s.head_dim;
   const bool bf16 = s.compute == DType::BF16;
+  DIT_CHECK(!s.bf16_pad_qk || bf16, m.what << ": bf16_pad_qk needs bf16 compute");
+  m.Dqk = s.bf16_pad_qk ? (D + 31) / 32 * 32 : D;
   m.dense = (!bf16 || is_dense(s.q, s.heads, s.q_len, D)) && is_dense(s.k, s.heads, s.kv_len, D) &&
             is_dense(s.v, s.heads, s.kv_len, D);
   m.choose_blocks();
@@ -132,18 +135,23 @@ void Attention::Impl::choose_blocks() {
   kv_tail = spec.kv_len - (nkb - 1) * KB;
 }
 
-// The layouts the matmuls read: bf16 reads dense bf16 copies of q, k and v (made per run);
-// f32 reads the spec's, except long strided K/V, copied to dense buffers.
+// The layouts the matmuls read: bf16 reads dense bf16 copies of q, k and v (made per run; q's
+// and k's rows Dqk long, the pad zeroed here once and never written again); f32 reads the
+// spec's, except long strided K/V, copied to dense buffers.
 void Attention::Impl::choose_layouts() {
   const AttentionSpec& s = spec;
   const int64_t D = s.head_dim;
   if (s.compute == DType::BF16) {
-    eq = AttnLayout::bhtd(s.heads, s.q_len, D);
-    ek = AttnLayout::bhtd(s.heads, s.kv_len, D);
+    eq = AttnLayout::bhtd(s.heads, s.q_len, Dqk);
+    ek = AttnLayout::bhtd(s.heads, s.kv_len, Dqk);
     ev = AttnLayout::bhtd(s.heads, s.kv_len, D);
-    qb = Tensor::empty({s.batch, s.heads, s.q_len, D}, DType::BF16);
-    kb = Tensor::empty({s.batch, s.heads, s.kv_len, D}, DType::BF16);
+    qb = Tensor::empty({s.batch, s.heads, s.q_len, Dqk}, DType::BF16);
+    kb = Tensor::empty({s.batch, s.heads, s.kv_len, Dqk}, DType::BF16);
     vb = Tensor::empty({s.batch, s.heads, s.kv_len, D}, DType::BF16);
+    if (Dqk != D) {
+      std::memset(qb.data(), 0, qb.nbytes());
+      std::memset(kb.data(), 0, kb.nbytes());
+    }
     return;
   }
   eq = s.q;
@@ -169,7 +177,7 @@ void Attention::Impl::make_prims() {
     for (int ki = 0; ki < 2; ++ki) {
       const int64_t qr = qi ? q_tail : QB, kc = ki ? kv_tail : KB;
       if ((qi && qr == QB) || (ki && kc == KB)) continue;  // no distinct tail
-      prims[qi][ki] = make_block_prims(spec, eq, ek, ev, qr, kc, KB, qk_scale);
+      prims[qi][ki] = make_block_prims(spec, eq, ek, ev, qr, kc, KB, Dqk, qk_scale);
       const BlockPrims& p = prims[qi][ki];
       sp_max = std::max({sp_max, p.qk_sp.get_size(), p.pv_sp.get_size()});
     }

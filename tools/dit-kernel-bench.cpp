@@ -132,7 +132,7 @@ json bench_linear(const LinearCase& lc, int64_t tokens, DType c, bool pack = fal
 // bf16: q, k, v given in bf16 and the output written in bf16, as a block's projection and
 // local attention exchange them.
 json bench_attention(int64_t tokens, int64_t B, DType c, int64_t qb = 0, int64_t kb = 0, int64_t D = 72,
-                     bool scale_in_qk = false) {
+                     bool scale_in_qk = false, bool pad_qk = false) {
   const int64_t H = 16;
   AttentionSpec s;
   s.batch = B;
@@ -143,6 +143,7 @@ json bench_attention(int64_t tokens, int64_t B, DType c, int64_t qb = 0, int64_t
   s.q_block = qb;
   s.kv_block = kb;
   s.bf16_scale_in_qk = scale_in_qk;
+  s.bf16_pad_qk = pad_qk;
   s.q = s.k = s.v = AttnLayout::bthd(tokens, D, H, 3 * H * D);  // fused QKV, as in the model
   s.out = AttnLayout::bthd(tokens, D, H, H * D);
   Attention attn(s);
@@ -165,6 +166,8 @@ json bench_attention(int64_t tokens, int64_t B, DType c, int64_t qb = 0, int64_t
   // where the softmax scale is applied: by the Q·Kᵀ matmul (f32, and bf16 with
   // --bf16-scale-in-qk) or by the softmax (bf16)
   j["scale_in"] = c == DType::BF16 && !scale_in_qk ? "softmax" : "qk_matmul";
+  // the head_dim Q·Kᵀ reduces over: head_dim, or zero-padded to a multiple of 32 (--bf16-pad-qk)
+  j["qk_head_dim"] = pad_qk ? (D + 31) / 32 * 32 : D;
   if (qb || kb) {
     j["q_block"] = qb;
     j["kv_block"] = kb;
@@ -245,7 +248,7 @@ json bench_norm(int64_t tokens) {
 int main(int argc, char** argv) {
   CLI::App app{"dit-kernel-bench: GFLOP/s of the dit-gen kernels at DiT-XL/2 sizes (JSON on stdout)"};
   int threads = 0;
-  bool sweep = false, skip_4096 = false, packed = false, scale_in_qk = false, gate_after = false;
+  bool sweep = false, skip_4096 = false, packed = false, scale_in_qk = false, pad_qk = false, gate_after = false;
   std::string only;
   std::vector<int64_t> head_dims{72};
   app.add_option("-t,--threads", threads, "threads (default: OpenMP default)");
@@ -264,6 +267,9 @@ int main(int argc, char** argv) {
   app.add_flag("--bf16-scale-in-qk", scale_in_qk,
                "attention: also time bf16 with the softmax scale applied by the Q·Kᵀ matmul (an output scale), "
                "as before the softmax took it over (rows with \"scale_in\": \"qk_matmul\")");
+  app.add_flag("--bf16-pad-qk", pad_qk,
+               "attention: also time bf16 with Q and K copied zero-padded to a head_dim that is a multiple of 32 "
+               "(AMX's bf16 tile depth; P·V keeps head_dim) (rows with \"qk_head_dim\" above \"head_dim\")");
   app.add_flag("--packed", packed, "also time Linear with weights reordered into the matmul's preferred layout");
   app.add_flag("--gate-after-matmul", gate_after,
                "linear: also time the gated linears with the gate and the residual sum in a pass after a plain "
@@ -298,6 +304,7 @@ int main(int argc, char** argv) {
             if (t == 4096 && skip_4096) continue;
             rows.push_back(bench_attention(t, 2, c, 0, 0, d));
             if (c == DType::BF16 && scale_in_qk) rows.push_back(bench_attention(t, 2, c, 0, 0, d, true));
+            if (c == DType::BF16 && pad_qk) rows.push_back(bench_attention(t, 2, c, 0, 0, d, false, true));
           }
       if (sweep)
         for (DType c : types)

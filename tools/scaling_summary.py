@@ -81,6 +81,8 @@ def kernels(docs):
                 phases = (f"; Q·Kᵀ {ph['qk']:.2f}, softmax {ph['softmax']:.2f}, P·V {ph['pv']:.2f} of its time"
                           if all(k in ph for k in ("qk", "softmax", "pv")) else "")
                 how = " (scale in the Q·Kᵀ matmul)" if r["dtype"] == "bf16" and r.get("scale_in") == "qk_matmul" else ""
+                if r.get("qk_head_dim", r.get("head_dim")) != r.get("head_dim"):  # --bf16-pad-qk
+                    how += f" (Q, K padded to {r['qk_head_dim']})"
                 print(f"- {r['op']} {r['dtype']}{how} {r.get('tokens', '')} tokens, head_dim {r.get('head_dim', '?')}: "
                       f"{r['gflops']:.0f} GFLOP/s, {r['gflops'] / gemm[r['dtype']]:.2f} of the GEMM{phases}")
     linear, impl = {}, {}

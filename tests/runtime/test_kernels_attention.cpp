@@ -77,11 +77,17 @@ AttentionSpec spec_of(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t D, D
 }
 
 // fused: q, k, v read from one [B, T, 3, H, D] buffer, out [B, T, H, D].
+// bf16's two forms kept for comparing (AttentionSpec): the scale in Q·Kᵀ, Q and K zero-padded.
+struct Bf16Form {
+  bool scale_in_qk = false, pad_qk = false;
+};
+
 void check_attention(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t D, bool fused, DType compute,
                      int64_t qblock = 0, int64_t kvblock = 0, float scale = 0, float range = 1.f,
-                     bool scale_in_qk = false) {
+                     Bf16Form form = {}) {
   AttentionSpec s = spec_of(B, H, Tq, Tk, D, compute);
-  s.bf16_scale_in_qk = scale_in_qk;
+  s.bf16_scale_in_qk = form.scale_in_qk;
+  s.bf16_pad_qk = form.pad_qk;
   s.q_block = qblock;
   s.kv_block = kvblock;
   s.scale = scale;
@@ -120,7 +126,8 @@ void check_attention(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t D, bo
   const bool bf = compute == DType::BF16;
   std::ostringstream os;
   os << "attn B" << B << " H" << H << " Tq" << Tq << " Tk" << Tk << " D" << D << " fused" << fused << " "
-     << dtype_name(compute) << " blocks " << qblock << "/" << kvblock << (scale_in_qk ? " scale in Q·Kᵀ" : "")
+     << dtype_name(compute) << " blocks " << qblock << "/" << kvblock << (form.scale_in_qk ? " scale in Q·Kᵀ" : "")
+     << (form.pad_qk ? " Q, K padded" : "")
      << " impl " << attn.impl_info();
   kt::check_close(gather(s, out.data(), ol).data(), want.data(), want.size(), bf ? 2e-2 : 1e-4, bf ? 1e-2 : 2e-5,
                   os.str() + " out");
@@ -181,9 +188,63 @@ TEST_CASE("Attention with bf16 compute", "[kernels][attention][bf16]") {
 // matches the reference as well, large logits included.
 TEST_CASE("Attention with bf16 compute, the scale in the Q·Kᵀ matmul", "[kernels][attention][bf16]") {
   if (!dit_test::bf16_available()) return;
-  check_attention(2, 3, 64, 64, 72, true, DType::BF16, 0, 0, 0, 1.f, true);
-  check_attention(2, 3, 333, 64, 72, false, DType::BF16, 32, 64, 0, 1.f, true);
-  check_attention(2, 2, 100, 300, 16, false, DType::BF16, 32, 64, 1.0f, 4.f, true);
+  const Bf16Form in_qk{true, false};
+  check_attention(2, 3, 64, 64, 72, true, DType::BF16, 0, 0, 0, 1.f, in_qk);
+  check_attention(2, 3, 333, 64, 72, false, DType::BF16, 32, 64, 0, 1.f, in_qk);
+  check_attention(2, 2, 100, 300, 16, false, DType::BF16, 32, 64, 1.0f, 4.f, in_qk);
+}
+
+// Q and K with head_dim zero-padded to a multiple of 32 (kept for dit-kernel-bench to compare):
+// the reference's result, with tails, small and padded-to-itself head dims, large logits, and
+// the scale in either place.
+TEST_CASE("Attention with bf16 compute, Q and K zero-padded", "[kernels][attention][bf16]") {
+  if (!dit_test::bf16_available()) return;
+  const Bf16Form pad{false, true};
+  for (int64_t T : {1, 7, 333}) check_attention(2, 3, T, T, 72, true, DType::BF16, 0, 0, 0, 1.f, pad);
+  check_attention(2, 3, 7, 333, 8, false, DType::BF16, 0, 0, 0, 1.f, pad);
+  check_attention(2, 3, 333, 64, 40, false, DType::BF16, 32, 64, 0, 1.f, pad);
+  check_attention(1, 2, 64, 64, 64, true, DType::BF16, 0, 0, 0, 1.f, pad);  // already a multiple
+  check_attention(2, 2, 100, 300, 16, false, DType::BF16, 32, 64, 1.0f, 4.f, pad);
+  check_attention(2, 3, 64, 64, 72, true, DType::BF16, 0, 0, 0, 1.f, {true, true});
+}
+
+// Padded: bf16 inputs give the bits of f32 inputs, with a key bias; the pad adds only exact
+// zeros, so the result is the unpadded one up to the order of the f32 sums. Refused where it
+// cannot apply.
+TEST_CASE("Attention with Q and K padded: bf16 inputs, bias, and where it is refused", "[kernels][attention][bf16]") {
+  if (!dit_test::bf16_available()) return;
+  const int64_t B = 2, H = 3, T = 300, D = 72;
+  std::vector<float> qkv = kt::randv(B * T * 3 * H * D, 43, -2.f, 2.f);
+  std::vector<uint16_t> qkv16(qkv.size());
+  for (size_t i = 0; i < qkv.size(); ++i) qkv16[i] = f32_to_bf16(qkv[i]);
+  const std::vector<float> key_bias = kt::randv(B * T, 44, -3.f, 0.f);
+  AttnBias bias;
+  bias.key = key_bias.data();
+  AttentionSpec s = spec_of(B, H, T, T, D, DType::BF16);
+  s.q = s.k = s.v = AttnLayout::bthd(T, D, H, 3 * H * D);
+  s.out = AttnLayout::bthd(T, D, H, H * D);
+  const Attention plain(s);
+  s.bf16_pad_qk = true;
+  const Attention padded(s);
+  const size_t n = size_t(B * T * H * D);
+  std::vector<float> want(n), want_lse(B * H * T), got(n, NAN), got_lse(want_lse.size(), NAN), got32(n, NAN);
+  plain.run(qkv.data(), qkv.data() + H * D, qkv.data() + 2 * H * D, want.data(), want_lse.data(), &bias);
+  padded.run(qkv16.data(), qkv16.data() + H * D, qkv16.data() + 2 * H * D, got.data(), got_lse.data(), &bias);
+  padded.run(qkv.data(), qkv.data() + H * D, qkv.data() + 2 * H * D, got32.data(), nullptr, &bias);
+  CHECK(std::memcmp(got.data(), got32.data(), n * 4) == 0);
+  kt::check_close(got.data(), want.data(), n, 1e-5, 1e-5, "padded against unpadded, out");
+  kt::check_close(got_lse.data(), want_lse.data(), want_lse.size(), 1e-5, 1e-5, "padded against unpadded, lse");
+  // run_dense reads unpadded planes; f32 has no pad.
+  AttentionSpec d = spec_of(1, 1, 4, 4, 8, DType::BF16);
+  d.bf16_pad_qk = true;
+  const Attention dense(d);
+  std::vector<uint16_t> x(32);
+  std::vector<float> o(32), m(4), l(4);
+  CHECK_THROWS_WITH(dense.run_dense(x.data(), x.data(), x.data(), o.data(), nullptr), Catch::Contains("unpadded"));
+  CHECK_THROWS_WITH(dense.run_dense_part(x.data(), x.data(), x.data(), o.data(), AttentionCarry{m.data(), l.data()}),
+                    Catch::Contains("unpadded"));
+  d.compute = DType::F32;
+  CHECK_THROWS_WITH(Attention(d), Catch::Contains("bf16_pad_qk needs bf16 compute"));
 }
 
 TEST_CASE("Attention runs with one thread and with more threads than tasks", "[kernels][attention]") {
@@ -398,6 +459,47 @@ TEST_CASE("attention_to_dense: every element as f32_to_bf16 (or the float), any 
       INFO("bf16 rows, D " << D << " T " << T);
       CHECK(bad == 0);
     }
+}
+
+TEST_CASE("attention_to_dense into longer rows writes each row's head_dim and nothing else", "[kernels][attention][dense]") {
+  // dst_row > head_dim: the zero-padded Q and K of AttentionSpec::bf16_pad_qk. Both forms (from
+  // f32 and from bf16 rows), head dims below and above the vector widths.
+  for (int64_t D : {int64_t(5), int64_t(40), int64_t(72)}) {
+    const int64_t B = 2, H = 3, T = 70, row = 3 * H * D, R = (D + 31) / 32 * 32 + 8;
+    const std::vector<float> x = kt::randv(B * T * row, 23, -3.f, 3.f);
+    std::vector<uint16_t> x16(x.size());
+    for (size_t i = 0; i < x.size(); ++i) x16[i] = f32_to_bf16(x[i]);
+    const AttnLayout L = AttnLayout::bthd(T, D, H, row);
+    for (bool from16 : {false, true}) {
+      std::vector<uint16_t> got(size_t(B * H * T * R), 0x5555);
+      if (from16)
+        attention_to_dense(x16.data() + H * D, L, B, H, T, D, got.data(), 0, 0, R);
+      else
+        attention_to_dense(x.data() + H * D, L, B, H, T, D, DType::BF16, got.data(), 0, 0, R);
+      size_t bad = 0;
+      for (int64_t bh = 0; bh < B * H; ++bh)
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t i = 0; i < R; ++i) {
+            const int64_t b = bh / H, h = bh % H;
+            const uint16_t g = got[size_t((bh * T + t) * R + i)];
+            bad += i < D ? g != x16[size_t(b * T * row + t * row + H * D + h * D + i)] : g != 0x5555;
+          }
+      INFO("D " << D << " from bf16 " << from16);
+      CHECK(bad == 0);
+    }
+    std::vector<float> got(size_t(B * H * T * R), 7.f);  // f32 rows, the same placement
+    attention_to_dense(x.data() + H * D, L, B, H, T, D, DType::F32, got.data(), 0, 0, R);
+    size_t bad = 0;
+    for (int64_t bh = 0; bh < B * H; ++bh)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t i = 0; i < R; ++i) {
+          const int64_t b = bh / H, h = bh % H;
+          const float g = got[size_t((bh * T + t) * R + i)];
+          bad += i < D ? g != x[size_t(b * T * row + t * row + H * D + h * D + i)] : g != 7.f;
+        }
+    INFO("f32 D " << D);
+    CHECK(bad == 0);
+  }
 }
 
 TEST_CASE("Attention::phases accounts each part of a run, and reset_phases clears them", "[kernels][attention]") {

@@ -292,3 +292,27 @@ TEST_CASE("dit-kernel-bench --head-dim times attention at each head size asked f
   CHECK(bad.out.empty());
   CHECK(bad.err.find("--head-dim") != std::string::npos);
 }
+
+// --bf16-pad-qk adds, for each bf16 row, one with Q and K zero-padded to a multiple of 32.
+TEST_CASE("dit-kernel-bench --bf16-pad-qk times bf16 attention with Q and K padded", "[tools][bench]") {
+  RunResult r = run(bin("dit-kernel-bench") +
+                    " -t 1 --only attention --no-4096 --runs 1 --warmup 0 --head-dim 8,72 --bf16-pad-qk");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto doc = nlohmann::json::parse(r.out);
+  int64_t padded = 0, plain = 0;
+  for (const auto& row : doc["results"]) {
+    INFO(row.dump());
+    CHECK(row["gflops"].get<double>() > 0);
+    const int64_t d = row["head_dim"].get<int64_t>(), dqk = row["qk_head_dim"].get<int64_t>();
+    if (dqk == d) {
+      ++plain;
+    } else {
+      ++padded;
+      CHECK(row["dtype"] == "bf16");
+      CHECK(dqk == (d == 8 ? 32 : 96));
+    }
+  }
+  CHECK(padded == (dit_test::bf16_available() ? 4 : 0));  // 2 head sizes × 256 and 1024 tokens
+  CHECK(plain == 2 * 2 * int64_t(compute_types().size()));
+}
