@@ -9,6 +9,7 @@ quotes them): python3 tools/scaling_summary.py OUT_DIR
 - PyTorch: its step against dit-gen's serial-all step of the nearest invocation, per dtype and size.
 - Whole runs: wall times, bf16 against f32 and --cfg-parallel against one thread per round.
 - Simulated machines: each layout's step against one node's.
+- Whole dit-gen steps (tools/step_table.sh): each layout's step, and one process's over it.
 """
 import json
 import os
@@ -173,16 +174,56 @@ def nodes(docs):
     print()
 
 
+def table(docs):
+    print("## One denoising step of whole dit-gen runs (tools/step_table.sh): median step (s) over the rounds, "
+          "and the median over the rounds of one process's step (same dtype, tokens, round) over the row's")
+    ok = [d for d in docs if d.get("exit") == 0 and d.get("step_s")]
+    sizes = sorted({d["tokens"] for d in docs})
+    print("| layout | dtype | ranks x threads | " + " | ".join(f"{t} tokens" for t in sizes) + " |")
+    print("|---|---|---|" + "---|" * len(sizes))
+    base = {(d["dtype"], d["tokens"], d.get("round", 1)): d["step_s"] for d in ok if d["ranks"] == 1}
+    rows = []  # (layout, dtype, ranks, threads) in the order first run
+    for d in docs:
+        k = (d["layout"], d["dtype"], d["ranks"], d["threads"])
+        if k not in rows:
+            rows.append(k)
+    for layout, dtype, ranks, threads in rows:
+        cells = []
+        for t in sizes:
+            mine = [d for d in docs if (d["layout"], d["dtype"], d["ranks"], d["tokens"]) == (layout, dtype, ranks, t)]
+            good = [d for d in mine if d in ok]
+            if not mine:
+                cells.append("")
+                continue
+            if not good:
+                cells.append("exit " + ", ".join(str(d.get("exit")) for d in mine))
+                continue
+            cell = f"{statistics.median(d['step_s'] for d in good):.3f}"
+            ratios = [base[(dtype, t, d.get("round", 1))] / d["step_s"] for d in good
+                      if (dtype, t, d.get("round", 1)) in base]
+            if ranks > 1 and ratios:
+                each = f"; {', '.join(f'{r:.2f}' for r in ratios)}" if len(ratios) > 1 else ""
+                cell += f" ({statistics.median(ratios):.2f}x{each})"
+            cells.append(cell)
+        print(f"| {layout} | {dtype} | {ranks} x {threads} | " + " | ".join(cells) + " |")
+    print()
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: python3 tools/scaling_summary.py OUT_DIR")
     d = sys.argv[1]
+    # each section where its file has lines (tools/step_table.sh writes table.jsonl alone)
     layout_docs = load(os.path.join(d, "layouts.jsonl"))
-    layouts(layout_docs)
-    kernels(load(os.path.join(d, "kernels.jsonl")))
-    torch_vs(load(os.path.join(d, "torch.jsonl")), layout_docs)
-    whole(load(os.path.join(d, "whole.jsonl")))
-    nodes(load(os.path.join(d, "nodes.jsonl")))
+    sections = [(layouts, [layout_docs]),
+                (kernels, [load(os.path.join(d, "kernels.jsonl"))]),
+                (torch_vs, [load(os.path.join(d, "torch.jsonl")), layout_docs]),
+                (whole, [load(os.path.join(d, "whole.jsonl"))]),
+                (nodes, [load(os.path.join(d, "nodes.jsonl"))]),
+                (table, [load(os.path.join(d, "table.jsonl"))])]
+    for section, args in sections:
+        if args[0]:
+            section(*args)
 
 
 main()
