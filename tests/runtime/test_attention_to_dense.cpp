@@ -1,6 +1,7 @@
 // attention_to_dense (runtime/attention.h): Q, K or V rows into the dense form the attention's
 // block matmuls read, element for element against f32_to_bf16 (or the float itself).
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cstring>
 
 #include "kernel_test_util.h"
@@ -65,43 +66,45 @@ TEST_CASE("attention_to_dense: every element as f32_to_bf16 (or the float), any 
     }
 }
 
+namespace {
+
+// The elements of `got`, [B·H, T, R] rows, that are not K's row of the fused [B, T, 3, H, D]
+// buffer src in their first D elements, or not `fill` after them.
+template <class E>
+size_t misplaced(const std::vector<E>& got, const std::vector<E>& src, int64_t H, int64_t T, int64_t D, int64_t R,
+                 E fill) {
+  const int64_t row = 3 * H * D, BH = int64_t(got.size()) / (T * R);
+  size_t bad = 0;
+  for (int64_t bh = 0; bh < BH; ++bh)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < R; ++i) {
+        const int64_t b = bh / H, h = bh % H;
+        const E g = got[size_t((bh * T + t) * R + i)];
+        bad += i < D ? g != src[size_t(b * T * row + t * row + H * D + h * D + i)] : g != fill;
+      }
+  return bad;
+}
+
+}  // namespace
+
 TEST_CASE("attention_to_dense into longer rows writes each row's head_dim and nothing else", "[kernels][attention][dense]") {
-  // dst_row > head_dim: the zero-padded Q and K of AttentionSpec::bf16_pad_qk. Both forms (from
-  // f32 and from bf16 rows), head dims below and above the vector widths.
+  // dst_row > head_dim: the zero-padded Q and K of AttentionSpec::bf16_pad_qk. All three forms
+  // (f32 rows as f32 and as bf16, bf16 rows), head dims below and above the vector widths.
   for (int64_t D : {int64_t(5), int64_t(40), int64_t(72)}) {
-    const int64_t B = 2, H = 3, T = 70, row = 3 * H * D, R = (D + 31) / 32 * 32 + 8;
-    const std::vector<float> x = kt::randv(B * T * row, 23, -3.f, 3.f);
+    const int64_t B = 2, H = 3, T = 70, R = (D + 31) / 32 * 32 + 8;
+    const std::vector<float> x = kt::randv(B * T * 3 * H * D, 23, -3.f, 3.f);
     std::vector<uint16_t> x16(x.size());
     for (size_t i = 0; i < x.size(); ++i) x16[i] = f32_to_bf16(x[i]);
-    const AttnLayout L = AttnLayout::bthd(T, D, H, row);
-    for (bool from16 : {false, true}) {
-      std::vector<uint16_t> got(size_t(B * H * T * R), 0x5555);
-      if (from16)
-        attention_to_dense(x16.data() + H * D, L, B, H, T, D, got.data(), 0, 0, R);
-      else
-        attention_to_dense(x.data() + H * D, L, B, H, T, D, DType::BF16, got.data(), 0, 0, R);
-      size_t bad = 0;
-      for (int64_t bh = 0; bh < B * H; ++bh)
-        for (int64_t t = 0; t < T; ++t)
-          for (int64_t i = 0; i < R; ++i) {
-            const int64_t b = bh / H, h = bh % H;
-            const uint16_t g = got[size_t((bh * T + t) * R + i)];
-            bad += i < D ? g != x16[size_t(b * T * row + t * row + H * D + h * D + i)] : g != 0x5555;
-          }
-      INFO("D " << D << " from bf16 " << from16);
-      CHECK(bad == 0);
-    }
-    std::vector<float> got(size_t(B * H * T * R), 7.f);  // f32 rows, the same placement
+    const AttnLayout L = AttnLayout::bthd(T, D, H, 3 * H * D);
+    INFO("D " << D);
+    std::vector<uint16_t> got16(size_t(B * H * T * R), 0x5555);
+    attention_to_dense(x.data() + H * D, L, B, H, T, D, DType::BF16, got16.data(), 0, 0, R);
+    CHECK(misplaced(got16, x16, H, T, D, R, uint16_t(0x5555)) == 0);
+    std::fill(got16.begin(), got16.end(), uint16_t(0x5555));
+    attention_to_dense(x16.data() + H * D, L, B, H, T, D, got16.data(), 0, 0, R);
+    CHECK(misplaced(got16, x16, H, T, D, R, uint16_t(0x5555)) == 0);
+    std::vector<float> got(size_t(B * H * T * R), 7.f);
     attention_to_dense(x.data() + H * D, L, B, H, T, D, DType::F32, got.data(), 0, 0, R);
-    size_t bad = 0;
-    for (int64_t bh = 0; bh < B * H; ++bh)
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t i = 0; i < R; ++i) {
-          const int64_t b = bh / H, h = bh % H;
-          const float g = got[size_t((bh * T + t) * R + i)];
-          bad += i < D ? g != x[size_t(b * T * row + t * row + H * D + h * D + i)] : g != 7.f;
-        }
-    INFO("f32 D " << D);
-    CHECK(bad == 0);
+    CHECK(misplaced(got, x, H, T, D, R, 7.f) == 0);
   }
 }
