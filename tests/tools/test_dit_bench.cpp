@@ -12,6 +12,18 @@
 
 using namespace dit_test;
 
+namespace {
+
+// The JSON document a tool prints, from a command that must exit 0 (its stderr in the report).
+nlohmann::json json_of(const std::string& cmd) {
+  const RunResult r = run(cmd);
+  INFO(cmd << "\n" << r.err);
+  REQUIRE(r.code == 0);
+  return nlohmann::json::parse(r.out);
+}
+
+}  // namespace
+
 TEST_CASE("dit-bench runs serial and parallel layouts and reports JSON", "[tools][bench]") {
   Scratch s;
   RunResult r = run(bin("dit-bench") + " --preset tiny --cache " + s.path() +
@@ -263,11 +275,8 @@ TEST_CASE("dit-comm-bench --ops ulysses times the windows against the all-to-all
 
 // --bf16-scale-in-qk adds, for each bf16 row, one with the softmax scale in the Q·Kᵀ matmul.
 TEST_CASE("dit-kernel-bench --head-dim times attention at each head size asked for", "[tools][bench]") {
-  RunResult r = run(bin("dit-kernel-bench") +
-                    " -t 1 --only attention --no-4096 --runs 1 --warmup 0 --head-dim 8,24 --bf16-scale-in-qk");
-  INFO(r.err);
-  REQUIRE(r.code == 0);
-  const auto doc = nlohmann::json::parse(r.out);
+  const auto doc = json_of(bin("dit-kernel-bench") +
+                           " -t 1 --only attention --no-4096 --runs 1 --warmup 0 --head-dim 8,24 --bf16-scale-in-qk");
   std::vector<int64_t> dims;
   int64_t in_qk = 0, in_softmax = 0;
   for (const auto& row : doc["results"]) {
@@ -295,11 +304,8 @@ TEST_CASE("dit-kernel-bench --head-dim times attention at each head size asked f
 
 // --bf16-pad-qk adds, for each bf16 row, one with Q and K zero-padded to a multiple of 32.
 TEST_CASE("dit-kernel-bench --bf16-pad-qk times bf16 attention with Q and K padded", "[tools][bench]") {
-  RunResult r = run(bin("dit-kernel-bench") +
-                    " -t 1 --only attention --no-4096 --runs 1 --warmup 0 --head-dim 8,72 --bf16-pad-qk");
-  INFO(r.err);
-  REQUIRE(r.code == 0);
-  const auto doc = nlohmann::json::parse(r.out);
+  const auto doc = json_of(bin("dit-kernel-bench") +
+                           " -t 1 --only attention --no-4096 --runs 1 --warmup 0 --head-dim 8,72 --bf16-pad-qk");
   int64_t padded = 0, plain = 0;
   for (const auto& row : doc["results"]) {
     INFO(row.dump());
