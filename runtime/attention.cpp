@@ -188,7 +188,8 @@ void Attention::run16(const uint16_t* q, const uint16_t* k, const uint16_t* v, v
 void Attention::run_dense(const void* q, const void* k, const void* v, float* out, float* lse) const {
   DIT_CHECK(impl_, "Attention::run_dense on an empty Attention");
   DIT_CHECK(impl_->dense, impl_->what << ": run_dense needs dense [batch, heads, tokens, head_dim] k and v (and q for bf16)");
-  DIT_CHECK(impl_->Dqk == impl_->spec.head_dim, impl_->what << ": run_dense reads unpadded q and k (bf16_pad_qk is for run())");
+  DIT_CHECK(impl_->Dqk == impl_->spec.head_dim,
+            impl_->what << ": run_dense reads unpadded q and k (bf16_pad_qk is for run())");
   const ProfilePhases prof(*this);
   impl_->run_blocks({static_cast<const char*>(q), static_cast<const char*>(k), static_cast<const char*>(v), out, false,
                      lse, nullptr, nullptr});

@@ -12,6 +12,7 @@
 
 #include "runtime/attention.h"
 #include "runtime/elementwise.h"
+#include "runtime/error.h"
 #include "runtime/parallel_for.h"
 
 namespace dit {
@@ -19,10 +20,10 @@ namespace dit {
 namespace {
 
 // `rows` rows of D floats, src_stride apart, rounded to bf16 (to nearest even: the bits of
-// to_bf16) into rows dst_stride apart (D: dense). A call per row through to_bf16 cost about as much as the conversion
-// at D = 72 (the vector loop's scalar remainder). The AVX-512 kernel does a row in whole vectors
-// of 16, the last one redone from D - 16 (the overlap gets the same bits): masked stores to lines
-// not in cache were twice as slow here (Zen 4).
+// to_bf16) into rows dst_stride apart (D: dense). A call per row through to_bf16 cost about as
+// much as the conversion at D = 72 (the vector loop's scalar remainder). The AVX-512 kernel does
+// a row in whole vectors of 16, the last one redone from D - 16 (the overlap gets the same bits):
+// masked stores to lines not in cache were twice as slow here (Zen 4).
 void rows_to_bf16_generic(const float* src, int64_t src_stride, uint16_t* dst, int64_t dst_stride, int64_t rows,
                           int64_t D) {
   for (int64_t r = 0; r < rows; ++r) to_bf16(src + r * src_stride, dst + r * dst_stride, D);
@@ -51,9 +52,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void rows_to_bf16_avx512(co
   }
 }
 
-// `rows` rows of `bytes` bytes, src_stride bytes apart, copied into rows dst_stride bytes apart, in whole
-// 64-byte vectors (the last redone from bytes - 64) where a row has at least 64: a memcpy
-// call per 144-byte row (bf16, head_dim 72) was a sixth of bf16 attention's time at 256 tokens.
+// `rows` rows of `bytes` bytes, src_stride bytes apart, copied into rows dst_stride bytes apart,
+// in whole 64-byte vectors (the last redone from bytes - 64) where a row has at least 64: a
+// memcpy call per 144-byte row (bf16, head_dim 72) was a sixth of bf16 attention's time at 256
+// tokens.
 __attribute__((target("avx512f"))) void rows_copy_avx512(const char* src, int64_t src_stride, char* dst,
                                                          int64_t dst_stride, int64_t rows, int64_t bytes) {
   for (int64_t r = 0; r < rows; ++r, src += src_stride, dst += dst_stride) {
@@ -93,6 +95,7 @@ void rows_to_bf16(const float* src, int64_t src_stride, uint16_t* dst, int64_t d
 template <class T, class F>
 void for_dense_runs(const T* x, const AttnLayout& L, int64_t batch, int64_t heads, int64_t tokens, int64_t D,
                     int64_t R, int64_t dst_tokens, int64_t dst_first, F&& f) {
+  DIT_CHECK(R >= D, "attention_to_dense: destination rows of " << R << " elements for head_dim " << D);
   constexpr int64_t kChunk = 64;
   const int64_t Td = dst_tokens > 0 ? dst_tokens : tokens, chunks = (tokens + kChunk - 1) / kChunk;
   parallel_for(batch * heads * chunks, batch * heads * tokens * D > 16384, [&](int64_t task) {
@@ -120,9 +123,8 @@ void attention_to_dense(const float* x, const AttnLayout& L, int64_t batch, int6
 void attention_to_dense(const uint16_t* x, const AttnLayout& L, int64_t batch, int64_t heads, int64_t tokens,
                         int64_t head_dim, uint16_t* dst, int64_t dst_tokens, int64_t dst_first, int64_t dst_row) {
   const int64_t D = head_dim, R = dst_row > 0 ? dst_row : D;
-  for_dense_runs(x, L, batch, heads, tokens, D, R, dst_tokens, dst_first, [&](const uint16_t* src, int64_t at, int64_t n) {
-    rows_copy(src, L.token_stride, dst + at, R, n, D);
-  });
+  for_dense_runs(x, L, batch, heads, tokens, D, R, dst_tokens, dst_first,
+                 [&](const uint16_t* src, int64_t at, int64_t n) { rows_copy(src, L.token_stride, dst + at, R, n, D); });
 }
 
 }  // namespace dit

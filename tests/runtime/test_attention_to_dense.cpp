@@ -107,4 +107,8 @@ TEST_CASE("attention_to_dense into longer rows writes each row's head_dim and no
     attention_to_dense(x.data() + H * D, L, B, H, T, D, DType::F32, got.data(), 0, 0, R);
     CHECK(misplaced(got, x, H, T, D, R, 7.f) == 0);
   }
+  // Rows shorter than head_dim would overlap: refused.
+  std::vector<float> x(64), got(64);
+  CHECK_THROWS_WITH(attention_to_dense(x.data(), AttnLayout::bhtd(1, 4, 16), 1, 1, 4, 16, DType::F32, got.data(), 0, 0, 8),
+                    Catch::Contains("destination rows of 8 elements for head_dim 16"));
 }
