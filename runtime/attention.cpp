@@ -370,6 +370,7 @@ void Attention::reset_phases() {
   for (ThreadState& T : impl_->th) T.phases = {};
 }
 const std::string& Attention::impl_info() const { return impl_->impl_name; }
+int64_t Attention::qk_head_dim() const { return impl_->Dqk; }
 double Attention::flops() const {
   const auto& s = impl_->spec;
   return 4.0 * s.batch * s.heads * s.q_len * s.kv_len * s.head_dim;

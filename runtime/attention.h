@@ -135,6 +135,7 @@ class Attention {
   AttentionPhases phases() const;
   void reset_phases();
   double flops() const;  // 4·batch·heads·q_len·kv_len·head_dim
+  int64_t qk_head_dim() const;  // what Q·Kᵀ reduces over: head_dim, or padded (bf16_pad_qk)
   const std::string& impl_info() const;  // oneDNN implementation of the block matmuls
 
  private:

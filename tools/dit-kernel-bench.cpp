@@ -167,7 +167,7 @@ json bench_attention(int64_t tokens, int64_t B, DType c, int64_t qb = 0, int64_t
   // --bf16-scale-in-qk) or by the softmax (bf16)
   j["scale_in"] = c == DType::BF16 && !scale_in_qk ? "softmax" : "qk_matmul";
   // the head_dim Q·Kᵀ reduces over: head_dim, or zero-padded to a multiple of 32 (--bf16-pad-qk)
-  j["qk_head_dim"] = pad_qk ? (D + 31) / 32 * 32 : D;
+  j["qk_head_dim"] = attn.qk_head_dim();
   if (qb || kb) {
     j["q_block"] = qb;
     j["kv_block"] = kb;

@@ -226,6 +226,8 @@ TEST_CASE("Attention with Q and K padded: bf16 inputs, bias, and where it is ref
   const Attention plain(s);
   s.bf16_pad_qk = true;
   const Attention padded(s);
+  CHECK(plain.qk_head_dim() == 72);
+  CHECK(padded.qk_head_dim() == 96);
   const size_t n = size_t(B * T * H * D);
   std::vector<float> want(n), want_lse(B * H * T), got(n, NAN), got_lse(want_lse.size(), NAN), got32(n, NAN);
   plain.run(qkv.data(), qkv.data() + H * D, qkv.data() + 2 * H * D, want.data(), want_lse.data(), &bias);
