@@ -47,13 +47,19 @@ void SequenceParallelAttention::prepare(const SelfAttentionShape& s) {
   by_kv_len_.clear();
   by_heads_.clear();
   if (R_ == 1) {
-    // One object per heads-per-call: Hu (no chunks) or the chunk sizes, [B, Tg, 3, hc, d] in place.
-    for (int c = 0; c < C_ && Tg_ > 0; ++c) {
-      const int64_t hc = U_ > 1 ? chunk_heads(c, u_).size() : Hu_;
-      if (hc == 0 || by_heads_.count(hc)) continue;
+    // One object per heads-per-call: Hu (no chunks) or the chunk sizes, [B, Tg, 3, hc, d] in
+    // place or dense planes (bf16 exchange); through windows every rank's head count (any rank
+    // computes any rank's tasks), from dense planes.
+    std::vector<int64_t> counts;
+    for (int c = 0; c < C_; ++c) counts.push_back(U_ > 1 ? chunk_heads(c, u_).size() : Hu_);
+    if (uly_window_)
+      for (int j = 0; j < U_; ++j) counts.push_back(heads_of(j).size());
+    const bool planes = uly16_ || uly_window_;
+    for (const int64_t hc : counts) {
+      if (Tg_ == 0 || hc == 0 || by_heads_.count(hc)) continue;
       a.heads = hc;
       a.q_len = a.kv_len = Tg_;
-      a.q = a.k = a.v = uly16_ ? AttnLayout::bhtd(hc, Tg_, d_) : AttnLayout::bthd(Tg_, d_, hc, 3 * hc * d_);
+      a.q = a.k = a.v = planes ? AttnLayout::bhtd(hc, Tg_, d_) : AttnLayout::bthd(Tg_, d_, hc, 3 * hc * d_);
       a.out = AttnLayout::bthd(Tg_, d_, hc, hc * d_);
       by_heads_.emplace(hc, Attention(a));
     }

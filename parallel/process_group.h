@@ -176,6 +176,11 @@ class ProcessGroup {
   void window_publish();
   const float* window_peer(int j);
   void window_release();
+  // Parts of a use's blocks its members agree to share (Ulysses' attention tasks, taken by
+  // whichever rank is free): rank j's block, writable, without waiting (after window_peer(j)
+  // in the use), and a wait until a counter in one reaches target, failing as collectives do.
+  float* window_shared(int j);
+  void window_wait(std::atomic<uint64_t>& counter, uint64_t target);
 
   // Failure path: tells every rank that this one failed (abort key in the store), marks
   // every group of this process unusable and skips the teardown barrier. Never throws.

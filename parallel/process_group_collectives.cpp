@@ -338,4 +338,10 @@ const float* ProcessGroup::window_peer(int j) {
 
 void ProcessGroup::window_release() { shm_->window_release(); }
 
+float* ProcessGroup::window_shared(int j) { return reinterpret_cast<float*>(shm_->window_shared(j)); }
+
+void ProcessGroup::window_wait(std::atomic<uint64_t>& counter, uint64_t target) {
+  run("window (waiting for the ranks' shared tasks)", -1, [&] { shm_->window_wait(counter, target); });
+}
+
 }  // namespace dit

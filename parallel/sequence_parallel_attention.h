@@ -123,8 +123,11 @@ class SequenceParallelAttention final : public SelfAttention {
   void ulysses_forward(QkvRows qkv, OutRows out);
   void ulysses_all_to_all(QkvRows qkv, OutRows out);
   void scatter16(QkvRows qkv);
-  void pack16(QkvRows qkv, TokenRange heads, uint16_t* dst, int64_t dst_tokens = 0, int64_t first = 0,
-              int64_t tokens = -1) const;
+  // q, k, v rows [B, T, 3, H, d] of `heads` -> the kernels' planes q, k, v each dense
+  // [B, heads, dst_tokens or T, d] in the compute type (bf16: rounded), the rows landing at
+  // token `first` of them.
+  void pack_planes(QkvRows qkv, TokenRange heads, void* dst, int64_t dst_tokens = 0, int64_t first = 0,
+                   int64_t tokens = -1) const;
   void unpack_chunk16(QkvRows qkv, int c);
   void attend16(int64_t heads);
   void exchange_outputs16(uint16_t* recv);
@@ -138,14 +141,16 @@ class SequenceParallelAttention final : public SelfAttention {
   void finish_gather(OutRows out);
   // Ulysses through the group's shared-memory windows (ulysses_window.cpp).
   struct UlyssesWindowLayout {
-    size_t out_at, bytes;
+    size_t planes_at, out_at, tasks_at, bytes;
   };
   UlyssesWindowLayout ulysses_window_layout() const;
   void ulysses_window(QkvRows qkv, OutRows out);
   void window_scatter(QkvRows qkv);
   void read_qkv_block(const void* rows, int j);
+  void window_attend();
   void window_gather(OutRows out);
-  void read_out_block(const void* block, int j, OutRows out);
+  void read_out_block(const float* block, int j, OutRows out);
+  Attention& window_attention(int j) { return by_heads_.at(heads_of(j).size()); }
   void attend(QkvRows qkv_g, float* out_g, int64_t heads);
   void ring_attention(QkvRows qkv_g, float* out_g);
   void ring_attention_window(QkvRows qkv_g, float* out_g);
@@ -199,17 +204,21 @@ class SequenceParallelAttention final : public SelfAttention {
   std::vector<uint16_t> send16_, qkv16_, out16_, recv16_;
   std::vector<size_t> send16_off_;
   std::vector<StridedBlock> gather16_to_, gather16_from_;
-  // Ulysses through windows (one machine, one chunk; ulysses_window.cpp): each rank's window
-  // holds its q, k, v rows [B, T, 3, H, d] in qkv_dtype() (written there by the projection when
-  // it asked qkv_destination(), else copied in), from which every rank reads its heads of the
-  // other ranks' tokens (one copy, the bf16 conversion included, instead of a copy into the
-  // staging slot and one out of it); and from out_at_ the other ranks' tokens of its attention
-  // output [B, Tg, Hu, d] (copied, or in bf16 rounded, from chunk_out_), from which each rank
-  // reads its tokens.
+  // Ulysses through windows (one machine, one chunk; ulysses_window.cpp). Each rank's window
+  // holds, in four parts:
+  //   rows:   its q, k, v rows [B, T, 3, H, d] in qkv_dtype() (written there by the projection
+  //           when it asked qkv_destination(), else copied in), from which every rank reads
+  //           its heads of the other ranks' tokens;
+  //   planes: q, k, v of the group's tokens for its heads, each dense [B, Hu, Tg, d] in the
+  //           compute type (one copy, the bf16 conversion included);
+  //   out:    their attention output [B, Tg, Hu, d] f32, from which each rank reads its tokens;
+  //   tasks:  two counters, the attention tasks claimed and finished.
+  // Any rank computes any rank's attention tasks: each first takes its own, then what is left
+  // of the others' (a rank slowed by its core's neighbours is helped instead of waited for).
   bool uly_window_ = false;
   bool qkv_in_window_ = false;  // qkv_destination() handed out the window for the next forward
   char* uly_win_ = nullptr;     // this rank's window, during a use
-  size_t out_at_ = 0;           // where the outputs lie in a window (bytes; after the rows)
+  size_t planes_at_ = 0, out_at_ = 0, tasks_at_ = 0;  // where the parts lie in a window (bytes)
   // Attention over the group's tokens by heads per call (no ring), or per K/V block length (ring).
   std::map<int64_t, Attention> by_heads_;
   std::map<int64_t, Attention> by_kv_len_;

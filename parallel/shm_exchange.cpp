@@ -295,14 +295,15 @@ struct ShmExchange::Backoff {
     if (now < next_check) return;
     next_check = now + kCheckEvery;
     ex->check_peer(peer);
-    if (ex->opts_.aborted && ex->opts_.aborted()) DIT_FAIL("stopped waiting for rank " << peer << ": the run is aborting");
+    auto whom = [this] { return peer >= 0 ? "rank " + std::to_string(peer) : std::string("the other ranks"); };
+    if (ex->opts_.aborted && ex->opts_.aborted()) DIT_FAIL("stopped waiting for " << whom() << ": the run is aborting");
     if (now - start >= kStoreCheckAfter && now >= next_store_check) {
       next_store_check = now + kStoreCheckAfter;
       if (ex->opts_.peer_failed && ex->opts_.peer_failed())
-        DIT_FAIL("stopped waiting for rank " << peer << ": another rank reported a failure");
+        DIT_FAIL("stopped waiting for " << whom() << ": another rank reported a failure");
     }
     if (now >= deadline)
-      DIT_FAIL("timed out after " << ex->opts_.timeout.count() / 1000.0 << " s waiting for rank " << peer
+      DIT_FAIL("timed out after " << ex->opts_.timeout.count() / 1000.0 << " s waiting for " << whom()
                                   << " (shared memory)");
   }
 };

@@ -126,6 +126,11 @@ class ShmExchange {
   void window_publish();
   const char* window_peer(int j);
   void window_release();
+  // Rank j's block, writable and without waiting, for parts the ranks of a use agree to share
+  // (counters, results; the caller orders them), and a wait until a counter in some block
+  // reaches target (with the checks of every wait: a rank gone, the run aborting, the timeout).
+  char* window_shared(int j);
+  void window_wait(std::atomic<uint64_t>& c, uint64_t target);
 
   int rank() const { return rank_; }
   int size() const { return size_; }

@@ -43,9 +43,10 @@ char* create_block(size_t bytes, std::string& name, std::string& error) {
   return p == MAP_FAILED ? nullptr : static_cast<char*>(p);
 }
 
-// Rank j's block, read only; it must be `bytes` long.
-const char* map_block(const std::string& name, size_t bytes, int j, std::string& error) {
-  const int fd = open(name.c_str(), O_RDONLY | O_CLOEXEC);
+// Rank j's block, `bytes` long; writable: the ranks of a use may write agreed parts of each
+// other's blocks (Ulysses' shared attention tasks: their counters and output rows).
+char* map_block(const std::string& name, size_t bytes, int j, std::string& error) {
+  const int fd = open(name.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) {
     error = "cannot open " + name + ": " + std::strerror(errno);
     return nullptr;
@@ -54,10 +55,10 @@ const char* map_block(const std::string& name, size_t bytes, int j, std::string&
   void* p = MAP_FAILED;
   if (fstat(fd, &st) != 0 || size_t(st.st_size) != bytes)
     error = name + " is not the window rank " + std::to_string(j) + " made";
-  else if ((p = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0)) == MAP_FAILED)
+  else if ((p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
     error = "cannot map " + name + ": " + std::strerror(errno);
   close(fd);
-  return p == MAP_FAILED ? nullptr : static_cast<const char*>(p);
+  return p == MAP_FAILED ? nullptr : static_cast<char*>(p);
 }
 
 }  // namespace
@@ -79,7 +80,7 @@ bool ShmExchange::ensure_window(gloo::rendezvous::Store& store, size_t bytes, co
       error = "rank " + std::to_string(j) + " could not create its window";
       break;
     }
-    blocks[size_t(j)] = const_cast<char*>(map_block(theirs, total, j, error));
+    blocks[size_t(j)] = map_block(theirs, total, j, error);
   }
   // Every rank has mapped every block (or said it could not): the names can go.
   const bool all = agree(error.empty());
@@ -123,6 +124,15 @@ const char* ShmExchange::window_peer(int j) {
   if (j != rank_)  // rank j's publication of the same count as this rank's last (every rank publishes in step)
     wait_for(window_posted(j), window_published_, j, std::chrono::steady_clock::now() + opts_.timeout);
   return windows_[size_t(j)];
+}
+
+char* ShmExchange::window_shared(int j) {
+  DIT_CHECK(j >= 0 && j < size_ && window_bytes_ > 0, "shared memory: no window of rank " << j);
+  return windows_[size_t(j)];
+}
+
+void ShmExchange::window_wait(std::atomic<uint64_t>& c, uint64_t target) {
+  wait_for(c, target, -1, std::chrono::steady_clock::now() + opts_.timeout);
 }
 
 void ShmExchange::window_release() { window_released(rank_).store(window_use_, std::memory_order_release); }

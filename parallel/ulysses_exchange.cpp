@@ -23,13 +23,18 @@ void SequenceParallelAttention::prepare_ulysses() {
   uly_window_ = qkv_in_window_ = false;
   if (C_ == 1) {
     prepare_ulysses_blocks();
-    // On one machine: through the windows (collective: every Ulysses rank prepares the same
-    // shape), without the all-to-all's staging buffers.
+    // On one machine, without a ring: through the windows, the attention's tasks shared
+    // (collective: every Ulysses rank prepares the same shape), without the all-to-all's
+    // staging buffers nor private planes. (USP's ring attends over private planes.)
+    if (R_ > 1) return;
     const UlyssesWindowLayout w = ulysses_window_layout();
+    planes_at_ = w.planes_at;
     out_at_ = w.out_at;
+    tasks_at_ = w.tasks_at;
     uly_window_ = uly_->ensure_window(w.bytes);
     if (uly_window_) {
-      for (auto* v : {&send16_, &out16_, &recv16_}) std::vector<uint16_t>().swap(*v);
+      for (auto* v : {&send16_, &qkv16_, &out16_, &recv16_}) std::vector<uint16_t>().swap(*v);
+      for (Buf* b : {&chunk_qkv_, &chunk_out_}) Buf().swap(*b);
     }
     return;
   }
@@ -125,18 +130,19 @@ void SequenceParallelAttention::prepare_ulysses_blocks() {
 // bf16 Ulysses: my tokens' q, k and v of heads `heads` as [3, B, heads, T, d] bf16, or with
 // dst_tokens > 0 as tokens [first, first + T) of [3, B, heads, dst_tokens, d]. tokens >= 0: rows
 // of that many tokens instead of mine (another rank's, read from its window).
-void SequenceParallelAttention::pack16(QkvRows qkv, TokenRange heads, uint16_t* dst, int64_t dst_tokens,
-                                       int64_t first, int64_t tokens) const {
+void SequenceParallelAttention::pack_planes(QkvRows qkv, TokenRange heads, void* dst, int64_t dst_tokens,
+                                            int64_t first, int64_t tokens) const {
   const int64_t T = tokens >= 0 ? tokens : T_;
   const AttnLayout in = AttnLayout::bthd(T, d_, H_, 3 * H_ * d_);  // [B, T, 3, H, d] per q|k|v plane
   const int64_t n = heads.size(), plane = B_ * n * (dst_tokens > 0 ? dst_tokens : T) * d_;
   for (int64_t p = 0; p < 3; ++p)
-    to_dense(qkv, (p * H_ + heads.begin) * d_, in, n, T, dst + size_t(p * plane), dst_tokens, first);
+    to_dense(qkv, (p * H_ + heads.begin) * d_, in, n, T, static_cast<char*>(dst) + size_t(p * plane) * esz_,
+             dst_tokens, first);
 }
 
 // ... for every rank j's heads, into send16_.
 void SequenceParallelAttention::scatter16(QkvRows qkv) {
-  for (int j = 0; j < U_; ++j) pack16(qkv, heads_of(j), send16_.data() + send16_off_[size_t(j)]);
+  for (int j = 0; j < U_; ++j) pack_planes(qkv, heads_of(j), send16_.data() + send16_off_[size_t(j)]);
 }
 
 // Ulysses without chunks (one machine, or --ulysses-chunks 1): q,k,v of my tokens for every
@@ -237,7 +243,7 @@ void SequenceParallelAttention::post_scatter(QkvRows qkv, uint32_t tag0) {
       if (j == u_ || ss_off_[i + 1] == ss_off_[i]) continue;
       const int64_t h0 = chunk_heads(c, j).begin * d_, hjd = chunk_heads(c, j).size() * d_;
       if (uly16_)
-        pack16(qkv, chunk_heads(c, j), reinterpret_cast<uint16_t*>(scatter_send_.data() + ss_off_[i]));
+        pack_planes(qkv, chunk_heads(c, j), scatter_send_.data() + ss_off_[i]);
       else
         copy_cols(scatter_send_.data() + ss_off_[i], hjd, qkv.f32() + h0, H_ * d_, B_ * T_ * 3,
                   hjd);  // rows (b, t, q|k|v)
@@ -283,7 +289,7 @@ void SequenceParallelAttention::unpack_chunk16(QkvRows qkv, int c) {
     const size_t i = size_t(c * U_ + j);
     const int64_t tj = tokens_of(j).size(), t0 = tokens_of(j).begin - tokens_of(0).begin;
     if (j == u_) {
-      pack16(qkv, mine, qkv16_.data(), Tg_, t0);
+      pack_planes(qkv, mine, qkv16_.data(), Tg_, t0);
       continue;
     }
     if (sr_off_[i + 1] == sr_off_[i]) continue;

@@ -208,6 +208,16 @@ void Attention::run_dense_part(const void* q, const void* k, const void* v, floa
                      nullptr, nullptr, &carry});
 }
 
+void Attention::run_dense(const void* q, const void* k, const void* v, float* out, AttentionTaskQueue& queue) const {
+  DIT_CHECK(impl_, "Attention::run_dense on an empty Attention");
+  DIT_CHECK(impl_->dense, impl_->what << ": run_dense needs dense [batch, heads, tokens, head_dim] k and v (and q for bf16)");
+  DIT_CHECK(impl_->Dqk == impl_->spec.head_dim,
+            impl_->what << ": run_dense reads unpadded q and k (bf16_pad_qk is for run())");
+  const ProfilePhases prof(*this);
+  impl_->run_blocks({static_cast<const char*>(q), static_cast<const char*>(k), static_cast<const char*>(v), out, false,
+                     nullptr, nullptr, nullptr, &queue});
+}
+
 // The rows of one task (q block) before its first K/V block: afresh, or the state a previous
 // call left (m, l and the unnormalised output).
 void Attention::Impl::start_rows(ThreadState& T, const BlockRun& r, const TaskRows& t) const {
@@ -328,6 +338,7 @@ void Attention::Impl::run_blocks(const BlockRun& run) {
   auto guarded = [&](ThreadState& T, int64_t task) {
     try {
       run_task(T, task, r);
+      return true;
     } catch (const dnnl::error& e) {
 #pragma omp critical(dit_attention_error)
       if (error.empty()) error = std::string(e.what()) + " (status " + std::to_string(int(e.status)) + ")";
@@ -335,8 +346,27 @@ void Attention::Impl::run_blocks(const BlockRun& run) {
 #pragma omp critical(dit_attention_error)
       if (error.empty()) error = e.what();
     }
+    return false;
   };
-  if (nthr_now == 1 || tasks == 1) {  // no parallel region: libgomp allocates a team per 1-thread region
+  // Claimed tasks: each thread takes the next until the queue has none (a task that failed is
+  // not reported finished).
+  int64_t bad_task = -1;
+  auto claimed = [&](ThreadState& T) {
+    for (int64_t task = r.queue->claim(); task >= 0; task = r.queue->claim()) {
+      if (task >= tasks) {
+#pragma omp critical(dit_attention_error)
+        bad_task = task;
+        return;
+      }
+      if (guarded(T, task)) r.queue->finished(task);
+    }
+  };
+  if (r.queue && nthr_now == 1) {
+    claimed(th[0]);
+  } else if (r.queue) {
+#pragma omp parallel num_threads(nthr_now)
+    claimed(th[omp_get_thread_num()]);
+  } else if (nthr_now == 1 || tasks == 1) {  // no parallel region: libgomp allocates a team per 1-thread region
     for (int64_t task = 0; task < tasks; ++task) guarded(th[0], task);
   } else {
 #pragma omp parallel num_threads(nthr_now)
@@ -346,6 +376,7 @@ void Attention::Impl::run_blocks(const BlockRun& run) {
       for (int64_t task = 0; task < tasks; ++task) guarded(T, task);
     }
   }
+  DIT_CHECK(bad_task < 0, what << ": a task queue handed out task " << bad_task << " of " << tasks);
   if (!error.empty()) throw Error(what + ": oneDNN: " + error);
 }
 
@@ -371,6 +402,7 @@ void Attention::reset_phases() {
 }
 const std::string& Attention::impl_info() const { return impl_->impl_name; }
 int64_t Attention::qk_head_dim() const { return impl_->Dqk; }
+int64_t Attention::tasks() const { return impl_->spec.batch * impl_->spec.heads * impl_->nqb; }
 double Attention::flops() const {
   const auto& s = impl_->spec;
   return 4.0 * s.batch * s.heads * s.q_len * s.kv_len * s.head_dim;

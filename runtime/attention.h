@@ -96,6 +96,17 @@ struct AttentionCarry {
   bool last = true;   // normalise out (m and l are then left as they were)
 };
 
+// A run's tasks claimed one at a time (Attention::run_dense with a queue), so that several
+// callers, e.g. processes that share q, k, v and the output in shared memory, split one run's
+// tasks between them as they go: whoever is free takes the next. A task is the rows of one
+// query block of one (batch, head); Attention::tasks() of them. Each task's output rows are the
+// same whoever computes it (the same kernels on the same inputs).
+class AttentionTaskQueue {
+ public:
+  virtual ~AttentionTaskQueue() = default;
+  virtual int64_t claim() noexcept = 0;              // the next task to compute, or -1: none left
+  virtual void finished(int64_t task) noexcept = 0;  // its output rows are written
+};
 class Attention {
  public:
   Attention();
@@ -131,6 +142,10 @@ class Attention {
   // is a whole number of kv blocks. The sets may differ in length (Attention objects of other
   // kv_len, the same q_len, layouts and block sizes).
   void run_dense_part(const void* q, const void* k, const void* v, float* out, const AttentionCarry& carry) const;
+  // run_dense over the tasks `queue` hands out (claimed by this call's threads until it says
+  // none is left): each task's rows of out are run_dense's, bit for bit.
+  void run_dense(const void* q, const void* k, const void* v, float* out, AttentionTaskQueue& queue) const;
+  int64_t tasks() const;  // batch · heads · query blocks
   const AttentionSpec& spec() const;
   AttentionPhases phases() const;
   void reset_phases();

@@ -77,6 +77,7 @@ struct Attention::Impl {
     float* lse;
     const AttnBias* bias;
     const AttentionCarry* carry;
+    AttentionTaskQueue* queue = nullptr;  // null: every task, shared by the threads
   };
   // A task's rows: q block [q0, q0 + rows) of (batch b, head h); o0 the first row's element in
   // out, r0 its index in lse / m / l.

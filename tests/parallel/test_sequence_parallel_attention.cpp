@@ -136,7 +136,7 @@ void run_layout(int ulysses, int ring, std::vector<Problem>& problems, int chunk
                 "ring window: " << mesh.ring().window_bytes() << " bytes (" << mesh.ring().window_note() << ")");
       // Ulysses in one chunk (chunks 1, USP, or ranks with one head each) reads through windows.
       const bool one_chunk = ring > 1 || chunks == 1 || split_tokens(H, ulysses, 0).size() == 1;
-      m.window = ulysses > 1 && one_chunk && !std::getenv("DIT_NO_SHM_WINDOWS");
+      m.window = ulysses > 1 && ring == 1 && one_chunk && !std::getenv("DIT_NO_SHM_WINDOWS");
       m.in.resize(size_t(B * T * 3 * H * d) + 1);
       m.out.assign(size_t(B * T * H * d) + 1, NAN);
       for (int64_t b = 0; b < B; ++b)
@@ -270,11 +270,16 @@ TEST_CASE("Ring: K/V read in place from shared-memory windows give the bits of K
   }
 }
 
-TEST_CASE("Ulysses through shared-memory windows gives the bits of the all-to-all", "[parallel][attention]") {
+TEST_CASE("Ulysses through shared-memory windows gives the all-to-all's result, in bf16 its bits",
+          "[parallel][attention]") {
   // q, k, v and the outputs read from the ranks' windows (the first pass of run_layout copying
-  // them in, the second written where qkv_destination() says) against the all-to-all
-  // (DIT_NO_SHM_WINDOWS): f32 and bf16 (outputs returned in bf16), uneven heads and tokens
-  // (u3 over 4 heads, u4 over 6, 37 tokens; 3 tokens over 4 ranks: empty ranges), USP.
+  // them in, the second written where qkv_destination() says), the attention's tasks shared,
+  // against the all-to-all (DIT_NO_SHM_WINDOWS): f32 and bf16 (outputs returned in bf16), uneven
+  // heads and tokens (u3 over 4 heads, u4 over 6, 37 tokens; 3 tokens over 4 ranks: empty
+  // ranges), USP (which keeps to the all-to-all). bf16: the same bits, the kernels reading the
+  // same planes. f32: the windows' attention reads dense planes where the all-to-all's reads
+  // strided rows in place, so its sums may round differently (within 1e-5 of the largest
+  // output, as every layout against serial).
   struct Case {
     int ulysses, ring;
     DType compute;
@@ -302,7 +307,18 @@ TEST_CASE("Ulysses through shared-memory windows gives the bits of the all-to-al
     for (size_t i = 0; i < windows.size(); ++i) {
       INFO("u" << c.ulysses << " r" << c.ring << " " << dtype_name(c.compute) << (c.bf16_output ? " bf16 output" : "")
                << " problem " << i);
-      CHECK(std::memcmp(windows[i].got.data(), messages[i].got.data(), windows[i].got.size() * 4) == 0);
+      if (c.compute == DType::BF16) {
+        CHECK(std::memcmp(windows[i].got.data(), messages[i].got.data(), windows[i].got.size() * 4) == 0);
+        continue;
+      }
+      double maxd = 0, maxr = 0;
+      for (size_t k = 0; k < windows[i].got.size(); ++k) {
+        maxd = std::max(maxd, double(std::fabs(windows[i].got[k] - messages[i].got[k])));
+        maxr = std::max(maxr, double(std::fabs(messages[i].got[k])));
+      }
+      INFO("max diff " << maxd << " (max " << maxr << ")");
+      CHECK(std::isfinite(maxd));
+      CHECK(maxd <= 1e-5 * maxr);
     }
   }
 }
