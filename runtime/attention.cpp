@@ -185,11 +185,15 @@ void Attention::run16(const uint16_t* q, const uint16_t* k, const uint16_t* v, v
                 static_cast<const char*>(m.vb.data()), out, out16, lse, bias, nullptr});
 }
 
+// run_dense's and run_dense_part's inputs: dense planes, q and k unpadded.
+void Attention::Impl::check_dense(const char* fn) const {
+  DIT_CHECK(dense, what << ": " << fn << " needs dense [batch, heads, tokens, head_dim] k and v (and q for bf16)");
+  DIT_CHECK(Dqk == spec.head_dim, what << ": " << fn << " reads unpadded q and k (bf16_pad_qk is for run())");
+}
+
 void Attention::run_dense(const void* q, const void* k, const void* v, float* out, float* lse) const {
   DIT_CHECK(impl_, "Attention::run_dense on an empty Attention");
-  DIT_CHECK(impl_->dense, impl_->what << ": run_dense needs dense [batch, heads, tokens, head_dim] k and v (and q for bf16)");
-  DIT_CHECK(impl_->Dqk == impl_->spec.head_dim,
-            impl_->what << ": run_dense reads unpadded q and k (bf16_pad_qk is for run())");
+  impl_->check_dense("run_dense");
   const ProfilePhases prof(*this);
   impl_->run_blocks({static_cast<const char*>(q), static_cast<const char*>(k), static_cast<const char*>(v), out, false,
                      lse, nullptr, nullptr});
@@ -198,10 +202,7 @@ void Attention::run_dense(const void* q, const void* k, const void* v, float* ou
 void Attention::run_dense_part(const void* q, const void* k, const void* v, float* out,
                                const AttentionCarry& carry) const {
   DIT_CHECK(impl_, "Attention::run_dense_part on an empty Attention");
-  DIT_CHECK(impl_->dense,
-            impl_->what << ": run_dense_part needs dense [batch, heads, tokens, head_dim] k and v (and q for bf16)");
-  DIT_CHECK(impl_->Dqk == impl_->spec.head_dim,
-            impl_->what << ": run_dense_part reads unpadded q and k (bf16_pad_qk is for run())");
+  impl_->check_dense("run_dense_part");
   DIT_CHECK(carry.m && carry.l, impl_->what << ": run_dense_part needs the rows' m and l");
   const ProfilePhases prof(*this);
   impl_->run_blocks({static_cast<const char*>(q), static_cast<const char*>(k), static_cast<const char*>(v), out, false,
@@ -210,9 +211,7 @@ void Attention::run_dense_part(const void* q, const void* k, const void* v, floa
 
 void Attention::run_dense(const void* q, const void* k, const void* v, float* out, AttentionTaskQueue& queue) const {
   DIT_CHECK(impl_, "Attention::run_dense on an empty Attention");
-  DIT_CHECK(impl_->dense, impl_->what << ": run_dense needs dense [batch, heads, tokens, head_dim] k and v (and q for bf16)");
-  DIT_CHECK(impl_->Dqk == impl_->spec.head_dim,
-            impl_->what << ": run_dense reads unpadded q and k (bf16_pad_qk is for run())");
+  impl_->check_dense("run_dense");
   const ProfilePhases prof(*this);
   impl_->run_blocks({static_cast<const char*>(q), static_cast<const char*>(k), static_cast<const char*>(v), out, false,
                      nullptr, nullptr, nullptr, &queue});

@@ -88,6 +88,7 @@ struct Attention::Impl {
   void choose_layouts();
   void make_prims();
   void make_threads();
+  void check_dense(const char* fn) const;
   void run_blocks(const BlockRun& r);
   void run_task(ThreadState& T, int64_t task, const BlockRun& r);
   void start_rows(ThreadState& T, const BlockRun& r, const TaskRows& t) const;
