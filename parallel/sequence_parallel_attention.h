@@ -151,7 +151,7 @@ class SequenceParallelAttention final : public SelfAttention {
   void window_attend();
   void window_gather(OutRows out);
   void read_out_block(const float* block, int j, OutRows out);
-  Attention& window_attention(int j) { return by_heads_.at(heads_of(j).size()); }
+  const Attention& window_attention(int j) const { return by_heads_.at(heads_of(j).size()); }
   void attend(QkvRows qkv_g, float* out_g, int64_t heads);
   void ring_attention(QkvRows qkv_g, float* out_g);
   void ring_attention_window(QkvRows qkv_g, float* out_g);

@@ -127,9 +127,10 @@ void SequenceParallelAttention::prepare_ulysses_blocks() {
   recv16_.assign(B * T * H * d + 2, 0);
 }
 
-// bf16 Ulysses: my tokens' q, k and v of heads `heads` as [3, B, heads, T, d] bf16, or with
-// dst_tokens > 0 as tokens [first, first + T) of [3, B, heads, dst_tokens, d]. tokens >= 0: rows
-// of that many tokens instead of mine (another rank's, read from its window).
+// My tokens' q, k and v of heads `heads` as [3, B, heads, T, d] in the compute type (bf16
+// Ulysses' messages; the windows' planes in either type), or with dst_tokens > 0 as tokens
+// [first, first + T) of [3, B, heads, dst_tokens, d]. tokens >= 0: rows of that many tokens
+// instead of mine (another rank's, read from its window).
 void SequenceParallelAttention::pack_planes(QkvRows qkv, TokenRange heads, void* dst, int64_t dst_tokens,
                                             int64_t first, int64_t tokens) const {
   const int64_t T = tokens >= 0 ? tokens : T_;

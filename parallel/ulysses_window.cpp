@@ -37,14 +37,17 @@ constexpr size_t kLine = 64;
 
 size_t round_up(size_t n) { return (n + kLine - 1) / kLine * kLine; }
 
+// Counter `which` of a window's tasks part: 0 claimed, 1 finished, a cache line each.
+std::atomic<uint64_t>& counter(char* tasks, int which) {
+  return *reinterpret_cast<std::atomic<uint64_t>*>(tasks + size_t(which) * kLine);
+}
+
 // The tasks of one rank's attention, claimed by whichever rank's threads come: the counters
-// lie in that rank's window (claimed, and finished on the next cache line).
+// lie in that rank's window.
 class WindowTasks final : public AttentionTaskQueue {
  public:
-  WindowTasks(char* counters, int64_t total)
-      : claimed_(*reinterpret_cast<std::atomic<uint64_t>*>(counters)),
-        finished_(*reinterpret_cast<std::atomic<uint64_t>*>(counters + kLine)),
-        total_(uint64_t(total)) {}
+  WindowTasks(char* tasks, int64_t total)
+      : claimed_(counter(tasks, 0)), finished_(counter(tasks, 1)), total_(uint64_t(total)) {}
   int64_t claim() noexcept override {
     const uint64_t t = claimed_.fetch_add(1, std::memory_order_relaxed);
     return t < total_ ? int64_t(t) : -1;
@@ -58,10 +61,6 @@ class WindowTasks final : public AttentionTaskQueue {
   std::atomic<uint64_t>& finished_;
   uint64_t total_;
 };
-
-std::atomic<uint64_t>& counter(char* tasks, int which) {
-  return *reinterpret_cast<std::atomic<uint64_t>*>(tasks + size_t(which) * kLine);
-}
 
 // f32 rows rounded to bf16 and widened back (what a bf16 exchange of them delivers), through a
 // buffer on the stack: to_bf16's rounding, as narrow_cols'.
