@@ -88,7 +88,7 @@ class MeshLayerContext final : public LayerContext {
   std::unique_ptr<SelfAttention> self_attention() override {
     if (mesh_.degrees().sp() == 1) return make_local_self_attention();
     return make_sequence_parallel_attention(mesh_.group_ref(Group::Ulysses), mesh_.group_ref(Group::Ring),
-                                            opt_.ulysses_chunks);
+                                            opt_.ulysses_chunks, mesh_.group_ref(Group::Sp));
   }
   std::unique_ptr<CrossAttention> cross_attention() override { return make_local_cross_attention(); }
   std::unique_ptr<TensorParallel> tensor_parallel(TpScope scope, int64_t max_ranks) override {

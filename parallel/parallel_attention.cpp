@@ -8,7 +8,32 @@
 namespace dit {
 namespace detail {
 
+void SequenceParallelAttention::use_groups(bool whole) {
+  whole_group_ = whole;
+  uly_ = whole ? sp_ : asked_.ulysses;
+  ring_ = whole ? nullptr : asked_.ring;
+  U_ = uly_ ? uly_->size() : 1;
+  R_ = ring_ ? ring_->size() : 1;
+  u_ = uly_ ? uly_->rank() : 0;
+  r_ = ring_ ? ring_->rank() : 0;
+}
+
+// With a ring and the sp group given, first as Ulysses over the whole group through its
+// windows (parallel_attention.h); where the group has none (not one machine: ensure_window
+// refuses on every rank alike), the layout as asked.
 void SequenceParallelAttention::prepare(const SelfAttentionShape& s) {
+  prepared_ = false;
+  if (sp_ && asked_.R > 1 && s.heads >= sp_->size()) {
+    use_groups(true);
+    prepare_groups(s);
+    if (uly_window_) return;
+    free_exchange_buffers();
+  }
+  use_groups(false);
+  prepare_groups(s);
+}
+
+void SequenceParallelAttention::prepare_groups(const SelfAttentionShape& s) {
   B_ = s.batch;
   H_ = s.heads;
   d_ = s.head_dim;
@@ -33,7 +58,7 @@ void SequenceParallelAttention::prepare(const SelfAttentionShape& s) {
   esz_ = compute_ == DType::BF16 ? 2 : 4;
   uly16_ = false;  // prepare_ulysses_blocks decides
   // Chunks pipeline Ulysses only without a ring (USP runs the ring over all of its heads at once).
-  C_ = U_ > 1 && R_ == 1 ? int(std::min<int64_t>(chunks_wanted_, heads_of(0).size())) : 1;
+  C_ = U_ > 1 && R_ == 1 && !whole_group_ ? int(std::min<int64_t>(chunks_wanted_, heads_of(0).size())) : 1;
   if (U_ > 1) prepare_ulysses();
 
   AttentionSpec a;
@@ -156,8 +181,10 @@ void SequenceParallelAttention::forward(const uint16_t* qkv, uint16_t* out) {
 }  // namespace detail
 
 std::unique_ptr<SelfAttention> make_sequence_parallel_attention(std::shared_ptr<ProcessGroup> ulysses,
-                                                                std::shared_ptr<ProcessGroup> ring, int ulysses_chunks) {
-  return std::make_unique<detail::SequenceParallelAttention>(std::move(ulysses), std::move(ring), ulysses_chunks);
+                                                                std::shared_ptr<ProcessGroup> ring, int ulysses_chunks,
+                                                                std::shared_ptr<ProcessGroup> sp) {
+  return std::make_unique<detail::SequenceParallelAttention>(std::move(ulysses), std::move(ring), ulysses_chunks,
+                                                             std::move(sp));
 }
 
 }  // namespace dit

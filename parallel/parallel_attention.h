@@ -21,8 +21,16 @@
 //    blocks do not travel: each lies in its owner's shared-memory window and the others read
 //    it in place (ProcessGroup::ensure_window), in the same order, so with the same bits.
 //  - USP: both — Ulysses inside, Ring across (xDiT's layout: Ulysses ranks contiguous).
+//  - With a ring (Ring or USP), given the whole sequence-parallel group `sp` (the mesh's sp
+//    group: ring × ulysses, rank s = ring_rank · U + ulysses_rank) and at least as many heads
+//    as its ranks: when that group is on one machine, its attention runs as Ulysses over all
+//    of it through its windows, the tasks shared (ulysses_window.cpp), as Ulysses alone does.
+//    There the ring's passes would only add synchronisation: each of its R steps waits for
+//    one rank's block, and a rank slowed by its core's neighbours cannot be helped. The tokens
+//    are split as the layout says either way; across machines (the group's windows refused)
+//    the layout runs as above.
 //
-//   auto attn = make_sequence_parallel_attention(ulysses_group, ring_group);
+//   auto attn = make_sequence_parallel_attention(ulysses_group, ring_group, chunks, sp_group);
 //   SelfAttentionShape s;
 //   s.batch = 2;  s.local_tokens = T_r;  s.total_tokens = N;  s.heads = H;  s.head_dim = d;
 //   attn->prepare(s);
@@ -45,9 +53,11 @@ namespace dit {
 constexpr int kDefaultUlyssesChunks = 4;
 
 // Groups of size 1 switch that axis off. Throws at prepare() when there are fewer heads
-// than Ulysses ranks.
+// than Ulysses ranks. sp: null, or the whole sequence-parallel group (its size U · R, its
+// rank as above).
 std::unique_ptr<SelfAttention> make_sequence_parallel_attention(std::shared_ptr<ProcessGroup> ulysses,
                                                                 std::shared_ptr<ProcessGroup> ring,
-                                                                int ulysses_chunks = kDefaultUlyssesChunks);
+                                                                int ulysses_chunks = kDefaultUlyssesChunks,
+                                                                std::shared_ptr<ProcessGroup> sp = nullptr);
 
 }  // namespace dit

@@ -83,16 +83,21 @@ struct OutRows {
 
 class SequenceParallelAttention final : public SelfAttention {
  public:
-  SequenceParallelAttention(std::shared_ptr<ProcessGroup> ulysses, std::shared_ptr<ProcessGroup> ring, int chunks)
-      : uly_(std::move(ulysses)), ring_(std::move(ring)), chunks_wanted_(chunks) {
+  SequenceParallelAttention(std::shared_ptr<ProcessGroup> ulysses, std::shared_ptr<ProcessGroup> ring, int chunks,
+                            std::shared_ptr<ProcessGroup> sp)
+      : asked_{std::move(ulysses), std::move(ring)}, sp_(std::move(sp)), chunks_wanted_(chunks) {
     DIT_CHECK(chunks >= 1, "sequence-parallel attention: " << chunks << " Ulysses chunks (at least 1)");
-    U_ = uly_ ? uly_->size() : 1;
-    R_ = ring_ ? ring_->size() : 1;
-    u_ = uly_ ? uly_->rank() : 0;
-    r_ = ring_ ? ring_->rank() : 0;
+    use_groups(false);
+    DIT_CHECK(!sp_ || (sp_->size() == U_ * R_ && sp_->rank() == r_ * U_ + u_),
+              "sequence-parallel attention: the sp group (rank " << sp_->rank() << " of " << sp_->size()
+                                                                 << ") is not ring x ulysses (" << R_ << " x " << U_ << ")");
+    asked_.U = U_;
+    asked_.R = R_;
   }
 
-  const char* name() const override { return U_ > 1 && R_ > 1 ? "usp" : U_ > 1 ? "ulysses" : R_ > 1 ? "ring" : "local"; }
+  const char* name() const override {
+    return asked_.U > 1 && asked_.R > 1 ? "usp" : asked_.U > 1 ? "ulysses" : asked_.R > 1 ? "ring" : "local";
+  }
 
   void prepare(const SelfAttentionShape& s) override;
   void forward(const float* qkv, float* out) override;
@@ -119,8 +124,12 @@ class SequenceParallelAttention final : public SelfAttention {
   // Heads of Ulysses rank j in chunk c (absolute head indices).
   TokenRange chunk_heads(int c, int j) const { return chunk_heads_[size_t(c * U_ + j)]; }
   TokenRange tokens_of(int j) const { return ranges_[size_t(r_ * U_ + j)]; }  // Ulysses rank j's tokens
+  // The groups a forward uses: those asked for, or (whole) Ulysses over the sp group.
+  void use_groups(bool whole);
+  void prepare_groups(const SelfAttentionShape& s);
   void prepare_ulysses();
   void prepare_ulysses_blocks();
+  void free_exchange_buffers();
   void ulysses_forward(QkvRows qkv, OutRows out);
   void ulysses_all_to_all(QkvRows qkv, OutRows out);
   void scatter16(QkvRows qkv);
@@ -163,8 +172,16 @@ class SequenceParallelAttention final : public SelfAttention {
   void to_dense(QkvRows qkv, int64_t offset, const AttnLayout& L, int64_t heads, int64_t tokens, void* dst,
                 int64_t dst_tokens = 0, int64_t first = 0) const;
 
+  struct Asked {
+    std::shared_ptr<ProcessGroup> ulysses, ring;
+    int U = 1, R = 1;
+  } asked_;
+  std::shared_ptr<ProcessGroup> sp_;  // null: the layout as asked, always
+  // In use: as asked, or with a ring on one machine Ulysses over the whole sp group
+  // (whole_group_: U_ = its size, no ring).
   std::shared_ptr<ProcessGroup> uly_, ring_;
   int U_ = 1, R_ = 1, u_ = 0, r_ = 0;
+  bool whole_group_ = false;
   int chunks_wanted_ = 1, C_ = 1;
   int64_t B_ = 0, H_ = 0, Hu_ = 0, d_ = 0, T_ = 0, Tg_ = 0, Tmax_ = 0;
   std::vector<TokenRange> ranges_;       // tokens of sequence-parallel rank s

@@ -32,10 +32,7 @@ void SequenceParallelAttention::prepare_ulysses() {
     out_at_ = w.out_at;
     tasks_at_ = w.tasks_at;
     uly_window_ = uly_->ensure_window(w.bytes);
-    if (uly_window_) {
-      for (auto* v : {&send16_, &qkv16_, &out16_, &recv16_}) std::vector<uint16_t>().swap(*v);
-      for (Buf* b : {&chunk_qkv_, &chunk_out_}) Buf().swap(*b);
-    }
+    if (uly_window_) free_exchange_buffers();
     return;
   }
   const size_t n = size_t(C_ * U_);
@@ -72,6 +69,13 @@ void SequenceParallelAttention::prepare_ulysses() {
   recvs_.clear();
   sends_.resize(2 * n);
   recvs_.resize(2 * n);
+}
+
+// The one-chunk all-to-all's buffers, where windows take their place (or the whole group's
+// windows were refused and the ring runs as asked).
+void SequenceParallelAttention::free_exchange_buffers() {
+  for (auto* v : {&send16_, &qkv16_, &out16_, &recv16_}) std::vector<uint16_t>().swap(*v);
+  for (Buf* b : {&chunk_qkv_, &chunk_out_}) Buf().swap(*b);
 }
 
 // One chunk: the blocks of the two all-to-alls, and the group's q,k,v and outputs.

@@ -94,8 +94,11 @@ std::string run_ranks(int world, std::chrono::milliseconds timeout,
 // which the layout must take (qkv_dtype() BF16).
 // bf16_output: q, k, v given in bf16 and the output written in bf16 (out_dtype() must say
 // BF16); got then holds the bf16 values widened.
+// whole_group: the mesh's sp group given too, as dit-gen gives it, so that with a ring and at
+// least as many heads as ranks the attention runs as Ulysses over the whole group through its
+// windows; false: the layout as asked (the ring's own windows).
 void run_layout(int ulysses, int ring, std::vector<Problem>& problems, int chunks = kDefaultUlyssesChunks,
-                bool bf16_input = false, bool bf16_output = false) {
+                bool bf16_input = false, bool bf16_output = false, bool whole_group = true) {
   bf16_input = bf16_input || bf16_output;
   const int world = ulysses * ring;
   const MeshDegrees deg{1, 1, ring, ulysses};
@@ -115,11 +118,14 @@ void run_layout(int ulysses, int ring, std::vector<Problem>& problems, int chunk
       bool window = false;  // Ulysses through windows: qkv_destination() must offer one
     };
     std::vector<Mine> mine(problems.size());
+    const bool shm = !std::getenv("DIT_NO_SHM_WINDOWS");  // else threads share one machine
+    bool ring_windows = false, whole_windows = false;     // set up by a problem so far
     for (size_t i = 0; i < problems.size(); ++i) {
       const Shape& sh = problems[i].s;
       const int64_t B = sh.batch, H = sh.heads, d = sh.head_dim, N = sh.tokens;
       Mine& m = mine[i];
-      m.attn = make_sequence_parallel_attention(ref_of(mesh.ulysses()), ref_of(mesh.ring()), chunks);
+      m.attn = make_sequence_parallel_attention(ref_of(mesh.ulysses()), ref_of(mesh.ring()), chunks,
+                                                whole_group ? ref_of(mesh.sp()) : nullptr);
       DIT_CHECK(std::strcmp(m.attn->name(), want_name) == 0, "name() is " << m.attn->name() << ", not " << want_name);
       m.range = split_tokens(N, world, sp_rank);
       const int64_t T = m.range.size();
@@ -131,12 +137,18 @@ void run_layout(int ulysses, int ring, std::vector<Problem>& problems, int chunk
       s.head_dim = d;
       s.compute = sh.compute;
       m.attn->prepare(s);
-      const bool want_window = ring > 1 && !std::getenv("DIT_NO_SHM_WINDOWS");  // threads share one machine
-      DIT_CHECK((mesh.ring().window_bytes() > 0) == want_window,
+      // With a ring: the whole group's windows where it has the heads, else the ring's.
+      const bool whole = whole_group && ring > 1 && H >= world && shm;
+      whole_windows = whole_windows || whole;
+      ring_windows = ring_windows || (ring > 1 && !whole && shm);
+      // (Groups with the same members share one segment, windows included: the ring's and the
+      // sp group's when there is no Ulysses.) The whole group's use shows in qkv_destination().
+      DIT_CHECK((mesh.ring().window_bytes() > 0) == (ring_windows || (ulysses == 1 && whole_windows)),
                 "ring window: " << mesh.ring().window_bytes() << " bytes (" << mesh.ring().window_note() << ")");
-      // Ulysses in one chunk (chunks 1, USP, or ranks with one head each) reads through windows.
+      // Ulysses in one chunk (chunks 1, USP, or ranks with one head each) reads through windows,
+      // and so does the whole group.
       const bool one_chunk = ring > 1 || chunks == 1 || split_tokens(H, ulysses, 0).size() == 1;
-      m.window = ulysses > 1 && ring == 1 && one_chunk && !std::getenv("DIT_NO_SHM_WINDOWS");
+      m.window = shm && (whole || (ulysses > 1 && ring == 1 && one_chunk));
       m.in.resize(size_t(B * T * 3 * H * d) + 1);
       m.out.assign(size_t(B * T * H * d) + 1, NAN);
       for (int64_t b = 0; b < B; ++b)
@@ -155,7 +167,8 @@ void run_layout(int ulysses, int ring, std::vector<Problem>& problems, int chunk
         void* at = pass == 1 ? m.attn->qkv_destination() : nullptr;
         DIT_CHECK(pass == 0 || (at != nullptr) == m.window, "qkv_destination() " << (at ? "offered" : "did not offer")
                                                                                    << " a place ("
-                                                                                   << mesh.ulysses().window_note() << ")");
+                                                                                   << mesh.ulysses().window_note() << "; "
+                                                                                   << mesh.sp().window_note() << ")");
         const bool give16 = bf16_input || (at && m.attn->qkv_dtype() == DType::BF16);
         const uint16_t* q16 = in16[i].data();
         const float* q32 = m.in.data();
@@ -257,11 +270,13 @@ TEST_CASE("Ulysses, Ring and USP attention equal serial attention", "[parallel][
 
 TEST_CASE("Ring: K/V read in place from shared-memory windows give the bits of K/V sent as messages",
           "[parallel][attention]") {
+  // The ring's own windows: without the sp group (with it, they serve where the whole group
+  // has fewer heads than ranks: 3 heads over 4).
   for (auto [u, r] : {std::pair<int, int>{1, 2}, {1, 3}, {2, 2}}) {
     std::vector<Problem> windows = problems_for({4, 3}), messages = problems_for({4, 3});
-    run_layout(u, r, windows);
+    run_layout(u, r, windows, kDefaultUlyssesChunks, false, false, false);
     setenv("DIT_NO_SHM_WINDOWS", "1", 1);  // before the rank threads start
-    run_layout(u, r, messages);
+    run_layout(u, r, messages, kDefaultUlyssesChunks, false, false, false);
     unsetenv("DIT_NO_SHM_WINDOWS");
     for (size_t i = 0; i < windows.size(); ++i) {
       INFO("u" << u << " r" << r << " problem " << i);
@@ -276,7 +291,8 @@ TEST_CASE("Ulysses through shared-memory windows gives the all-to-all's result, 
   // them in, the second written where qkv_destination() says), the attention's tasks shared,
   // against the all-to-all (DIT_NO_SHM_WINDOWS): f32 and bf16 (outputs returned in bf16), uneven
   // heads and tokens (u3 over 4 heads, u4 over 6, 37 tokens; 3 tokens over 4 ranks: empty
-  // ranges), USP (which keeps to the all-to-all). bf16: the same bits, the kernels reading the
+  // ranges), USP without the sp group (which keeps to the all-to-all; with it, USP runs as
+  // Ulysses over the whole group: the test below). bf16: the same bits, the kernels reading the
   // same planes. f32: the windows' attention reads dense planes where the all-to-all's reads
   // strided rows in place, so its sums may round differently (within 1e-5 of the largest
   // output, as every layout against serial).
@@ -300,9 +316,9 @@ TEST_CASE("Ulysses through shared-memory windows gives the all-to-all's result, 
       return ps;
     };
     std::vector<Problem> windows = problems(), messages = problems();
-    run_layout(c.ulysses, c.ring, windows, 1, c.bf16_output, c.bf16_output);
+    run_layout(c.ulysses, c.ring, windows, 1, c.bf16_output, c.bf16_output, c.ring == 1);
     setenv("DIT_NO_SHM_WINDOWS", "1", 1);  // before the rank threads start
-    run_layout(c.ulysses, c.ring, messages, 1, c.bf16_output, c.bf16_output);
+    run_layout(c.ulysses, c.ring, messages, 1, c.bf16_output, c.bf16_output, c.ring == 1);
     unsetenv("DIT_NO_SHM_WINDOWS");
     for (size_t i = 0; i < windows.size(); ++i) {
       INFO("u" << c.ulysses << " r" << c.ring << " " << dtype_name(c.compute) << (c.bf16_output ? " bf16 output" : "")
@@ -319,6 +335,41 @@ TEST_CASE("Ulysses through shared-memory windows gives the all-to-all's result, 
       INFO("max diff " << maxd << " (max " << maxr << ")");
       CHECK(std::isfinite(maxd));
       CHECK(maxd <= 1e-5 * maxr);
+    }
+  }
+}
+
+TEST_CASE("Ring and USP on one machine attend as Ulysses over the whole group: Ulysses' bits", "[parallel][attention]") {
+  // Given the sp group (as dit-gen gives it), a layout with a ring whose group is on one
+  // machine and has at least as many heads as ranks runs as Ulysses over all of its ranks,
+  // through the group's windows: r2 gives u2's bits, r4 and u2r2 give u4's, in f32 and bf16
+  // (and with bf16 outputs), with uneven heads (6 over 4 ranks) and tokens (37; 3 over 4
+  // ranks: empty ranges). run_layout checks the sp group's windows were used and the ring's
+  // were not, and each against the serial attention.
+  struct Case {
+    int ulysses, ring;
+    DType compute;
+    bool bf16_output;
+  };
+  std::vector<Case> cases = {{1, 2, DType::F32, false}, {1, 4, DType::F32, false}, {2, 2, DType::F32, false}};
+  if (dit_test::bf16_available())
+    for (Case c : {Case{1, 2, DType::BF16, false}, {1, 4, DType::BF16, true}, {2, 2, DType::BF16, true}})
+      cases.push_back(c);
+  for (const Case& c : cases) {
+    auto problems = [&] {
+      std::vector<Problem> ps;
+      unsigned seed = 300;
+      for (int64_t h : {4, 6})
+        for (int64_t n : {64, 37, 3}) ps.push_back(make_problem({2, h, 16, n, c.compute}, seed++));
+      return ps;
+    };
+    std::vector<Problem> layout = problems(), ulysses = problems();
+    run_layout(c.ulysses, c.ring, layout, 1, c.bf16_output, c.bf16_output);
+    run_layout(c.ulysses * c.ring, 1, ulysses, 1, c.bf16_output, c.bf16_output);
+    for (size_t i = 0; i < layout.size(); ++i) {
+      INFO("u" << c.ulysses << " r" << c.ring << " " << dtype_name(c.compute) << (c.bf16_output ? " bf16 output" : "")
+               << " problem " << i);
+      CHECK(std::memcmp(layout[i].got.data(), ulysses[i].got.data(), layout[i].got.size() * 4) == 0);
     }
   }
 }
