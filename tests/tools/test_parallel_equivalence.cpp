@@ -183,20 +183,23 @@ TEST_CASE("parallel layouts equal serial: Ulysses pipelined over head chunks", "
   check_layouts("pixart-tiny", "", {"--ulysses 2 --ulysses-chunks 2", "--ulysses 4 --ulysses-chunks 4"});
 }
 
-TEST_CASE("bf16: Ulysses gives the serial latents bit for bit, its outputs returning in bf16",
+TEST_CASE("bf16: Ulysses, and on one machine the ring and USP, give the serial latents bit for bit",
           "[parallel][equivalence][bf16]") {
   if (!dit_test::bf16_available()) return;
   // In bf16 the Ulysses exchange moves q, k, v in the attention kernels' form and returns the
   // other ranks' outputs rounded to bf16, which the output projection rounds its input to
   // anyway: every layout below must give the serial bf16 run's noise prediction and final
-  // latents exactly (head_dim 16 and 8: even, so the bf16 exchange is taken).
+  // latents exactly (head_dim 16 and 8: even, so the bf16 exchange is taken). On one machine a
+  // layout with a ring runs as Ulysses over its whole sequence-parallel group
+  // (parallel/parallel_attention.h) where the heads go round: the same bits.
   struct Case {
     std::string model;
     std::vector<std::string> layouts;
   };
   for (const Case& c : {Case{"dit-small", {"--ulysses 2", "--ulysses 3", "--ulysses 2 --ulysses-chunks 3",
-                                           "--cfg-parallel --ulysses 2 --ulysses-chunks 2"}},
-                        Case{"pixart-tiny", {"--ulysses 2", "--ulysses 4 --ulysses-chunks 4"}}}) {
+                                           "--cfg-parallel --ulysses 2 --ulysses-chunks 2", "--ring 2",
+                                           "--ulysses 2 --ring 2"}},
+                        Case{"pixart-tiny", {"--ulysses 2", "--ulysses 4 --ulysses-chunks 4", "--cfg-parallel --ring 2"}}}) {
     Scratch s;
     const Output serial = generate(c.model, "", "--dtype bf16", s, "serial");
     int n = 0;
