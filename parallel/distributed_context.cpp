@@ -178,17 +178,24 @@ class DistributedContext final : public ParallelContext {
     os << "rank " << mesh_->layout().rank << ": ";
     if (d[Axis::Cfg] == 2) os << li.halves[mesh_->coord(Axis::Cfg)] << " branch, ";
     os << "tokens [" << r.begin << ", " << r.end << ") of " << li.tokens;
-    // Heads: tensor parallelism shards them first, Ulysses splits a shard's heads over its ranks.
+    // Heads: tensor parallelism shards them first, Ulysses splits a shard's heads over its ranks
+    // (with a ring on one machine, over the whole sequence-parallel group where the heads go
+    // round: parallel/parallel_attention.h; unless its windows do not fit, which it then says).
     const int T = d[Axis::Tp], t = mesh_->coord(Axis::Tp), U = d[Axis::Ulysses], u = mesh_->coord(Axis::Ulysses);
-    TokenRange h = split_tokens(li.heads, T, t);
-    const TokenRange hu = split_tokens(h.size(), U, u);
-    h = {h.begin + hu.begin, h.begin + hu.end};
+    const TokenRange shard = split_tokens(li.heads, T, t);
+    const bool whole = d[Axis::Ring] > 1 && mesh_->sp().uses_shared_memory() && shard.size() >= d.sp();
+    const int n = whole ? d.sp() : U, k = whole ? mesh_->rank_in(Group::Sp) : u;
+    const TokenRange part = split_tokens(shard.size(), n, k);
+    const TokenRange h{shard.begin + part.begin, shard.begin + part.end};
     os << ", attention heads ";
     if (h.size() == li.heads)
       os << "all " << li.heads;
     else
       os << "[" << h.begin << ", " << h.end << ") of " << li.heads;
-    if (U > 1) os << " (ulysses " << u << ")";
+    if (whole)
+      os << " (ulysses " << k << " of the whole sequence-parallel group, on one machine)";
+    else if (U > 1)
+      os << " (ulysses " << u << ")";
     if (d[Axis::Ring] > 1) os << ", ring position " << mesh_->coord(Axis::Ring) << " of " << d[Axis::Ring];
     if (T > 1) {
       const TokenRange f = split_tokens(li.ffn, T, t);

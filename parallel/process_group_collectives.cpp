@@ -310,9 +310,9 @@ bool ProcessGroup::ensure_window(size_t bytes) {
   if (!made && rank_ == 0 && !window_warned_) {
     window_warned_ = true;
     std::fprintf(stderr,
-                 "warning: group '%s' has no shared-memory windows (%s): what its ranks would read in place goes "
-                 "through messages instead\n",
-                 name_.c_str(), window_note_.c_str());
+                 "warning: group '%s' has no shared-memory windows of %zu bytes a rank (%s): what its ranks would "
+                 "read in place goes another way (messages, or a layout's smaller windows)\n",
+                 name_.c_str(), bytes, window_note_.c_str());
   }
   return made;
 }

@@ -2,7 +2,9 @@
 // every rank's K/V block in turn, its rows' online softmax carried from block to block.
 // Blocks travel round the ring as messages (double buffered, posted before the block's
 // attention), or on one machine lie in their owners' shared-memory windows, read in the same
-// order.
+// order. (On one machine, given the sp group, a ring with at least as many heads as the
+// group's ranks does not come here: it runs as Ulysses over the whole group,
+// ulysses_window.cpp.)
 #include "parallel/sequence_parallel_attention.h"
 #include "runtime/profile.h"
 

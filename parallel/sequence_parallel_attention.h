@@ -3,8 +3,9 @@
 // that implement it (no model includes this):
 //   parallel_attention.cpp  prepare() and forward(): shapes, kernels, buffers; the dispatch
 //   ulysses_exchange.cpp    Ulysses: the all-to-alls (one chunk) or the pipelined chunks, f32 or bf16
-//   ulysses_window.cpp      Ulysses in one chunk on one machine, no ring: through shared-memory
-//                           windows, the attention's tasks shared by the ranks
+//   ulysses_window.cpp      Ulysses in one chunk on one machine (and a ring or USP there, run as
+//                           Ulysses over the whole sp group): through shared-memory windows, the
+//                           attention's tasks shared by the ranks
 //   ring_attention.cpp      Ring: K/V blocks as messages or in shared-memory windows, softmax carried on
 #pragma once
 

@@ -3,7 +3,9 @@
 // staging slot, and out of it into the receiver's rows. Here each rank's q, k, v rows lie in
 // its window, where the QKV projection wrote them (qkv_destination()), and every rank reads its
 // heads of the others' tokens from there straight into the planes its attention reads, in its
-// own window: one pass, which in bf16 is the conversion the kernels need anyway.
+// own window: one pass, which in bf16 is the conversion the kernels need anyway. A layout with
+// a ring comes here too when its whole sequence-parallel group is on one machine (uly_ is then
+// that group: parallel_attention.cpp, prepare).
 //
 // The attention's tasks (a query block of one batch element and head) are shared: each rank
 // takes its own heads' tasks one at a time from a counter in its window, then, when it has no
