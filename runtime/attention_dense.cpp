@@ -91,7 +91,10 @@ void rows_to_bf16(const float* src, int64_t src_stride, uint16_t* dst, int64_t d
 
 // Calls f(src, at, n) for runs of up to 64 tokens of one (batch, head): src the run's first row
 // in x (layout L), at its first element in the dense [batch, heads, Td, R] destination (rows of
-// R >= D elements). The runs are shared among the threads; no division per row.
+// R >= D elements). The runs are shared among the threads; no division per row. The heads are
+// the inner loop: one run's rows (each on its own page where rows are [.., 3, H, d], 13.8 KB
+// apart for DiT-XL in f32) are read for every head while their pages are in the TLB, rather
+// than every page of the tokens walked again for each head.
 template <class T, class F>
 void for_dense_runs(const T* x, const AttnLayout& L, int64_t batch, int64_t heads, int64_t tokens, int64_t D,
                     int64_t R, int64_t dst_tokens, int64_t dst_first, F&& f) {
@@ -99,8 +102,8 @@ void for_dense_runs(const T* x, const AttnLayout& L, int64_t batch, int64_t head
   constexpr int64_t kChunk = 64;
   const int64_t Td = dst_tokens > 0 ? dst_tokens : tokens, chunks = (tokens + kChunk - 1) / kChunk;
   parallel_for(batch * heads * chunks, batch * heads * tokens * D > 16384, [&](int64_t task) {
-    const int64_t bh = task / chunks, t0 = task % chunks * kChunk, n = std::min(kChunk, tokens - t0);
-    const int64_t b = bh / heads, h = bh % heads;
+    const int64_t h = task % heads, bc = task / heads, b = bc / chunks, t0 = bc % chunks * kChunk;
+    const int64_t n = std::min(kChunk, tokens - t0), bh = b * heads + h;
     f(x + b * L.batch_stride + h * L.head_stride + t0 * L.token_stride, (bh * Td + dst_first + t0) * R, n);
   });
 }

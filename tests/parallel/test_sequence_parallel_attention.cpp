@@ -229,6 +229,21 @@ std::vector<Problem> problems_for(std::initializer_list<int64_t> heads) {
   return ps;
 }
 
+// The window tests' cases and problems: batch 2, head_dim 16, heads 4 and 6 (uneven over 4
+// ranks) x tokens 64, 37 and 3 (empty ranges over 4 ranks).
+struct WindowCase {
+  int ulysses, ring;
+  DType compute;
+  bool bf16_output;
+};
+
+std::vector<Problem> window_problems(DType compute, unsigned seed) {
+  std::vector<Problem> ps;
+  for (int64_t h : {4, 6})
+    for (int64_t n : {64, 37, 3}) ps.push_back(make_problem({2, h, 16, n, compute}, seed++));
+  return ps;
+}
+
 }  // namespace
 
 TEST_CASE("sequence split: contiguous, sizes differ by at most one, covers everything", "[parallel][attention]") {
@@ -296,26 +311,14 @@ TEST_CASE("Ulysses through shared-memory windows gives the all-to-all's result, 
   // same planes. f32: the windows' attention reads dense planes where the all-to-all's reads
   // strided rows in place, so its sums may round differently (within 1e-5 of the largest
   // output, as every layout against serial).
-  struct Case {
-    int ulysses, ring;
-    DType compute;
-    bool bf16_output;
-  };
-  std::vector<Case> cases = {{2, 1, DType::F32, false}, {3, 1, DType::F32, false}, {4, 1, DType::F32, false},
-                             {2, 2, DType::F32, false}};
+  std::vector<WindowCase> cases = {{2, 1, DType::F32, false}, {3, 1, DType::F32, false}, {4, 1, DType::F32, false},
+                                   {2, 2, DType::F32, false}};
   if (dit_test::bf16_available())
-    for (Case c : {Case{2, 1, DType::BF16, false}, {3, 1, DType::BF16, true}, {4, 1, DType::BF16, true},
-                   {2, 2, DType::BF16, false}})
+    for (WindowCase c : {WindowCase{2, 1, DType::BF16, false}, {3, 1, DType::BF16, true}, {4, 1, DType::BF16, true},
+                         {2, 2, DType::BF16, false}})
       cases.push_back(c);
-  for (const Case& c : cases) {
-    auto problems = [&] {
-      std::vector<Problem> ps;
-      unsigned seed = 200;
-      for (int64_t h : {4, 6})
-        for (int64_t n : {64, 37, 3}) ps.push_back(make_problem({2, h, 16, n, c.compute}, seed++));
-      return ps;
-    };
-    std::vector<Problem> windows = problems(), messages = problems();
+  for (const WindowCase& c : cases) {
+    std::vector<Problem> windows = window_problems(c.compute, 200), messages = window_problems(c.compute, 200);
     run_layout(c.ulysses, c.ring, windows, 1, c.bf16_output, c.bf16_output, c.ring == 1);
     setenv("DIT_NO_SHM_WINDOWS", "1", 1);  // before the rank threads start
     run_layout(c.ulysses, c.ring, messages, 1, c.bf16_output, c.bf16_output, c.ring == 1);
@@ -346,24 +349,12 @@ TEST_CASE("Ring and USP on one machine attend as Ulysses over the whole group: U
   // (and with bf16 outputs), with uneven heads (6 over 4 ranks) and tokens (37; 3 over 4
   // ranks: empty ranges). run_layout checks the sp group's windows were used and the ring's
   // were not, and each against the serial attention.
-  struct Case {
-    int ulysses, ring;
-    DType compute;
-    bool bf16_output;
-  };
-  std::vector<Case> cases = {{1, 2, DType::F32, false}, {1, 4, DType::F32, false}, {2, 2, DType::F32, false}};
+  std::vector<WindowCase> cases = {{1, 2, DType::F32, false}, {1, 4, DType::F32, false}, {2, 2, DType::F32, false}};
   if (dit_test::bf16_available())
-    for (Case c : {Case{1, 2, DType::BF16, false}, {1, 4, DType::BF16, true}, {2, 2, DType::BF16, true}})
+    for (WindowCase c : {WindowCase{1, 2, DType::BF16, false}, {1, 4, DType::BF16, true}, {2, 2, DType::BF16, true}})
       cases.push_back(c);
-  for (const Case& c : cases) {
-    auto problems = [&] {
-      std::vector<Problem> ps;
-      unsigned seed = 300;
-      for (int64_t h : {4, 6})
-        for (int64_t n : {64, 37, 3}) ps.push_back(make_problem({2, h, 16, n, c.compute}, seed++));
-      return ps;
-    };
-    std::vector<Problem> layout = problems(), ulysses = problems();
+  for (const WindowCase& c : cases) {
+    std::vector<Problem> layout = window_problems(c.compute, 300), ulysses = window_problems(c.compute, 300);
     run_layout(c.ulysses, c.ring, layout, 1, c.bf16_output, c.bf16_output);
     run_layout(c.ulysses * c.ring, 1, ulysses, 1, c.bf16_output, c.bf16_output);
     for (size_t i = 0; i < layout.size(); ++i) {
