@@ -23,7 +23,7 @@ void SequenceParallelAttention::use_groups(bool whole) {
 // refuses on every rank alike), the layout as asked.
 void SequenceParallelAttention::prepare(const SelfAttentionShape& s) {
   prepared_ = false;
-  if (sp_ && asked_.R > 1 && s.heads >= sp_->size()) {
+  if (sp_ && Asked::degree(asked_.ring) > 1 && s.heads >= sp_->size()) {
     use_groups(true);
     prepare_groups(s);
     if (uly_window_) return;

@@ -92,12 +92,11 @@ class SequenceParallelAttention final : public SelfAttention {
     DIT_CHECK(!sp_ || (sp_->size() == U_ * R_ && sp_->rank() == r_ * U_ + u_),
               "sequence-parallel attention: the sp group (rank " << sp_->rank() << " of " << sp_->size()
                                                                  << ") is not ring x ulysses (" << R_ << " x " << U_ << ")");
-    asked_.U = U_;
-    asked_.R = R_;
   }
 
   const char* name() const override {
-    return asked_.U > 1 && asked_.R > 1 ? "usp" : asked_.U > 1 ? "ulysses" : asked_.R > 1 ? "ring" : "local";
+    const int U = asked_.degree(asked_.ulysses), R = asked_.degree(asked_.ring);
+    return U > 1 && R > 1 ? "usp" : U > 1 ? "ulysses" : R > 1 ? "ring" : "local";
   }
 
   void prepare(const SelfAttentionShape& s) override;
@@ -175,7 +174,7 @@ class SequenceParallelAttention final : public SelfAttention {
 
   struct Asked {
     std::shared_ptr<ProcessGroup> ulysses, ring;
-    int U = 1, R = 1;
+    static int degree(const std::shared_ptr<ProcessGroup>& g) { return g ? g->size() : 1; }
   } asked_;
   std::shared_ptr<ProcessGroup> sp_;  // null: the layout as asked, always
   // In use: as asked, or with a ring on one machine Ulysses over the whole sp group
