@@ -1,7 +1,7 @@
 #!/bin/bash
 # Issue 14's table: one denoising step of whole dit-gen runs, each parallel layout as a user
 # runs it (default placement and threads per rank), at DiT-XL/2's dimensions and 28 layers,
-# 1024 and 4096 tokens (512x512 and 1024x1024 images), f32 and bf16. About 7 minutes on 16
+# 1024 and 4096 tokens (512x512 and 1024x1024 images), f32 and bf16. About 5 minutes on 16
 # cores; the README's benchmark section quotes its summary.
 #
 #   tools/step_table.sh OUT_DIR                  # after building (build/bin), or with a bundle:
