@@ -185,10 +185,10 @@ void Attention::run16(const uint16_t* q, const uint16_t* k, const uint16_t* v, v
                 static_cast<const char*>(m.vb.data()), out, out16, lse, bias, nullptr});
 }
 
-// run_dense's and run_dense_part's inputs: dense planes, q and k unpadded.
+// run_dense's and run_dense_part's inputs: dense planes, q and k unpadded (with Dqk > head_dim
+// each block is padded in the thread's buffers).
 void Attention::Impl::check_dense(const char* fn) const {
   DIT_CHECK(dense, what << ": " << fn << " needs dense [batch, heads, tokens, head_dim] k and v (and q for bf16)");
-  DIT_CHECK(Dqk == spec.head_dim, what << ": " << fn << " reads unpadded q and k (bf16_pad_qk is for run())");
 }
 
 void Attention::run_dense(const void* q, const void* k, const void* v, float* out, float* lse) const {
@@ -196,7 +196,7 @@ void Attention::run_dense(const void* q, const void* k, const void* v, float* ou
   impl_->check_dense("run_dense");
   const ProfilePhases prof(*this);
   impl_->run_blocks({static_cast<const char*>(q), static_cast<const char*>(k), static_cast<const char*>(v), out, false,
-                     lse, nullptr, nullptr});
+                     lse, nullptr, nullptr, nullptr, impl_->Dqk != impl_->spec.head_dim});
 }
 
 void Attention::run_dense_part(const void* q, const void* k, const void* v, float* out,
@@ -206,7 +206,7 @@ void Attention::run_dense_part(const void* q, const void* k, const void* v, floa
   DIT_CHECK(carry.m && carry.l, impl_->what << ": run_dense_part needs the rows' m and l");
   const ProfilePhases prof(*this);
   impl_->run_blocks({static_cast<const char*>(q), static_cast<const char*>(k), static_cast<const char*>(v), out, false,
-                     nullptr, nullptr, &carry});
+                     nullptr, nullptr, &carry, nullptr, impl_->Dqk != impl_->spec.head_dim});
 }
 
 void Attention::run_dense(const void* q, const void* k, const void* v, float* out, AttentionTaskQueue& queue) const {
@@ -214,7 +214,7 @@ void Attention::run_dense(const void* q, const void* k, const void* v, float* ou
   impl_->check_dense("run_dense");
   const ProfilePhases prof(*this);
   impl_->run_blocks({static_cast<const char*>(q), static_cast<const char*>(k), static_cast<const char*>(v), out, false,
-                     nullptr, nullptr, nullptr, &queue});
+                     nullptr, nullptr, nullptr, &queue, impl_->Dqk != impl_->spec.head_dim});
 }
 
 // The rows of one task (q block) before its first K/V block: afresh, or the state a previous
@@ -290,10 +290,19 @@ void Attention::Impl::run_task(ThreadState& T, int64_t task, const BlockRun& r) 
   t.rows = qt ? q_tail : QB;
   t.o0 = t.b * s.out.batch_stride + t.h * s.out.head_stride + t.q0 * s.out.token_stride;
   t.r0 = (t.b * H + t.h) * s.q_len + t.q0;
-  const char* qp = r.q + (t.b * eq.batch_stride + t.h * eq.head_stride + t.q0 * eq.token_stride) * esz;
-  const char* kp = r.k + (t.b * ek.batch_stride + t.h * ek.head_stride) * esz;
+  // q and k as Q·Kᵀ reads them: eq and ek, or unpadded planes whose blocks are padded here.
+  const AttnLayout lq = r.pad_blocks ? AttnLayout::bhtd(H, s.q_len, D) : eq;
+  const AttnLayout lk = r.pad_blocks ? AttnLayout::bhtd(H, s.kv_len, D) : ek;
+  const char* qp = r.q + (t.b * lq.batch_stride + t.h * lq.head_stride + t.q0 * lq.token_stride) * esz;
+  const char* kp = r.k + (t.b * lk.batch_stride + t.h * lk.head_stride) * esz;
   const char* vp = r.v + (t.b * ev.batch_stride + t.h * ev.head_stride) * esz;
   const bool resume = r.carry && !r.carry->first;
+  if (r.pad_blocks) {  // the task's q rows, once
+    auto clock = std::chrono::steady_clock::now();
+    attention_detail::copy_rows_bf16(reinterpret_cast<const uint16_t*>(qp), D, T.qpad, Dqk, t.rows, D);
+    qp = reinterpret_cast<const char*>(T.qpad);
+    T.phases.qk += seconds_since(clock);
+  }
   start_rows(T, r, t);
   for (int64_t kj = 0; kj < nkb; ++kj) {
     const int64_t k0 = kj * KB;
@@ -301,9 +310,14 @@ void Attention::Impl::run_task(ThreadState& T, int64_t task, const BlockRun& r) 
     const int64_t kc = kt ? kv_tail : KB;
     auto& A = T.args[qt][kt];
     const BlockPrims& p = prims[qt][kt];
-    A.qk_src.set_data_handle(const_cast<char*>(qp));
-    A.qk_wei.set_data_handle(const_cast<char*>(kp + k0 * ek.token_stride * esz));
     auto clock = std::chrono::steady_clock::now();
+    const char* kblock = kp + k0 * lk.token_stride * esz;
+    if (r.pad_blocks) {  // [kc, D] -> the first D of [kc, Dqk]
+      attention_detail::copy_rows_bf16(reinterpret_cast<const uint16_t*>(kblock), D, T.kpad, Dqk, kc, D);
+      kblock = reinterpret_cast<const char*>(T.kpad);
+    }
+    A.qk_src.set_data_handle(const_cast<char*>(qp));
+    A.qk_wei.set_data_handle(const_cast<char*>(kblock));
     execute(p.qk, T.stream, A.qk);  // S = Q·Kᵀ·qk_scale   [rows, kc]
     T.phases.qk += seconds_since(clock);
     if (r.bias) add_block_bias(T, *r.bias, t, k0, kc);  // S += bias / softmax_scale

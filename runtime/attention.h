@@ -56,6 +56,16 @@ struct AttnBias {
                                 // (O(L) memory instead of O(L²)); not together with head
 };
 
+// Whether bf16 attention pads Q and K for Q·Kᵀ (AttentionSpec::bf16_qk_pad).
+enum class QkPad { Auto, Off, On };
+// Auto's answer, the same for every attention of the process: where oneDNN computes bf16 with
+// AMX, yes (bf16 attention 11% faster on the 16-core AMX machine; 9–13% slower on AVX512_BF16
+// without AMX: docs/benchmarks.md, "bf16 attention with Q and K padded for AMX"), unless the
+// environment's DIT_BF16_QK_PAD says on, off or auto (anything else: an error naming it).
+// Ranks of one machine agree, so a parallel layout pads as the single process does.
+bool qk_pad_by_default();
+QkPad parse_qk_pad(const std::string& what, const std::string& value);  // on, off, auto
+
 struct AttentionSpec {
   int64_t batch = 1, heads = 1, q_len = 1, kv_len = 1, head_dim = 1;
   float scale = 0;  // 0 -> 1/sqrt(head_dim); any other (> 0, finite) as given (T5: 1.0)
@@ -66,12 +76,13 @@ struct AttentionSpec {
   // bf16 ran before the thirteenth session; only for comparing the two
   // (dit-kernel-bench --bf16-scale-in-qk). f32 always scales there.
   bool bf16_scale_in_qk = false;
-  // bf16: Q and K copied with their head_dim zero-padded to a multiple of 32 (AMX's tile depth in
-  // bf16), so that Q·Kᵀ reduces over whole tiles (72 -> 96); P·V and the output keep head_dim.
-  // The logits are the same sums (the pad adds exact zeros). run() only: run_dense's callers
-  // write unpadded planes. For comparing (dit-kernel-bench --bf16-pad-qk); the model does not
-  // set it.
-  bool bf16_pad_qk = false;
+  // bf16: Q·Kᵀ reduces over head_dim zero-padded to a multiple of 32 (AMX's tile depth in bf16:
+  // 72 -> 96, whole tiles); P·V and the output keep head_dim. The logits are the same sums (the
+  // pad adds exact zeros; only the order of the f32 additions may differ). Auto pads where
+  // qk_pad_by_default() says (AMX). run() copies q and k into padded planes; run_dense and
+  // run_dense_part read unpadded planes and copy each block into the thread's padded buffers:
+  // the same matmul over the same values, so the bits of run(). f32 never pads (On is refused).
+  QkPad bf16_qk_pad = QkPad::Auto;
 };
 
 // Where a run's time went, summed over the threads (seconds), since construction or the last
@@ -150,7 +161,7 @@ class Attention {
   AttentionPhases phases() const;
   void reset_phases();
   double flops() const;  // 4·batch·heads·q_len·kv_len·head_dim
-  int64_t qk_head_dim() const;  // what Q·Kᵀ reduces over: head_dim, or padded (bf16_pad_qk)
+  int64_t qk_head_dim() const;  // what Q·Kᵀ reduces over: head_dim, or padded (bf16_qk_pad)
   const std::string& impl_info() const;  // oneDNN implementation of the block matmuls
 
  private:
@@ -166,7 +177,7 @@ class Attention {
 // dst_tokens > 0 the destination is [batch, heads, dst_tokens, head_dim] and x lands at token
 // dst_first of it (one rank's share of a longer sequence). With dst_row > 0 the destination's
 // rows are dst_row >= head_dim elements long, of which the first head_dim are written (a
-// zero-padded head_dim, AttentionSpec::bf16_pad_qk).
+// zero-padded head_dim, AttentionSpec::bf16_qk_pad).
 void attention_to_dense(const float* x, const AttnLayout& L, int64_t batch, int64_t heads, int64_t tokens,
                         int64_t head_dim, DType compute, void* dst, int64_t dst_tokens = 0, int64_t dst_first = 0,
                         int64_t dst_row = 0);

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "runtime/attention.h"
+#include "runtime/attention_impl.h"
 #include "runtime/elementwise.h"
 #include "runtime/error.h"
 #include "runtime/parallel_for.h"
@@ -109,6 +110,13 @@ void for_dense_runs(const T* x, const AttnLayout& L, int64_t batch, int64_t head
 }
 
 }  // namespace
+
+namespace attention_detail {
+void copy_rows_bf16(const uint16_t* src, int64_t src_stride, uint16_t* dst, int64_t dst_stride, int64_t rows,
+                    int64_t D) {
+  rows_copy(src, src_stride, dst, dst_stride, rows, D);
+}
+}  // namespace attention_detail
 
 void attention_to_dense(const float* x, const AttnLayout& L, int64_t batch, int64_t heads, int64_t tokens,
                         int64_t head_dim, DType compute, void* dst, int64_t dst_tokens, int64_t dst_first,

@@ -37,8 +37,16 @@ struct ThreadState {
   float* m = nullptr;   // [QB] running max
   float* l = nullptr;   // [QB] running sum
   float* a = nullptr;   // [QB] rescale factor of this block
+  // Q·Kᵀ over a padded head_dim from unpadded planes (run_dense): the block's rows of q [QB, Dqk]
+  // and k [KB, Dqk], the pad zeroed once, only the first head_dim of each row written per block.
+  uint16_t* qpad = nullptr;
+  uint16_t* kpad = nullptr;
   AttentionPhases phases;
 };
+
+// rows of D bf16 values, src_stride apart, into rows dst_stride apart (attention_dense.cpp).
+void copy_rows_bf16(const uint16_t* src, int64_t src_stride, uint16_t* dst, int64_t dst_stride, int64_t rows,
+                    int64_t D);
 
 }  // namespace attention_detail
 
@@ -49,7 +57,7 @@ struct Attention::Impl {
   AttentionSpec spec;
   std::string what, impl_name;
   int64_t QB = 0, KB = 0, nqb = 0, nkb = 0, q_tail = 0, kv_tail = 0;
-  int64_t Dqk = 0;  // the head_dim Q·Kᵀ reduces over: the spec's, or padded (bf16_pad_qk)
+  int64_t Dqk = 0;  // the head_dim Q·Kᵀ reduces over: the spec's, or padded (bf16_qk_pad)
   AttnLayout eq, ek, ev;  // layouts the matmuls read (user's for f32, dense bhtd bf16 copies for bf16)
   BlockPrims prims[2][2];  // [q tail?][kv tail?]
   int nthr = 1;
@@ -78,6 +86,9 @@ struct Attention::Impl {
     const AttnBias* bias;
     const AttentionCarry* carry;
     AttentionTaskQueue* queue = nullptr;  // null: every task, shared by the threads
+    // q and k are unpadded dense planes while Dqk > head_dim (run_dense, run_dense_part): each
+    // block is copied into the thread's qpad / kpad for Q·Kᵀ.
+    bool pad_blocks = false;
   };
   // A task's rows: q block [q0, q0 + rows) of (batch b, head h); o0 the first row's element in
   // out, r0 its index in lse / m / l.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -85,6 +86,24 @@ ThreadState::Args make_thread_args(const BlockPrims& p, const ThreadState& T, vo
 
 }  // namespace
 
+QkPad parse_qk_pad(const std::string& what, const std::string& value) {
+  if (value == "on") return QkPad::On;
+  if (value == "off") return QkPad::Off;
+  if (value == "auto") return QkPad::Auto;
+  DIT_FAIL(what << ": '" << value << "' (expected on, off or auto)");
+}
+
+bool qk_pad_by_default() {
+  static const bool pad = [] {
+    const char* env = std::getenv("DIT_BF16_QK_PAD");
+    const QkPad p = env ? parse_qk_pad("DIT_BF16_QK_PAD", env) : QkPad::Auto;
+    if (p != QkPad::Auto) return p == QkPad::On;
+    const auto amx = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
+    return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & amx) == amx;
+  }();
+  return pad;
+}
+
 Attention::Attention(const AttentionSpec& spec_in) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   std::ostringstream os;
@@ -99,8 +118,9 @@ Attention::Attention(const AttentionSpec& spec_in) : impl_(std::make_unique<Impl
   DIT_CHECK(std::isfinite(s.scale) && s.scale > 0, m.what << ": scale " << s.scale << " (expected > 0)");
   const int64_t D = s.head_dim;
   const bool bf16 = s.compute == DType::BF16;
-  DIT_CHECK(!s.bf16_pad_qk || bf16, m.what << ": bf16_pad_qk needs bf16 compute");
-  m.Dqk = s.bf16_pad_qk ? (D + 31) / 32 * 32 : D;
+  DIT_CHECK(s.bf16_qk_pad != QkPad::On || bf16, m.what << ": bf16_qk_pad On needs bf16 compute");
+  const bool pad = bf16 && (s.bf16_qk_pad == QkPad::On || (s.bf16_qk_pad == QkPad::Auto && qk_pad_by_default()));
+  m.Dqk = pad ? (D + 31) / 32 * 32 : D;
   m.dense = (!bf16 || is_dense(s.q, s.heads, s.q_len, D)) && is_dense(s.k, s.heads, s.kv_len, D) &&
             is_dense(s.v, s.heads, s.kv_len, D);
   m.choose_blocks();
@@ -191,7 +211,8 @@ void Attention::Impl::make_threads() {
   const int64_t D = spec.head_dim;
   const size_t pf = spec.compute == DType::BF16 ? (size_t(QB * KB) + 1) / 2 : size_t(QB * KB);
   auto r16 = [](size_t n) { return (n + 15) / 16 * 16; };  // keep each buffer 64-byte aligned
-  thread_floats = r16(QB * KB) + r16(pf) + 2 * r16(QB * D) + 3 * r16(QB);
+  const size_t pad_q = Dqk != D ? (size_t(QB * Dqk) + 1) / 2 : 0, pad_k = Dqk != D ? (size_t(KB * Dqk) + 1) / 2 : 0;
+  thread_floats = r16(QB * KB) + r16(pf) + 2 * r16(QB * D) + 3 * r16(QB) + r16(pad_q) + r16(pad_k);
   thread_buf = Tensor::empty({int64_t(thread_floats) * nthr});
   th.resize(nthr);
   for (int t = 0; t < nthr; ++t) {
@@ -210,6 +231,12 @@ void Attention::Impl::make_threads() {
     T.m = take(r16(QB));
     T.l = take(r16(QB));
     T.a = take(r16(QB));
+    if (Dqk != D) {  // the pads stay zero: a block writes the first D of each row
+      T.qpad = reinterpret_cast<uint16_t*>(take(r16(pad_q)));
+      T.kpad = reinterpret_cast<uint16_t*>(take(r16(pad_k)));
+      std::memset(T.qpad, 0, r16(pad_q) * 4);
+      std::memset(T.kpad, 0, r16(pad_k) * 4);
+    }
     void* sp = scratch_per_thread ? static_cast<char*>(scratch_buf.data()) + t * scratch_per_thread : nullptr;
     for (int qi = 0; qi < 2; ++qi)
       for (int ki = 0; ki < 2; ++ki)

@@ -130,9 +130,10 @@ json bench_linear(const LinearCase& lc, int64_t tokens, DType c, bool pack = fal
 }
 
 // bf16: q, k, v given in bf16 and the output written in bf16, as a block's projection and
-// local attention exchange them.
+// local attention exchange them. dense: run_dense over q, k, v planes [B, H, T, D] made once,
+// as Ulysses and the ring hand them over (a padded Q·Kᵀ pads each block as it goes).
 json bench_attention(int64_t tokens, int64_t B, DType c, int64_t qb = 0, int64_t kb = 0, int64_t D = 72,
-                     bool scale_in_qk = false, bool pad_qk = false) {
+                     bool scale_in_qk = false, QkPad pad = QkPad::Auto, bool dense = false) {
   const int64_t H = 16;
   AttentionSpec s;
   s.batch = B;
@@ -143,16 +144,25 @@ json bench_attention(int64_t tokens, int64_t B, DType c, int64_t qb = 0, int64_t
   s.q_block = qb;
   s.kv_block = kb;
   s.bf16_scale_in_qk = scale_in_qk;
-  s.bf16_pad_qk = pad_qk;
-  s.q = s.k = s.v = AttnLayout::bthd(tokens, D, H, 3 * H * D);  // fused QKV, as in the model
+  s.bf16_qk_pad = pad;
+  if (!dense) s.q = s.k = s.v = AttnLayout::bthd(tokens, D, H, 3 * H * D);  // fused QKV, as in the model
   s.out = AttnLayout::bthd(tokens, D, H, H * D);
   Attention attn(s);
   Tensor qkv = random_tensor({B, tokens, 3 * H * D}, 8, 1.f), out = Tensor::empty({B, tokens, H * D}, c);
   if (c == DType::BF16) qkv = qkv.to(DType::BF16);
+  Tensor planes, out32;  // dense: q, k, v each [B, H, T, D] in the compute type; an f32 output
+  if (dense) {
+    planes = random_tensor({3, B, H, tokens, D}, 8, 1.f).to(c);
+    out32 = Tensor::empty({B, tokens, H * D});
+  }
+  const size_t plane = size_t(B * H * tokens * D) * (c == DType::BF16 ? 2 : 4);
   int runs = tokens >= 4096 ? std::max(3, g_runs / 2) : g_runs;
   double sec = median_seconds(
       [&] {
-        if (c == DType::BF16) {
+        if (dense) {
+          const char* p = static_cast<const char*>(planes.data());
+          attn.run_dense(p, p + plane, p + 2 * plane, out32.f32(), nullptr);
+        } else if (c == DType::BF16) {
           const uint16_t* p = qkv.bf16();
           attn.run(p, p + H * D, p + 2 * H * D, out.bf16(), nullptr);
         } else {
@@ -168,6 +178,7 @@ json bench_attention(int64_t tokens, int64_t B, DType c, int64_t qb = 0, int64_t
   j["scale_in"] = c == DType::BF16 && !scale_in_qk ? "softmax" : "qk_matmul";
   // the head_dim Q·Kᵀ reduces over: head_dim, or zero-padded to a multiple of 32 (--bf16-pad-qk)
   j["qk_head_dim"] = attn.qk_head_dim();
+  j["form"] = dense ? "dense" : "rows";  // run_dense over planes made once, or run() over the QKV rows
   if (qb || kb) {
     j["q_block"] = qb;
     j["kv_block"] = kb;
@@ -248,7 +259,8 @@ json bench_norm(int64_t tokens) {
 int main(int argc, char** argv) {
   CLI::App app{"dit-kernel-bench: GFLOP/s of the dit-gen kernels at DiT-XL/2 sizes (JSON on stdout)"};
   int threads = 0;
-  bool sweep = false, skip_4096 = false, packed = false, scale_in_qk = false, pad_qk = false, gate_after = false;
+  bool sweep = false, skip_4096 = false, packed = false, scale_in_qk = false, pad_qk = false, gate_after = false,
+       dense = false;
   std::string only;
   std::vector<int64_t> head_dims{72};
   app.add_option("-t,--threads", threads, "threads (default: OpenMP default)");
@@ -268,8 +280,13 @@ int main(int argc, char** argv) {
                "attention: also time bf16 with the softmax scale applied by the Q·Kᵀ matmul (an output scale), "
                "as before the softmax took it over (rows with \"scale_in\": \"qk_matmul\")");
   app.add_flag("--bf16-pad-qk", pad_qk,
-               "attention: also time bf16 with Q and K copied zero-padded to a head_dim that is a multiple of 32 "
-               "(AMX's bf16 tile depth; P·V keeps head_dim) (rows with \"qk_head_dim\" above \"head_dim\")");
+               "attention: also time bf16 in the form the runtime does not choose on this machine: Q and K "
+               "zero-padded for Q·Kᵀ to a head_dim that is a multiple of 32 (AMX's bf16 tile depth; P·V keeps "
+               "head_dim; chosen where oneDNN uses AMX, or as DIT_BF16_QK_PAD=on|off|auto says), or unpadded "
+               "(\"qk_head_dim\" tells which)");
+  app.add_flag("--dense", dense,
+               "attention: also time each row's attention over q, k, v planes made once (run_dense, the form "
+               "Ulysses and the ring hand over; a padded Q·Kᵀ pads each block as it goes) (\"form\": \"dense\")");
   app.add_flag("--packed", packed, "also time Linear with weights reordered into the matmul's preferred layout");
   app.add_flag("--gate-after-matmul", gate_after,
                "linear: also time the gated linears with the gate and the residual sum in a pass after a plain "
@@ -302,9 +319,13 @@ int main(int argc, char** argv) {
         for (DType c : types)
           for (int64_t t : {256, 1024, 4096}) {
             if (t == 4096 && skip_4096) continue;
-            rows.push_back(bench_attention(t, 2, c, 0, 0, d));
-            if (c == DType::BF16 && scale_in_qk) rows.push_back(bench_attention(t, 2, c, 0, 0, d, true));
-            if (c == DType::BF16 && pad_qk) rows.push_back(bench_attention(t, 2, c, 0, 0, d, false, true));
+            const QkPad other = qk_pad_by_default() ? QkPad::Off : QkPad::On;  // the form not chosen here
+            for (bool form : {false, true}) {
+              if (form && !dense) continue;
+              rows.push_back(bench_attention(t, 2, c, 0, 0, d, false, QkPad::Auto, form));
+              if (c == DType::BF16 && scale_in_qk && !form) rows.push_back(bench_attention(t, 2, c, 0, 0, d, true));
+              if (c == DType::BF16 && pad_qk) rows.push_back(bench_attention(t, 2, c, 0, 0, d, false, other, form));
+            }
           }
       if (sweep)
         for (DType c : types)

@@ -52,11 +52,13 @@ class BadQueue final : public AttentionTaskQueue {
 }  // namespace
 
 TEST_CASE("Attention::run_dense over claimed tasks: shared between callers, run_dense's bits", "[kernels][attention][dense]") {
-  std::vector<DType> types = {DType::F32};
-  if (dit_test::bf16_available()) types.push_back(DType::BF16);
-  for (DType compute : types) {
+  // bf16 also with Q·Kᵀ over a padded head_dim (each block padded in the claiming thread).
+  std::vector<std::pair<DType, QkPad>> types = {{DType::F32, QkPad::Off}};
+  if (dit_test::bf16_available()) types.insert(types.end(), {{DType::BF16, QkPad::Off}, {DType::BF16, QkPad::On}});
+  for (auto [compute, pad] : types) {
     const int64_t B = 2, H = 3, T = 333, D = 72;  // 64-row query blocks: 6 a head (the last 13 rows)
     AttentionSpec s;
+    s.bf16_qk_pad = pad;
     s.batch = B;
     s.heads = H;
     s.q_len = s.kv_len = T;
@@ -89,7 +91,7 @@ TEST_CASE("Attention::run_dense over claimed tasks: shared between callers, run_
     Attention(s).run_dense(q, k, v, got.data(), second);
     const std::vector<float> after_two = got;
     Attention(s).run_dense(q, k, v, got.data(), third);
-    INFO(dtype_name(compute));
+    INFO(dtype_name(compute) << (pad == QkPad::On ? ", Q and K padded" : ""));
     CHECK(std::memcmp(got.data(), want.data(), want.size() * 4) == 0);
     CHECK(std::memcmp(got.data(), after_two.data(), got.size() * 4) == 0);
     int64_t once = 0;

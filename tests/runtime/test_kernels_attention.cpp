@@ -77,7 +77,8 @@ AttentionSpec spec_of(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t D, D
 }
 
 // fused: q, k, v read from one [B, T, 3, H, D] buffer, out [B, T, H, D].
-// bf16's two forms kept for comparing (AttentionSpec): the scale in Q·Kᵀ, Q and K zero-padded.
+// bf16's forms (AttentionSpec): the scale in Q·Kᵀ; Q and K zero-padded (pad_qk: always; else
+// as the runtime chooses on this machine).
 struct Bf16Form {
   bool scale_in_qk = false, pad_qk = false;
 };
@@ -87,7 +88,7 @@ void check_attention(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t D, bo
                      Bf16Form form = {}) {
   AttentionSpec s = spec_of(B, H, Tq, Tk, D, compute);
   s.bf16_scale_in_qk = form.scale_in_qk;
-  s.bf16_pad_qk = form.pad_qk;
+  s.bf16_qk_pad = form.pad_qk ? QkPad::On : QkPad::Auto;
   s.q_block = qblock;
   s.kv_block = kvblock;
   s.scale = scale;
@@ -223,8 +224,9 @@ TEST_CASE("Attention with Q and K padded: bf16 inputs, bias, and where it is ref
   AttentionSpec s = spec_of(B, H, T, T, D, DType::BF16);
   s.q = s.k = s.v = AttnLayout::bthd(T, D, H, 3 * H * D);
   s.out = AttnLayout::bthd(T, D, H, H * D);
+  s.bf16_qk_pad = QkPad::Off;
   const Attention plain(s);
-  s.bf16_pad_qk = true;
+  s.bf16_qk_pad = QkPad::On;
   const Attention padded(s);
   CHECK(plain.qk_head_dim() == 72);
   CHECK(padded.qk_head_dim() == 96);
@@ -236,17 +238,20 @@ TEST_CASE("Attention with Q and K padded: bf16 inputs, bias, and where it is ref
   CHECK(std::memcmp(got.data(), got32.data(), n * 4) == 0);
   kt::check_close(got.data(), want.data(), n, 1e-5, 1e-5, "padded against unpadded, out");
   kt::check_close(got_lse.data(), want_lse.data(), want_lse.size(), 1e-5, 1e-5, "padded against unpadded, lse");
-  // run_dense reads unpadded planes; f32 has no pad.
-  AttentionSpec d = spec_of(1, 1, 4, 4, 8, DType::BF16);
-  d.bf16_pad_qk = true;
-  const Attention dense(d);
-  std::vector<uint16_t> x(32);
-  std::vector<float> o(32), m(4), l(4);
-  CHECK_THROWS_WITH(dense.run_dense(x.data(), x.data(), x.data(), o.data(), nullptr), Catch::Contains("unpadded"));
-  CHECK_THROWS_WITH(dense.run_dense_part(x.data(), x.data(), x.data(), o.data(), AttentionCarry{m.data(), l.data()}),
-                    Catch::Contains("unpadded"));
-  d.compute = DType::F32;
-  CHECK_THROWS_WITH(Attention(d), Catch::Contains("bf16_pad_qk needs bf16 compute"));
+  // f32 has no pad.
+  AttentionSpec d = spec_of(1, 1, 4, 4, 8, DType::F32);
+  d.bf16_qk_pad = QkPad::On;
+  CHECK_THROWS_WITH(Attention(d), Catch::Contains("bf16_qk_pad On needs bf16 compute"));
+  d.bf16_qk_pad = QkPad::Auto;
+  CHECK(Attention(d).qk_head_dim() == 8);
+}
+
+TEST_CASE("parse_qk_pad reads on, off and auto, and names what it refuses", "[kernels][attention]") {
+  CHECK(parse_qk_pad("DIT_BF16_QK_PAD", "on") == QkPad::On);
+  CHECK(parse_qk_pad("DIT_BF16_QK_PAD", "off") == QkPad::Off);
+  CHECK(parse_qk_pad("DIT_BF16_QK_PAD", "auto") == QkPad::Auto);
+  CHECK_THROWS_WITH(parse_qk_pad("DIT_BF16_QK_PAD", "yes"),
+                    Catch::Contains("DIT_BF16_QK_PAD: 'yes' (expected on, off or auto)"));
 }
 
 TEST_CASE("Attention runs with one thread and with more threads than tasks", "[kernels][attention]") {
@@ -342,9 +347,10 @@ TEST_CASE("Attention implementation names (debug)", "[kernels][attention][.debug
 }
 
 TEST_CASE("Attention::run_dense on attention_to_dense inputs gives run()'s result", "[kernels][attention][dense]") {
-  std::vector<DType> types = {DType::F32};
-  if (dit_test::bf16_available()) types.push_back(DType::BF16);
-  for (DType compute : types)
+  // bf16 also with Q·Kᵀ over a padded head_dim: run() pads its planes, run_dense each block.
+  std::vector<std::pair<DType, QkPad>> types = {{DType::F32, QkPad::Off}};
+  if (dit_test::bf16_available()) types.insert(types.end(), {{DType::BF16, QkPad::Off}, {DType::BF16, QkPad::On}});
+  for (auto [compute, pad] : types)
     for (int64_t Tk : {int64_t(7), int64_t(333)}) {
       const int64_t B = 2, H = 3, Tq = 64, D = 72;
       // Strided inputs as the ring has them: Q from a fused [B, Tq, 3, H, D] buffer, K and V
@@ -352,6 +358,7 @@ TEST_CASE("Attention::run_dense on attention_to_dense inputs gives run()'s resul
       const std::vector<float> qkv = kt::randv(B * Tq * 3 * H * D, 11, -1.f, 1.f);
       const std::vector<float> kv = kt::randv(B * Tk * 2 * H * D, 12, -1.f, 1.f);
       AttentionSpec s = spec_of(B, H, Tq, Tk, D, compute);
+      s.bf16_qk_pad = pad;
       s.q = AttnLayout::bthd(Tq, D, H, 3 * H * D);
       s.k = s.v = AttnLayout::bthd(Tk, D, H, 2 * H * D);
       s.out = AttnLayout::bthd(Tq, D, H, H * D);
@@ -377,8 +384,10 @@ TEST_CASE("Attention::run_dense on attention_to_dense inputs gives run()'s resul
       sd.k = sd.v = AttnLayout::bhtd(H, Tk, D);
       const void* qin = compute == DType::BF16 ? static_cast<const void*>(qd.data()) : qkv.data();
       std::vector<float> got(want.size(), NAN), got_lse(want_lse.size(), NAN);
-      Attention(sd).run_dense(qin, kd.data(), vd.data(), got.data(), got_lse.data());
-      INFO(dtype_name(compute) << " kv " << Tk);
+      const Attention dense_attn(sd);
+      CHECK(dense_attn.qk_head_dim() == (pad == QkPad::On ? 96 : 72));
+      dense_attn.run_dense(qin, kd.data(), vd.data(), got.data(), got_lse.data());
+      INFO(dtype_name(compute) << " kv " << Tk << (pad == QkPad::On ? " Q and K padded" : ""));
       if (compute == DType::BF16) {  // run() converts to this very form: the same bits
         CHECK(std::memcmp(got.data(), want.data(), want.size() * 4) == 0);
         CHECK(std::memcmp(got_lse.data(), want_lse.data(), want_lse.size() * 4) == 0);
@@ -507,14 +516,15 @@ TEST_CASE("Attention::run_dense_part over successive key sets gives one run over
   // here) do exactly the operations of one run over the keys: the same bits. Other splits
   // round differently only in where the blocks end: within 1e-6 in f32; in bf16 each block's
   // probabilities are rounded relative to its own running max, so within bf16's 2^-9 of |v|.
-  std::vector<DType> types = {DType::F32};
-  if (dit_test::bf16_available()) types.push_back(DType::BF16);
+  // bf16 also with Q·Kᵀ over head_dim 24 padded to 32, each block padded as it is read.
+  std::vector<std::pair<DType, QkPad>> types = {{DType::F32, QkPad::Off}};
+  if (dit_test::bf16_available()) types.insert(types.end(), {{DType::BF16, QkPad::Off}, {DType::BF16, QkPad::On}});
   const int64_t B = 2, H = 3, Tq = 40, D = 24, KB = 16;
   struct Split {
     std::vector<int64_t> sets;
     bool exact;
   };
-  for (DType compute : types)
+  for (auto [compute, pad] : types)
     for (const Split& split : {Split{{32, 16}, true}, Split{{16, 16, 16}, true}, Split{{48}, true},
                                Split{{20, 28}, false}, Split{{5, 40, 3}, false}}) {
       int64_t Tk = 0;
@@ -532,6 +542,7 @@ TEST_CASE("Attention::run_dense_part over successive key sets gives one run over
         AttentionSpec s = spec_of(B, H, Tq, kv, D, compute);
         s.q_block = 16;
         s.kv_block = KB;
+        s.bf16_qk_pad = pad;
         return s;
       };
       const std::vector<char> qd = dense(q, Tq, 0, Tq);
@@ -552,7 +563,8 @@ TEST_CASE("Attention::run_dense_part over successive key sets gives one run over
         Attention(spec(n)).run_dense_part(qd.data(), kd.data(), vd.data(), got.data(), carry);
         from += n;
       }
-      INFO(dtype_name(compute) << " sets of " << split.sets.size() << (split.exact ? " (whole blocks)" : ""));
+      INFO(dtype_name(compute) << " sets of " << split.sets.size() << (split.exact ? " (whole blocks)" : "")
+                               << (pad == QkPad::On ? ", Q and K padded" : ""));
       if (split.exact)
         CHECK(std::memcmp(got.data(), want.data(), want.size() * 4) == 0);
       else

@@ -64,10 +64,11 @@ int count(const std::string& text, const std::string& what) {
 // A class id for DiT; text for PixArt (the prompt of each model kind).
 std::string prompt_of(const std::string& model) { return model.rfind("pixart", 0) == 0 ? "'a red fox in the snow'" : "3"; }
 
+// env: variables set for the run (e.g. "DIT_BF16_QK_PAD=on "), which its ranks inherit.
 Output generate(const std::string& model, const std::string& layout_flags, const std::string& extra, const Scratch& s,
-                const std::string& tag) {
+                const std::string& tag, const std::string& env = "") {
   const std::string png = s.file(tag + ".png"), lat = s.file(tag + ".lat.npy"), eps = s.file(tag + ".eps.npy");
-  const std::string cmd = bin("dit-gen") + " --progress none -m " + data_path(model) + " -p " + prompt_of(model) +
+  const std::string cmd = env + bin("dit-gen") + " --progress none -m " + data_path(model) + " -p " + prompt_of(model) +
                           " -s 7 --steps 10 -g 4 " +
                           "--sampler ddim -t 1 --timeout 60 " + extra + " " + layout_flags + " -o " + png +
                           " --save-latents " + lat + " --save-noise-pred " + eps;
@@ -211,6 +212,52 @@ TEST_CASE("bf16: Ulysses, and on one machine the ring and USP, give the serial l
       CHECK(d.px_diff == 0);
     }
   }
+}
+
+TEST_CASE("bf16 with Q·Kᵀ over a padded head_dim: the parallel layouts still give the serial latents bit for bit",
+          "[parallel][equivalence][bf16]") {
+  if (!dit_test::bf16_available()) return;
+  // DIT_BF16_QK_PAD=on makes every rank pad as an AMX machine does by default: the single
+  // process pads its q and k planes, Ulysses' and the ring's attention pad each block of the
+  // planes they are handed (runtime/attention.h). The same matmuls over the same values: the
+  // same bits. dit-small's head_dim 16 and pixart-tiny's 8 are padded to 32.
+  const std::string env = "DIT_BF16_QK_PAD=on ";
+  struct Case {
+    std::string model;
+    std::vector<std::string> layouts;
+  };
+  for (const Case& c : {Case{"dit-small", {"--ulysses 2", "--ulysses 2 --ulysses-chunks 3", "--ring 2"}},
+                        Case{"pixart-tiny", {"--cfg-parallel --ulysses 2"}}}) {
+    Scratch s;
+    const Output serial = generate(c.model, "", "--dtype bf16", s, "serial", env);
+    const Output plain = generate(c.model, "", "--dtype bf16", s, "plain", "DIT_BF16_QK_PAD=off ");
+    int n = 0;
+    for (const std::string& layout : c.layouts) {
+      const Diffs d = compare(generate(c.model, layout, "--dtype bf16", s, "par" + std::to_string(n++), env), serial);
+      INFO(c.model << " [" << layout << "] bf16, padded: eps0 rel " << d.eps0_rel << ", latents rel " << d.latents_rel);
+      CHECK(d.eps0_bitwise);
+      CHECK(d.latents_bitwise);
+      CHECK(d.px_diff == 0);
+    }
+    // Padded or not, the same model within bf16's rounding (the pad adds exact zeros).
+    const Diffs p = compare(serial, plain);
+    INFO(c.model << " padded against unpadded: eps0 rel " << p.eps0_rel << ", latents rel " << p.latents_rel);
+    CHECK(p.eps0_rel <= 1e-2);
+    CHECK(p.latents_rel <= 1e-2);
+  }
+  // -v says so, and a value the variable does not take is one clear error.
+  Scratch s;
+  const std::string model = data_path("dit-small");
+  RunResult r = run(env + bin("dit-gen") + " -v --progress none -m " + model + " -p 3 --steps 1 --dtype bf16 -o " +
+                    s.file("v.png"));
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(r.err.find("compute bf16 (attention's Q·Kᵀ over head_dim zero-padded to a multiple of 32)") != std::string::npos);
+  r = run("DIT_BF16_QK_PAD=yes " + bin("dit-gen") + " --progress none -m " + model + " -p 3 --steps 1 --dtype bf16 -o " +
+          s.file("bad.png"));
+  CHECK(r.code != 0);
+  CHECK(r.err.find("DIT_BF16_QK_PAD: 'yes' (expected on, off or auto)") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(s.file("bad.png")));
 }
 
 TEST_CASE("parallel VAE (--vae-parallel ranks): the decode split over a replica's ranks gives the serial image", "[parallel][equivalence][vae]") {

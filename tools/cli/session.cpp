@@ -7,6 +7,7 @@
 
 #include "parallel/distributed_context.h"
 #include "parallel/placement.h"
+#include "runtime/attention.h"
 #include "runtime/engine.h"
 #include "runtime/error.h"
 #include "tools/cli/demo_model.h"
@@ -79,9 +80,12 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
     if (s.env.rank == 0)
       std::fprintf(stderr,
                    "dit-gen: model %s: %s, %d layers, hidden %d, %d heads, VAE scale %d, %d thread%s/rank, "
-                   "compute %s, VAE %s\n",
+                   "compute %s%s, VAE %s\n",
                    info.dir.c_str(), info.family.c_str(), info.layers, info.hidden, info.heads, info.vae_scale,
                    num_threads(), num_threads() == 1 ? "" : "s", dtype_name(po.dtype),
+                   po.dtype == DType::BF16 && qk_pad_by_default()
+                       ? " (attention's Q·Kᵀ over head_dim zero-padded to a multiple of 32)"
+                       : "",
                    dtype_name(po.vae_dtype.value_or(po.dtype)));
     std::fprintf(stderr, "dit-gen: rank %d: %.0f MB resident after loading\n", s.env.rank, resident_mb());
   }
