@@ -122,10 +122,11 @@ bench=("$bin/dit-bench" --preset xl --layers "$layers" $steps)
 # median; the whole part takes about 20 s).
 part kernels 90 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs $kruns --only gemm
 part kernels 90 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs $kruns --only attention --no-4096 --head-dim 72,80,96
-# bf16 attention with Q and K zero-padded to head_dim 96 for Q·Kᵀ (AMX reduces in tiles of 32;
-# Q·Kᵀ's own time fell about 22% at head_dim 96 in the fourteenth session). The softmax scale's
-# place (--bf16-scale-in-qk) measured no difference there (docs/benchmarks.md).
-part kernels 60 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs $kruns --only attention --no-4096 --bf16-pad-qk
+# bf16 attention with Q and K zero-padded to a multiple of 32 for Q·Kᵀ and without (AMX reduces
+# in tiles of 32; the runtime pads where oneDNN uses AMX: 11% faster there, the eighteenth
+# session), over the QKV rows (run(): padded planes) and over planes made once (--dense:
+# run_dense, Ulysses' and the ring's form, which pads each block as it goes).
+part kernels 60 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs $kruns --only attention --no-4096 --bf16-pad-qk --dense
 part kernels 60 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs $kruns --only copy
 # The block's linears with the weights as they are read (in place) and reordered into the
 # matmul's preferred layout (what a packed weight cache would give); the gated ones also with

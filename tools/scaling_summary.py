@@ -84,6 +84,8 @@ def kernels(docs):
                 how = " (scale in the Q·Kᵀ matmul)" if r["dtype"] == "bf16" and r.get("scale_in") == "qk_matmul" else ""
                 if r.get("qk_head_dim", r.get("head_dim")) != r.get("head_dim"):  # --bf16-pad-qk
                     how += f" (Q, K padded to {r['qk_head_dim']})"
+                if r.get("form") == "dense":  # --dense: run_dense over planes made once
+                    how += " (dense planes)"
                 print(f"- {r['op']} {r['dtype']}{how} {r.get('tokens', '')} tokens, head_dim {r.get('head_dim', '?')}: "
                       f"{r['gflops']:.0f} GFLOP/s, {r['gflops'] / gemm[r['dtype']]:.2f} of the GEMM{phases}")
     linear, impl = {}, {}
