@@ -86,9 +86,10 @@ struct AttentionSpec {
 };
 
 // Where a run's time went, summed over the threads (seconds), since construction or the last
-// reset_phases(): the block matmuls Q·Kᵀ and P·V, the online softmax (with any bias), the
-// running output's rescale, the final normalisation and store, and the copies before the blocks
-// (their wall time times the threads, as they run on all).
+// reset_phases(): the block matmuls Q·Kᵀ (with run_dense's copies of its blocks into padded
+// rows, bf16_qk_pad) and P·V, the online softmax (with any bias), the running output's rescale,
+// the final normalisation and store, and the copies before the blocks (their wall time times
+// the threads, as they run on all).
 struct AttentionPhases {
   double qk = 0, softmax = 0, pv = 0, rescale = 0, store = 0, prepare = 0;
   double total() const { return qk + softmax + pv + rescale + store + prepare; }
