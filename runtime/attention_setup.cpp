@@ -119,7 +119,9 @@ Attention::Attention(const AttentionSpec& spec_in) : impl_(std::make_unique<Impl
   const int64_t D = s.head_dim;
   const bool bf16 = s.compute == DType::BF16;
   DIT_CHECK(s.bf16_qk_pad != QkPad::On || bf16, m.what << ": bf16_qk_pad On needs bf16 compute");
-  const bool pad = bf16 && (s.bf16_qk_pad == QkPad::On || (s.bf16_qk_pad == QkPad::Auto && qk_pad_by_default()));
+  // (Auto reads DIT_BF16_QK_PAD in f32 too: a value it does not take is an error there as well.)
+  const bool pad_auto = s.bf16_qk_pad == QkPad::Auto && qk_pad_by_default();
+  const bool pad = bf16 && (s.bf16_qk_pad == QkPad::On || pad_auto);
   m.Dqk = pad ? (D + 31) / 32 * 32 : D;
   m.dense = (!bf16 || is_dense(s.q, s.heads, s.q_len, D)) && is_dense(s.k, s.heads, s.kv_len, D) &&
             is_dense(s.v, s.heads, s.kv_len, D);

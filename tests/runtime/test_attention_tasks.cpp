@@ -55,7 +55,9 @@ TEST_CASE("Attention::run_dense over claimed tasks: shared between callers, run_
   // bf16 also with Q·Kᵀ over a padded head_dim (each block padded in the claiming thread).
   std::vector<std::pair<DType, QkPad>> types = {{DType::F32, QkPad::Off}};
   if (dit_test::bf16_available()) types.insert(types.end(), {{DType::BF16, QkPad::Off}, {DType::BF16, QkPad::On}});
-  for (auto [compute, pad] : types) {
+  for (const auto& form : types) {
+    const DType compute = form.first;
+    const QkPad pad = form.second;
     const int64_t B = 2, H = 3, T = 333, D = 72;  // 64-row query blocks: 6 a head (the last 13 rows)
     AttentionSpec s;
     s.bf16_qk_pad = pad;

@@ -350,8 +350,10 @@ TEST_CASE("Attention::run_dense on attention_to_dense inputs gives run()'s resul
   // bf16 also with Q·Kᵀ over a padded head_dim: run() pads its planes, run_dense each block.
   std::vector<std::pair<DType, QkPad>> types = {{DType::F32, QkPad::Off}};
   if (dit_test::bf16_available()) types.insert(types.end(), {{DType::BF16, QkPad::Off}, {DType::BF16, QkPad::On}});
-  for (auto [compute, pad] : types)
+  for (const auto& form : types)
     for (int64_t Tk : {int64_t(7), int64_t(333)}) {
+      const DType compute = form.first;  // (not a structured binding: clang 14's lambdas cannot capture one)
+      const QkPad pad = form.second;
       const int64_t B = 2, H = 3, Tq = 64, D = 72;
       // Strided inputs as the ring has them: Q from a fused [B, Tq, 3, H, D] buffer, K and V
       // from a [B, Tk, 2, H, D] block.
@@ -524,9 +526,11 @@ TEST_CASE("Attention::run_dense_part over successive key sets gives one run over
     std::vector<int64_t> sets;
     bool exact;
   };
-  for (auto [compute, pad] : types)
+  for (const auto& form : types)
     for (const Split& split : {Split{{32, 16}, true}, Split{{16, 16, 16}, true}, Split{{48}, true},
                                Split{{20, 28}, false}, Split{{5, 40, 3}, false}}) {
+      const DType compute = form.first;  // (not a structured binding: the lambdas below capture it)
+      const QkPad pad = form.second;
       int64_t Tk = 0;
       for (int64_t n : split.sets) Tk += n;
       const size_t esz = compute == DType::BF16 ? 2 : 4;
