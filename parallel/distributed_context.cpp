@@ -97,10 +97,15 @@ class MeshLayerContext final : public LayerContext {
     if (g.size() == 1 || g.size() > max_ranks) return make_serial_tensor_parallel();
     return make_distributed_tensor_parallel(g, opt_.sp_min_tokens, scope == TpScope::Transformer);
   }
+  std::unique_ptr<FeedForward> feed_forward(FeedForwardParts parts) override {
+    if (!ffn_) ffn_ = make_feed_forward_sharing(mesh_.group_ref(Group::Replica), opt_.share_ffn);
+    return make_shared_feed_forward(ffn_, std::move(parts));
+  }
 
  private:
   DeviceMesh& mesh_;
   DistributedOptions opt_;
+  std::shared_ptr<FeedForwardSharing> ffn_;  // the replica's windows for the feed-forward
 };
 
 class DistributedContext final : public ParallelContext {
@@ -206,6 +211,11 @@ class DistributedContext final : public ParallelContext {
         os << ", text-encoder vocabulary [" << v.begin << ", " << v.end << ")";
       }
     }
+    // The feed-forward's rows (parallel/shared_feed_forward.h): shared where every rank holds its
+    // whole weights and the replica is on one machine (unless its windows do not fit, which it says).
+    if (opt_.share_ffn != ShareFfn::Off && T == 1 && mesh_->replica().size() > 1 &&
+        mesh_->replica().uses_shared_memory())
+      os << ", feed-forward rows shared with the replica's " << mesh_->replica().size() << " ranks";
     return os.str();
   }
 

@@ -9,8 +9,8 @@
 //  - LayerContext: per-layer implementations of the attention roles (runtime/attention_roles.h):
 //    self-attention over the split image tokens (local, Ulysses, Ring or USP), cross-attention
 //    of the local image tokens to replicated text tokens (local everywhere: no communication).
-//    A joint-attention role (image tokens split, a replicated text prefix, as SD3/Flux need)
-//    and tensor-parallel linears are further factory methods here.
+//    A joint-attention role (image tokens split, a replicated text prefix, as SD3/Flux need),
+//    tensor-parallel linears and the blocks' feed-forward are further factory methods here.
 //
 // A model asks its LayerContext for its attention objects in prepare() and never learns
 // whether they are local or talk to other ranks.
@@ -26,6 +26,7 @@
 #include <string>
 
 #include "runtime/attention_roles.h"
+#include "runtime/feed_forward.h"
 #include "runtime/row_split.h"
 #include "runtime/tensor_parallel.h"
 #include "runtime/token_split.h"
@@ -71,6 +72,12 @@ class LayerContext {
   // Over more ranks than `max_ranks` (say, a text encoder with fewer heads than the group has
   // ranks) the weights are not split: every rank runs all of it.
   virtual std::unique_ptr<TensorParallel> tensor_parallel(TpScope scope, int64_t max_ranks = 1 << 30) = 0;
+  // A block's feed-forward (runtime/feed_forward.h), asked for by every rank of the model alike
+  // (also one without token rows), in the same order: the local form, or rows shared among the
+  // ranks of a machine (parallel/shared_feed_forward.h).
+  virtual std::unique_ptr<FeedForward> feed_forward(FeedForwardParts parts) {
+    return make_local_feed_forward(std::move(parts));
+  }
 };
 
 // What the layout printout names: the image tokens, the attention heads and FFN columns of

@@ -4,6 +4,7 @@ namespace dit::profile {
 
 bool g_enabled = false;
 uint64_t g_bytes = 0;
+uint64_t g_rows_for_others = 0;
 
 namespace {
 Totals g_totals;
@@ -28,11 +29,13 @@ void enable(bool on) { g_enabled = on; }
 void reset() {
   g_totals = Totals();
   g_bytes = 0;
+  g_rows_for_others = 0;
 }
 
 Totals totals() {
   Totals t = g_totals;
   t.bytes_sent = g_bytes;
+  t.rows_for_others = g_rows_for_others;
   return t;
 }
 

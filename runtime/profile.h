@@ -32,6 +32,8 @@ struct Totals {
   double seconds[kCats] = {};
   uint64_t calls[kCats] = {};
   uint64_t bytes_sent = 0;
+  // Token rows of other ranks' feed-forwards this rank computed (parallel/shared_feed_forward.h).
+  uint64_t rows_for_others = 0;
   double attention_phases[kAttentionPhases] = {};
 };
 
@@ -47,6 +49,10 @@ inline void add_bytes(uint64_t n) {
   if (g_enabled) g_bytes += n;
 }
 
+inline void add_rows_for_others(uint64_t n) {
+  extern uint64_t g_rows_for_others;
+  if (g_enabled) g_rows_for_others += n;
+}
 inline int64_t now_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

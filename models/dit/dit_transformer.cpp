@@ -31,6 +31,7 @@ void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   const DType qkv_type = attn_->qkv_dtype();  // bf16 where the attention reads bf16 q, k, v
   const DType attn_type = attn_->out_dtype();  // bf16 where it writes bf16 (local attention)
 
+  mlp_ = Tensor::empty({B, T, Ml}, hidden);
   ops_.clear();
   if (R > 0) patch_ = make_linear(w_.patch, B * R);
   for (const DiTBlockWeights& bw : w_.blocks) {
@@ -38,9 +39,8 @@ void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
     if (T > 0) {
       o.qkv = QkvLinear(bw.qkv, B * T, qkv_type, normed);
       o.attn_out = block_linear(*tp_, bw.attn_out, {B, T, D, D, /*gated=*/true, false, attn_type});
-      o.fc1 = make_linear(bw.fc1.w, B * T, Act::GeluTanh, hidden, normed);
-      o.fc2 = block_linear(*tp_, bw.fc2, {B, T, 4 * D, D, /*gated=*/true, false, hidden});
     }
+    o.ffn = make_block_feed_forward(ctx.layers(), *tp_, bw.fc1.w, bw.fc2, B, T, D, w_.compute, mlp_);  // every rank
     ops_.push_back(std::move(o));
   }
   cond_.prepare(w_, B, *tp_);
@@ -58,7 +58,6 @@ void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   hout_ = O < R ? Tensor::empty({B, O, D}) : Tensor();
   qkv_ = Tensor::empty({B, T, 3 * Dl}, qkv_type);
   attn_out_ = Tensor::empty({B, T, Dl}, attn_type);
-  mlp_ = Tensor::empty({B, T, Ml}, hidden);
 
   pos_embed_2d(int(D), img_.grid_h, img_.grid_w, double(c.sample_size / c.patch), c.interpolation_scale,
                img_.res.begin, img_.res.end, pos_.f32());
@@ -84,7 +83,7 @@ void DiTTransformer::block(size_t l, float* x) {
   if (T > 0) attention_output(*o.attn_out, attn_out_, x, chunk(2));  // x += gate_msa ⊙ (Σ attn·Wo + bo)
   // h = LN(x)(1 + scale_mlp) + shift_mlp, gathered
   const BlockInput hm = modulated_norm(*tp_, ln_mlp_, x, hn_, chunk(3), chunk(4), R > 0);
-  if (T > 0) run_feed_forward(o.fc1, *o.fc2, hm, mlp_, x, chunk(5));  // x += gate_mlp ⊙ FF(h)   (hidden [B, T, M'])
+  run_feed_forward(*o.ffn, hm, x, chunk(5));  // x += gate_mlp ⊙ FF(h)   (hidden [B, T, M'])
 }
 
 // shift, scale = proj_out_1(SiLU(c_0)) (DiTConditioning), out = proj_out_2(LN(x)·(1+scale)+shift)

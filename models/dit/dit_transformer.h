@@ -27,6 +27,7 @@
 #include "models/diffusion_model.h"
 #include "models/dit/dit_conditioning.h"
 #include "models/dit/dit_weights.h"
+#include "runtime/feed_forward.h"
 #include "runtime/linear.h"
 #include "runtime/norm.h"
 
@@ -57,8 +58,8 @@ class DiTTransformer final : public DiffusionModel {
   // Primitives (created in prepare).
   Linear patch_;
   struct BlockOps {
-    Linear fc1;
-    std::unique_ptr<ParallelLinear> attn_out, fc2;
+    std::unique_ptr<ParallelLinear> attn_out;
+    std::unique_ptr<FeedForward> ffn;  // fc1, GELU, fc2 (runtime/feed_forward.h)
     QkvLinear qkv;
   };
   std::vector<BlockOps> ops_;

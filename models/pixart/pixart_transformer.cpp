@@ -61,13 +61,13 @@ void PixArtTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   cs.head_dim = c.head_dim;
   cs.compute = w_.compute;
   cross_->prepare(cs);
-  make_linears();
+  make_linears(ctx.layers());
   allocate();
 }
 
 // The embedders' and the output's linears, and every block's (its text K/V projections run
 // once per request over the caption, the rest per step over this rank's tokens).
-void PixArtTransformer::make_linears() {
+void PixArtTransformer::make_linears(LayerContext& layers) {
   const PixArtConfig& c = w_.cfg;
   const int64_t B = B_, T = img_.tokens.size(), D = c.hidden(), L = L_, R = img_.res.size(), O = img_.out.size();
   const DType hidden = ffn_hidden_dtype(w_.compute);   // models/common/feed_forward.h
@@ -85,6 +85,8 @@ void PixArtTransformer::make_linears() {
     ar_fc2_ = make_linear(w_.ar_embed.fc2, B);
   }
   ada_ = make_linear(w_.ada, B);
+  const int64_t Ml = w_.blocks[0].fc1.out();  // this rank's MLP columns
+  mlp_ = Tensor::empty({B, T, Ml}, hidden);  // the blocks' feed-forward activations
   caption1_ = make_linear(w_.caption1, B * L, Act::GeluTanh);
   caption2_ = make_linear(w_.caption2, B * L);
   ops_.clear();
@@ -97,9 +99,8 @@ void PixArtTransformer::make_linears() {
       o.attn1_out = block_linear(*tp_, bw.attn1_out, {B, T, D, D, /*gated=*/true, false, attn_type});
       o.q2 = make_linear(bw.q2, B * T, Act::None, cross_type);
       o.attn2_out = block_linear(*tp_, bw.attn2_out, {B, T, D, D, false, /*accumulate=*/true, cross_type});
-      o.fc1 = make_linear(bw.fc1, B * T, Act::GeluTanh, hidden, normed);
-      o.fc2 = block_linear(*tp_, bw.fc2, {B, T, 4 * D, D, /*gated=*/true, false, hidden});
     }
+    o.ffn = make_block_feed_forward(layers, *tp_, bw.fc1, bw.fc2, B, T, D, w_.compute, mlp_);  // every rank
     ops_.push_back(std::move(o));
   }
   if (R > 0) {
@@ -114,7 +115,7 @@ void PixArtTransformer::make_linears() {
 void PixArtTransformer::allocate() {
   const PixArtConfig& c = w_.cfg;
   const int64_t B = B_, T = img_.tokens.size(), D = c.hidden(), L = L_, R = img_.res.size(), O = img_.out.size();
-  const int64_t Dl = w_.blocks[0].qkv.out(), Ml = w_.blocks[0].fc1.out();  // this rank's heads·d and MLP columns
+  const int64_t Dl = w_.blocks[0].qkv.out();  // this rank's heads·d
   const DType normed = block_input_dtype(w_.compute), cross_type = cross_->io_dtype();
   k2_.assign(w_.blocks.size(), Tensor());
   v2_.assign(w_.blocks.size(), Tensor());
@@ -132,7 +133,6 @@ void PixArtTransformer::allocate() {
   self_out_ = Tensor::empty({B, T, Dl}, attn_->out_dtype());
   cross_out_ = Tensor::empty({B, T, Dl}, cross_type);
   q2_ = Tensor::empty({B, T, Dl}, cross_type);
-  mlp_ = Tensor::empty({B, T, Ml}, ffn_hidden_dtype(w_.compute));
   tfreq_ = Tensor::empty({B, 256});
   temb_ = Tensor::empty({B, D});
   emb_ = Tensor::empty({B, D});
@@ -233,7 +233,7 @@ void PixArtTransformer::cross_attention(size_t l, float* x) {
 
 void PixArtTransformer::forward(const float* latents, const double* t, float* out) {
   const PixArtConfig& c = w_.cfg;
-  const int64_t B = B_, R = img_.res.size(), T = img_.tokens.size(), O = img_.out.size(), D = c.hidden();
+  const int64_t B = B_, R = img_.res.size(), O = img_.out.size(), D = c.hidden();
   float* x = x_.f32();
   profile::Scope prof(profile::Cat::NormElementwise);
 
@@ -254,7 +254,7 @@ void PixArtTransformer::forward(const float* latents, const double* t, float* ou
     const BlockOps& o = ops_[l];
     // h = LN(x)(1 + scale_mlp) + shift_mlp, gathered to [B, T, D]
     const BlockInput h = modulated_norm(*tp_, ln_, x, hn_, chunks_.f32() + 3 * B * D, chunks_.f32() + 4 * B * D, R > 0);
-    if (T > 0) run_feed_forward(o.fc1, *o.fc2, h, mlp_, x, chunks_.f32() + 5 * B * D);  // x += gate_mlp ⊙ FF(h)
+    run_feed_forward(*o.ffn, h, x, chunks_.f32() + 5 * B * D);  // x += gate_mlp ⊙ FF(h)
   }
 
   // Final layer: shift, scale = final table + embedded timestep; out = proj_out(LN(x)(1 + scale) + shift)

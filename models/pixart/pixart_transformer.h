@@ -26,6 +26,7 @@
 #include "models/common/image_tokens.h"
 #include "models/diffusion_model.h"
 #include "models/pixart/pixart_weights.h"
+#include "runtime/feed_forward.h"
 #include "runtime/linear.h"
 #include "runtime/norm.h"
 
@@ -49,7 +50,7 @@ class PixArtTransformer final : public DiffusionModel {
   const PixArtWeights& weights() const { return w_; }
 
  private:
-  void make_linears();  // prepare()'s steps
+  void make_linears(LayerContext& layers);  // prepare()'s steps
   void allocate();
   void embed_timestep(const double* t);
   void self_attention(size_t l, float* x);
@@ -68,8 +69,9 @@ class PixArtTransformer final : public DiffusionModel {
   Linear patch_, t_fc1_, t_fc2_, res_fc1_, res_fc2_, ar_fc1_, ar_fc2_, ada_, caption1_, caption2_, proj_out_;
   struct BlockOps {
     QkvLinear qkv;
-    Linear q2, k2, v2, fc1;
-    std::unique_ptr<ParallelLinear> attn1_out, attn2_out, fc2;
+    Linear q2, k2, v2;
+    std::unique_ptr<ParallelLinear> attn1_out, attn2_out;
+    std::unique_ptr<FeedForward> ffn;  // fc1, GELU, fc2 (runtime/feed_forward.h)
   };
   std::vector<BlockOps> ops_;
   LayerNormModulate ln_, ln_final_;

@@ -260,6 +260,53 @@ TEST_CASE("bf16 with Q·Kᵀ over a padded head_dim: the parallel layouts still 
   CHECK_FALSE(std::filesystem::exists(s.file("bad.png")));
 }
 
+TEST_CASE("shared feed-forward rows (--share-ffn on) or each rank its own (off): the same latents bit for bit",
+          "[parallel][equivalence][ffn]") {
+  // Every layout above ran with the default (auto: shared on one machine). Here the same layouts
+  // with the rows shared (on) and each rank's own (off) give identical bits: a task's rows are
+  // the same matmuls over the same values whoever computes them (parallel/shared_feed_forward.h).
+  struct Case {
+    std::string model, extra;
+    std::vector<std::string> layouts;
+  };
+  std::vector<Case> cases = {Case{"dit-small", "", {"--ulysses 2", "--cfg-parallel --ring 2", "--ulysses 3"}},
+                             Case{"pixart-tiny", "", {"--cfg-parallel --ulysses 2"}}};
+  if (dit_test::bf16_available()) cases.push_back(Case{"dit-small", "--dtype bf16", {"--cfg-parallel --ulysses 2"}});
+  for (const Case& c : cases) {
+    Scratch s;
+    int n = 0;
+    for (const std::string& layout : c.layouts) {
+      const Output on = generate(c.model, layout + " --share-ffn on", c.extra, s, "on" + std::to_string(n));
+      const Output off = generate(c.model, layout + " --share-ffn off", c.extra, s, "off" + std::to_string(n++));
+      const Diffs d = compare(on, off);
+      INFO(c.model << " " << c.extra << " [" << layout << "] shared against not: eps0 rel " << d.eps0_rel
+                   << ", latents rel " << d.latents_rel);
+      CHECK(d.eps0_bitwise);
+      CHECK(d.latents_bitwise);
+      CHECK(d.px_diff == 0);
+    }
+  }
+  // -v names it on each rank; "on" where it cannot be says why; a bad value is one clear error.
+  Scratch s;
+  const std::string model = data_path("dit-small");
+  const std::string base = bin("dit-gen") + " --progress none -t 1 --timeout 60 -m " + model + " -p 3 --steps 1 ";
+  RunResult r = run(base + "-v --cfg-parallel --ulysses 2 -o " + s.file("v.png"));
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(count(r.err, "feed-forward rows shared with the replica's 4 ranks") == 4);
+  r = run(base + "-v --cfg-parallel --share-ffn off -o " + s.file("off.png"));
+  CHECK(r.code == 0);
+  CHECK(r.err.find("feed-forward rows shared") == std::string::npos);
+  r = run(base + "--tp 2 --share-ffn on -o " + s.file("tp.png"));
+  CHECK(r.code == 0);
+  CHECK(r.err.find("warning: --share-ffn on: the feed-forward runs on each rank's own rows (its weights are split by "
+                   "tensor parallelism)") != std::string::npos);
+  r = run(base + "--cfg-parallel --share-ffn yes -o " + s.file("bad.png"));
+  CHECK(r.code != 0);
+  CHECK(r.err.find("--share-ffn") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(s.file("bad.png")));
+}
+
 TEST_CASE("parallel VAE (--vae-parallel ranks): the decode split over a replica's ranks gives the serial image", "[parallel][equivalence][vae]") {
   // Latent rows over the replica: dit-small's 16 over 2 and 4 ranks, 12 (48x64) over 3 and 5;
   // dit-tiny's 8 over 8 ranks (bands of one row); PixArt-α's binned 208x304 (26 rows) over 4.

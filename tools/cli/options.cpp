@@ -119,6 +119,11 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
       ->check(CLI::IsMember({"auto", "tcp"}))
       ->capture_default_str()
       ->group(par);
+  app.add_option("--share-ffn", o.share_ffn,
+                 "the blocks' feed-forward (two thirds of their linear work): on = its token rows are shared among the replica's ranks on one machine, so a rank that has finished its own rows computes some of a slower rank's (the same bits; a warning where it cannot: ranks on several machines, tensor parallelism); off = each rank its own rows; auto = on where it can be")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str()
+      ->group(par);
   app.add_option("--vae-parallel", o.vae_parallel,
                  "who decodes a replica's image: machines = the first rank of each machine decodes a band of its rows "
                  "with that machine's cores (on one machine: the output rank with all of them); ranks = every rank a "

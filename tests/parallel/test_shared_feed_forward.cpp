@@ -1,0 +1,190 @@
+// The blocks' feed-forward with its rows shared among ranks (parallel/shared_feed_forward.h),
+// ranks as threads: every rank's x equals the local form's bit for bit, whoever computed its
+// rows; a slow rank's rows are taken by the others; the local form where sharing is off or
+// the weights are split.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "parallel/shared_feed_forward.h"
+#include "runtime/dtype.h"
+#include "tests/compute_types.h"
+#include "thread_ranks.h"
+
+using namespace dit;
+
+namespace {
+
+Tensor randn(const Shape& s, uint32_t seed, float scale = 1.f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> n(0.f, scale);
+  Tensor t = Tensor::empty(s);
+  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = n(g);
+  return t;
+}
+
+constexpr int64_t B = 2, D = 48, M = 4 * D;
+
+struct Weights {
+  LinearWeight w1, w2;
+};
+
+Weights weights(DType compute) {
+  return {LinearWeight::prepare(randn({M, D}, 1, 0.1f), randn({M}, 2, 0.1f), compute),
+          LinearWeight::prepare(randn({D, M}, 3, 0.1f), randn({D}, 4, 0.1f), compute)};
+}
+
+// One rank's inputs: h in the input type, x and the gate, for `layer`.
+struct RankInput {
+  Tensor h, x, gate;
+};
+
+RankInput input(int rank, int layer, int64_t T, DType in_type) {
+  const uint32_t s = uint32_t(100 * rank + 10 * layer);
+  RankInput in{randn({B, std::max<int64_t>(T, 1), D}, s + 1), randn({B, std::max<int64_t>(T, 1), D}, s + 2),
+               randn({B, D}, s + 3)};
+  if (in_type == DType::BF16) {
+    Tensor h16 = Tensor::empty(in.h.shape(), DType::BF16);
+    for (int64_t i = 0; i < in.h.numel(); ++i) h16.bf16()[i] = f32_to_bf16(in.h.f32()[i]);
+    in.h = h16;
+  }
+  return in;
+}
+
+// The parts of a feed-forward over T rows of each batch element (the whole weights given).
+FeedForwardParts parts(const Weights& w, int64_t T, DType compute) {
+  FeedForwardParts p;
+  p.shape = {B, T, D, M, compute, compute};  // bf16 compute: bf16 rows in, bf16 hidden
+  p.w1 = &w.w1;
+  p.w2 = &w.w2;
+  if (T > 0) {
+    LinearSpec s1;
+    s1.rows = B * T;
+    s1.in = D;
+    s1.out = M;
+    s1.act = Act::GeluTanh;
+    s1.input = s1.output = compute;
+    p.fc1 = Linear(s1, w.w1);
+    LinearSpec s2;
+    s2.batch = B;
+    s2.rows = T;
+    s2.in = M;
+    s2.out = D;
+    s2.gated_residual = true;
+    s2.input = compute;
+    p.fc2 = make_local_linear(s2, w.w2);
+    p.hidden = Tensor::empty({B, T, M}, compute);
+  }
+  return p;
+}
+
+void run_ff(FeedForward& ff, const RankInput& in, Tensor& x, int64_t T) {
+  const void* h = T > 0 ? in.h.data() : nullptr;
+  float* xp = T > 0 ? x.f32() : nullptr;
+  const float* g = T > 0 ? in.gate.f32() : nullptr;
+  if (in.h.dtype() == DType::BF16)
+    ff.run(static_cast<const uint16_t*>(h), xp, g);
+  else
+    ff.run(static_cast<const float*>(h), xp, g);
+}
+
+constexpr int kLayers = 2, kRepeats = 2;
+
+// x after kRepeats passes over kLayers feed-forwards of the local form, for each rank's rows.
+std::vector<Tensor> local_results(const Weights& w, const std::vector<int64_t>& rows, DType compute) {
+  std::vector<Tensor> out;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    std::vector<std::unique_ptr<FeedForward>> ffs;
+    for (int l = 0; l < kLayers; ++l) ffs.push_back(make_local_feed_forward(parts(w, rows[r], compute)));
+    Tensor x = input(int(r), 0, rows[r], compute).x.clone();
+    for (int k = 0; k < kRepeats; ++k)
+      for (int l = 0; l < kLayers; ++l) run_ff(*ffs[size_t(l)], input(int(r), l, rows[r], compute), x, rows[r]);
+    out.push_back(x);
+  }
+  return out;
+}
+
+// The same through a sharing over the ranks (threads); rank `slow` sleeps before each of its own
+// tasks. Returns each rank's x and rows computed for others; `weights_whole` false: the parts
+// say the weights are split (no w1, w2).
+struct SharedRun {
+  std::vector<Tensor> x;
+  std::vector<uint64_t> helped;
+};
+
+SharedRun shared_results(const Weights& w, const std::vector<int64_t>& rows, DType compute, ShareFfn mode, int slow,
+                         bool weights_whole = true) {
+  const int world = int(rows.size());
+  SharedRun run;
+  run.x.resize(size_t(world));
+  run.helped.assign(size_t(world), 0);
+  const std::string err = dit_test::run_rank_threads(
+      world, std::chrono::seconds(60), [&](std::shared_ptr<ProcessGroup> pg, int r) {
+        std::function<void()> delay;
+        if (r == slow) delay = [] { std::this_thread::sleep_for(std::chrono::milliseconds(30)); };
+        auto sharing = make_feed_forward_sharing(pg, mode, delay);
+        std::vector<std::unique_ptr<FeedForward>> ffs;
+        for (int l = 0; l < kLayers; ++l) {
+          FeedForwardParts p = parts(w, rows[size_t(r)], compute);
+          if (!weights_whole) p.w1 = p.w2 = nullptr;
+          ffs.push_back(make_shared_feed_forward(sharing, std::move(p)));
+        }
+        Tensor x = input(r, 0, rows[size_t(r)], compute).x.clone();
+        for (int k = 0; k < kRepeats; ++k)
+          for (int l = 0; l < kLayers; ++l)
+            run_ff(*ffs[size_t(l)], input(r, l, rows[size_t(r)], compute), x, rows[size_t(r)]);
+        run.x[size_t(r)] = x;
+        run.helped[size_t(r)] = rows_for_others(*sharing);
+      });
+  REQUIRE(err.empty());
+  return run;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.numel() == b.numel() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("shared feed-forward: every rank's rows are the local form's, bit for bit, and a slow rank is helped",
+          "[parallel][ffn]") {
+  // Uneven rows (a task's rows: 32 × threads or more; 200 rows make several tasks an item),
+  // a rank with fewer rows than a task, one without any.
+  const std::vector<int64_t> rows = {37, 200, 0};
+  for (const DType compute : dit_test::compute_types()) {
+    INFO(dtype_name(compute));
+    const Weights w = weights(compute);
+    const std::vector<Tensor> want = local_results(w, rows, compute);
+    const SharedRun got = shared_results(w, rows, compute, ShareFfn::On, /*slow=*/1);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      INFO("rank " << r);
+      if (rows[r] > 0) CHECK(same_bits(got.x[r], want[r]));
+    }
+    // Rank 1 sleeps before each task of its own: the others take some of them.
+    CHECK(got.helped[0] + got.helped[2] > 0);
+    CHECK(got.helped[1] == 0);
+  }
+}
+
+TEST_CASE("shared feed-forward: off, or with split weights, each rank runs its own rows", "[parallel][ffn]") {
+  const std::vector<int64_t> rows = {64, 64};
+  const Weights w = weights(DType::F32);
+  const std::vector<Tensor> want = local_results(w, rows, DType::F32);
+  for (const bool whole : {false, true}) {
+    const SharedRun got = shared_results(w, rows, DType::F32, whole ? ShareFfn::Off : ShareFfn::On, 1, whole);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      CHECK(same_bits(got.x[r], want[r]));
+      CHECK(got.helped[r] == 0);
+    }
+  }
+}
+
+TEST_CASE("shared feed-forward: the values of --share-ffn", "[parallel][ffn]") {
+  CHECK(parse_share_ffn("auto") == ShareFfn::Auto);
+  CHECK(parse_share_ffn("on") == ShareFfn::On);
+  CHECK(parse_share_ffn("off") == ShareFfn::Off);
+  CHECK_THROWS_WITH(parse_share_ffn("yes"), Catch::Contains("--share-ffn") && Catch::Contains("auto, on, off"));
+}
