@@ -82,9 +82,10 @@ class FeedForwardSharing {
       }
       return false;
     }
-    // About 8 tasks a rank, of at least 32 rows a thread (a matmul still efficient), at most 512.
+    // About 4 tasks a rank, of at least 64 rows a thread, at most 1024: bf16 matmuls of 128 rows
+    // on one thread took 4% longer than of 1024, of 256 no longer (docs/benchmarks.md).
     const int64_t per_rank = batch * max_rows;
-    L->block = std::clamp<int64_t>((per_rank / 8 + 15) / 16 * 16, 32 * threads, 512);
+    L->block = std::clamp<int64_t>((per_rank / 4 + 15) / 16 * 16, 64 * threads, 1024);
     const size_t esz = dtype_size(s.input);
     L->h_at = 3 * kLine;
     L->x_at = L->h_at + round_up(size_t(batch * max_rows * s.dim) * esz);
