@@ -62,6 +62,10 @@ class FeedForwardSharing {
   // the window's layout and the row counts of every rank's tasks if so.
   bool prepare(const FeedForwardParts& p, Layout* L, std::vector<int64_t>* row_counts) {
     if (mode_ == ShareFfn::Off || g_->size() == 1) return false;
+    if (!g_->uses_shared_memory()) {  // the replica spans machines (or --transport tcp): no windows
+      warn_once("its ranks do not share one machine's memory");
+      return false;
+    }
     const FeedForwardShape& s = p.shape;
     RankShape mine{s.rows, s.batch, omp_get_max_threads(), p.w1 && p.w2 ? 1 : 0};
     std::vector<RankShape> all(size_t(g_->size()));
@@ -75,11 +79,7 @@ class FeedForwardSharing {
       whole = whole && r.whole;
     }
     if (!whole || max_rows == 0) {
-      if (mode_ == ShareFfn::On && g_->rank() == 0 && !warned_) {
-        warned_ = true;
-        std::fprintf(stderr, "warning: --share-ffn on: the feed-forward runs on each rank's own rows (%s)\n",
-                     whole ? "no rank has token rows" : "its weights are split by tensor parallelism");
-      }
+      warn_once(whole ? "no rank has token rows" : "its weights are split by tensor parallelism");
       return false;
     }
     // About 4 tasks a rank, of at least 64 rows a thread, at most 1024: bf16 matmuls of 128 rows
@@ -91,12 +91,8 @@ class FeedForwardSharing {
     L->x_at = L->h_at + round_up(size_t(batch * max_rows * s.dim) * esz);
     L->gate_at = L->x_at + round_up(size_t(batch * max_rows * s.dim) * 4);
     L->bytes = L->gate_at + round_up(size_t(batch * s.dim) * 4);
-    if (!g_->ensure_window(L->bytes)) {  // collective; the group's rank 0 says why where it matters
-      if (mode_ == ShareFfn::On && g_->rank() == 0 && !warned_) {
-        warned_ = true;
-        std::fprintf(stderr, "warning: --share-ffn on: the feed-forward runs on each rank's own rows (%s)\n",
-                     g_->window_note().c_str());
-      }
+    if (!g_->ensure_window(L->bytes)) {  // collective
+      warn_once(g_->window_note());
       return false;
     }
     row_counts->clear();
@@ -115,6 +111,12 @@ class FeedForwardSharing {
   }
 
   ProcessGroup& group() { return *g_; }
+  // With --share-ffn on, why the rows are not shared: once, by the group's rank 0.
+  void warn_once(const std::string& why) {
+    if (mode_ != ShareFfn::On || g_->rank() != 0 || warned_) return;
+    warned_ = true;
+    std::fprintf(stderr, "warning: --share-ffn on: the feed-forward runs on each rank's own rows (%s)\n", why.c_str());
+  }
   Tensor& hidden() { return hidden_; }
   void before_own_task() const {
     if (before_own_task_) before_own_task_();

@@ -11,6 +11,7 @@
 
 #include "parallel/shared_feed_forward.h"
 #include "runtime/dtype.h"
+#include "runtime/error.h"
 #include "tests/compute_types.h"
 #include "thread_ranks.h"
 
@@ -187,4 +188,33 @@ TEST_CASE("shared feed-forward: the values of --share-ffn", "[parallel][ffn]") {
   CHECK(parse_share_ffn("on") == ShareFfn::On);
   CHECK(parse_share_ffn("off") == ShareFfn::Off);
   CHECK_THROWS_WITH(parse_share_ffn("yes"), Catch::Contains("--share-ffn") && Catch::Contains("auto, on, off"));
+}
+
+TEST_CASE("shared feed-forward: a rank failing in the middle of a use becomes dit::Error on the others, no hang",
+          "[parallel][ffn]") {
+  // Rank 1 fails in its first task, after it has published its rows: the others take its tasks
+  // or wait for it, and fail through the store (not the timeout) with the cause.
+  const std::vector<int64_t> rows = {64, 64, 64};
+  const Weights w = weights(DType::F32);
+  std::vector<std::string> errors(rows.size());
+  const std::string err = dit_test::run_rank_threads(
+      int(rows.size()), std::chrono::seconds(20), [&](std::shared_ptr<ProcessGroup> pg, int r) {
+        std::function<void()> fail;
+        if (r == 1) fail = [] { throw Error("rank 1 gave up"); };
+        auto sharing = make_feed_forward_sharing(pg, ShareFfn::On, fail);
+        auto ff = make_shared_feed_forward(sharing, parts(w, 64, DType::F32));
+        Tensor x = input(r, 0, 64, DType::F32).x.clone();
+        try {
+          for (int k = 0; k < 3; ++k) run_ff(*ff, input(r, 0, 64, DType::F32), x, 64);
+        } catch (const Error& e) {
+          errors[size_t(r)] = e.what();
+          pg->abort(e.what());
+        }
+      });
+  INFO(err);
+  CHECK(errors[1] == "rank 1 gave up");
+  for (const int r : {0, 2}) {
+    INFO("rank " << r << ": " << errors[size_t(r)]);
+    CHECK(errors[size_t(r)].find("rank 1 failed: rank 1 gave up") != std::string::npos);
+  }
 }

@@ -301,6 +301,10 @@ TEST_CASE("shared feed-forward rows (--share-ffn on) or each rank its own (off):
   CHECK(r.code == 0);
   CHECK(r.err.find("warning: --share-ffn on: the feed-forward runs on each rank's own rows (its weights are split by "
                    "tensor parallelism)") != std::string::npos);
+  r = run(base + "--cfg-parallel --transport tcp --share-ffn on -o " + s.file("tcp.png"));
+  CHECK(r.code == 0);
+  CHECK(r.err.find("warning: --share-ffn on: the feed-forward runs on each rank's own rows (its ranks do not share "
+                   "one machine's memory)") != std::string::npos);
   r = run(base + "--cfg-parallel --share-ffn yes -o " + s.file("bad.png"));
   CHECK(r.code != 0);
   CHECK(r.err.find("--share-ffn") != std::string::npos);
