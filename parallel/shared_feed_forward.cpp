@@ -51,8 +51,6 @@ ShareFfn parse_share_ffn(const std::string& v) {
   DIT_FAIL("--share-ffn: '" << v << "' is not one of auto, on, off");
 }
 
-const char* share_ffn_name(ShareFfn s) { return s == ShareFfn::Auto ? "auto" : s == ShareFfn::On ? "on" : "off"; }
-
 class FeedForwardSharing {
  public:
   FeedForwardSharing(std::shared_ptr<ProcessGroup> g, ShareFfn mode, std::function<void()> before_own_task)
@@ -97,10 +95,8 @@ class FeedForwardSharing {
     }
     row_counts->clear();
     row_counts->push_back(L->block);
-    for (const RankShape& r : all)
+    for (const RankShape& r : all)  // each rank's last task of an item (all of it when shorter than a block)
       if (r.rows % L->block != 0) row_counts->push_back(r.rows % L->block);
-    for (const RankShape& r : all)
-      if (r.rows > 0 && r.rows < L->block) row_counts->push_back(r.rows);
     std::sort(row_counts->begin(), row_counts->end());
     row_counts->erase(std::unique(row_counts->begin(), row_counts->end()), row_counts->end());
     // The hidden rows of one task, shared by the feed-forwards (one runs at a time).

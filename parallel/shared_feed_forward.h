@@ -37,7 +37,6 @@ class ProcessGroup;
 // warning where it cannot), off (always local).
 enum class ShareFfn { Auto, On, Off };
 ShareFfn parse_share_ffn(const std::string& v);  // "auto" | "on" | "off"; throws otherwise
-const char* share_ffn_name(ShareFfn s);
 
 // What the feed-forwards a context makes share: the group, its window's layout for the
 // prepared shape, the block of hidden rows a task uses. Made once per context.
