@@ -13,19 +13,14 @@
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "tests/compute_types.h"
+#include "random_tensor.h"
 #include "thread_ranks.h"
 
 using namespace dit;
 
 namespace {
 
-Tensor randn(const Shape& s, uint32_t seed, float scale = 1.f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> n(0.f, scale);
-  Tensor t = Tensor::empty(s);
-  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = n(g);
-  return t;
-}
+using dit_test::randn;
 
 constexpr int64_t B = 2, D = 48, M = 4 * D;
 

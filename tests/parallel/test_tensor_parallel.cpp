@@ -12,19 +12,14 @@
 #include "runtime/engine.h"
 #include "runtime/error.h"
 #include "runtime/weight_shard.h"
+#include "random_tensor.h"
 #include "thread_ranks.h"
 
 using namespace dit;
 
 namespace {
 
-Tensor randn(const Shape& s, uint32_t seed, float scale = 1.f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> n(0.f, scale);
-  Tensor t = Tensor::empty(s);
-  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = n(g);
-  return t;
-}
+using dit_test::randn;
 
 double rel_diff(const float* a, const float* b, int64_t n) {
   double m = 0, ref = 0;
