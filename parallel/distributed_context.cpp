@@ -1,5 +1,7 @@
 #include "parallel/distributed_context.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
 #include <sstream>
@@ -213,8 +215,9 @@ class DistributedContext final : public ParallelContext {
     }
     // The feed-forward's rows (parallel/shared_feed_forward.h): shared where every rank holds its
     // whole weights and the replica is on one machine (unless its windows do not fit, which it says).
-    if (opt_.share_ffn != ShareFfn::Off && T == 1 && mesh_->replica().size() > 1 &&
-        mesh_->replica().uses_shared_memory())
+    const bool share = opt_.share_ffn == ShareFfn::On ||
+                       (opt_.share_ffn == ShareFfn::Auto && omp_get_max_threads() <= kAutoShareMaxThreads);
+    if (share && T == 1 && mesh_->replica().size() > 1 && mesh_->replica().uses_shared_memory())
       os << ", feed-forward rows shared with the replica's " << mesh_->replica().size() << " ranks";
     return os.str();
   }

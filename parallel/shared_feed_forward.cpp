@@ -76,6 +76,7 @@ class FeedForwardSharing {
       threads = std::max(threads, r.threads);
       whole = whole && r.whole;
     }
+    if (mode_ == ShareFfn::Auto && threads > kAutoShareMaxThreads) return false;
     if (!whole || max_rows == 0) {
       warn_once(whole ? "no rank has token rows" : "its weights are split by tensor parallelism");
       return false;

@@ -33,9 +33,14 @@ namespace dit {
 
 class ProcessGroup;
 
-// --share-ffn: auto (shared where it can be: see shares_feed_forward), on (the same, and a
-// warning where it cannot), off (always local).
+// --share-ffn: on (shared wherever it can be, and a warning where it cannot), off (always
+// local), auto (as on where the ranks have at most kAutoShareMaxThreads threads each, else
+// off). With one thread a rank, a core slower than the others slows its whole rank (the
+// eighteenth session measured the same linears 1.5-2.6x apart on the 16-core machine); with
+// many, a rank's speed is its cores' average and its layouts were within 0.97-1.04x of one
+// process without sharing, while its tasks would be coarse (512 rows and more) and unmeasured.
 enum class ShareFfn { Auto, On, Off };
+constexpr int kAutoShareMaxThreads = 4;
 ShareFfn parse_share_ffn(const std::string& v);  // "auto" | "on" | "off"; throws otherwise
 
 // What the feed-forwards a context makes share: the group, its window's layout for the

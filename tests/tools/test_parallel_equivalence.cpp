@@ -289,23 +289,30 @@ TEST_CASE("shared feed-forward rows (--share-ffn on) or each rank its own (off):
   // -v names it on each rank; "on" where it cannot be says why; a bad value is one clear error.
   Scratch s;
   const std::string model = data_path("dit-small");
-  const std::string base = bin("dit-gen") + " --progress none -t 1 --timeout 60 -m " + model + " -p 3 --steps 1 ";
-  RunResult r = run(base + "-v --cfg-parallel --ulysses 2 -o " + s.file("v.png"));
+  const std::string base = bin("dit-gen") + " --progress none --timeout 60 -m " + model + " -p 3 --steps 1 ";
+  RunResult r = run(base + "-t 1 -v --cfg-parallel --ulysses 2 -o " + s.file("v.png"));
   INFO(r.err);
   CHECK(r.code == 0);
   CHECK(count(r.err, "feed-forward rows shared with the replica's 4 ranks") == 4);
-  r = run(base + "-v --cfg-parallel --share-ffn off -o " + s.file("off.png"));
+  r = run(base + "-t 1 -v --cfg-parallel --share-ffn off -o " + s.file("off.png"));
   CHECK(r.code == 0);
   CHECK(r.err.find("feed-forward rows shared") == std::string::npos);
-  r = run(base + "--tp 2 --share-ffn on -o " + s.file("tp.png"));
+  // auto: not with more than 4 threads a rank; on: with any.
+  r = run(base + "-v --cfg-parallel -t 5 -o " + s.file("t5.png"));
+  CHECK(r.code == 0);
+  CHECK(r.err.find("feed-forward rows shared") == std::string::npos);
+  r = run(base + "-v --cfg-parallel -t 5 --share-ffn on -o " + s.file("t5on.png"));
+  CHECK(r.code == 0);
+  CHECK(count(r.err, "feed-forward rows shared with the replica's 2 ranks") == 2);
+  r = run(base + "-t 1 --tp 2 --share-ffn on -o " + s.file("tp.png"));
   CHECK(r.code == 0);
   CHECK(r.err.find("warning: --share-ffn on: the feed-forward runs on each rank's own rows (its weights are split by "
                    "tensor parallelism)") != std::string::npos);
-  r = run(base + "--cfg-parallel --transport tcp --share-ffn on -o " + s.file("tcp.png"));
+  r = run(base + "-t 1 --cfg-parallel --transport tcp --share-ffn on -o " + s.file("tcp.png"));
   CHECK(r.code == 0);
   CHECK(r.err.find("warning: --share-ffn on: the feed-forward runs on each rank's own rows (its ranks do not share "
                    "one machine's memory)") != std::string::npos);
-  r = run(base + "--cfg-parallel --share-ffn yes -o " + s.file("bad.png"));
+  r = run(base + "-t 1 --cfg-parallel --share-ffn yes -o " + s.file("bad.png"));
   CHECK(r.code != 0);
   CHECK(r.err.find("--share-ffn") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(s.file("bad.png")));
