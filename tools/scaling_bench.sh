@@ -1,5 +1,5 @@
 #!/bin/bash
-# The many-core measurements of one machine in one go (about 6 minutes on 16 cores): every
+# The many-core measurements of one machine in one go (about 8 minutes on 16 cores): every
 # parallel layout against one process with all cores (same total threads) at 1024 and 4096
 # tokens in f32 and bf16, exposed communication with one thread per rank, the kernels against
 # the GEMM, PyTorch (eager and torch.compile) on the same weights where it is installed, whole
@@ -151,6 +151,10 @@ done
 # spent communicating and waiting (bf16 too: its shorter steps expose more of it).
 if [ "$cores" -ge 8 ]; then l=cfg2u4,u8,r8; else l=cfg2,u2,r2; fi
 part one-thread-ranks 240 layouts.jsonl "${bench[@]}" --rounds $rounds --size $small --dtype f32,bf16 -t 1 --layouts serial,$l
+# The same with each rank's feed-forward rows its own (--share-ffn off; the default shares them
+# at one thread a rank: parallel/shared_feed_forward.h), against the part above.
+part one-thread-ranks-unshared 240 layouts.jsonl "${bench[@]}" --rounds $rounds --size $small --dtype f32,bf16 -t 1 \
+  --share-ffn off --layouts serial,$l
 
 # 4. PyTorch on the same weights and threads, alternating with dit-gen's one process.
 if [ -n "$torch_python" ]; then
