@@ -18,8 +18,8 @@
 //
 // Each row's bits are the same whoever computes it: the same kernels over the same values
 // (a matmul's row does not depend on how many rows it is given; tested). Off the window (the
-// replica spans machines, or windows are turned off) and under tensor parallelism, the local
-// form runs.
+// replica spans machines, or windows are turned off), under tensor parallelism and, with
+// --share-ffn auto, with more than kAutoShareMaxThreads threads a rank, the local form runs.
 #pragma once
 
 #include <cstdint>
@@ -53,8 +53,9 @@ std::shared_ptr<FeedForwardSharing> make_feed_forward_sharing(std::shared_ptr<Pr
 uint64_t rows_for_others(const FeedForwardSharing& sharing);
 
 // The shared form of `parts`' feed-forward, or the local form when it cannot be shared (the
-// same answer on every rank of the group: a group of one, no whole weights, no window).
-// Collective over the group on its first call for a shape.
+// same answer on every rank of the group: a group of one, no whole weights, no window, off).
+// Collective over the group (an all-gather of each rank's rows, the window's size) where the
+// mode and the group allow sharing: every rank makes its feed-forwards in the same order.
 std::unique_ptr<FeedForward> make_shared_feed_forward(const std::shared_ptr<FeedForwardSharing>& sharing,
                                                       FeedForwardParts parts);
 
