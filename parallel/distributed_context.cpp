@@ -215,9 +215,7 @@ class DistributedContext final : public ParallelContext {
     }
     // The feed-forward's rows (parallel/shared_feed_forward.h): shared where every rank holds its
     // whole weights and the replica is on one machine (unless its windows do not fit, which it says).
-    const bool share = opt_.share_ffn == ShareFfn::On ||
-                       (opt_.share_ffn == ShareFfn::Auto && omp_get_max_threads() <= kAutoShareMaxThreads);
-    if (share && T == 1 && mesh_->replica().size() > 1 && mesh_->replica().uses_shared_memory())
+    if (share_ffn_wanted(opt_.share_ffn, omp_get_max_threads()) && T == 1 && mesh_->replica().size() > 1 && mesh_->replica().uses_shared_memory())
       os << ", feed-forward rows shared with the replica's " << mesh_->replica().size() << " ranks";
     return os.str();
   }

@@ -51,6 +51,10 @@ ShareFfn parse_share_ffn(const std::string& v) {
   DIT_FAIL("--share-ffn: '" << v << "' is not one of auto, on, off");
 }
 
+bool share_ffn_wanted(ShareFfn mode, int threads) {
+  return mode == ShareFfn::On || (mode == ShareFfn::Auto && threads <= kAutoShareMaxThreads);
+}
+
 class FeedForwardSharing {
  public:
   FeedForwardSharing(std::shared_ptr<ProcessGroup> g, ShareFfn mode, std::function<void()> before_own_task)
@@ -76,7 +80,7 @@ class FeedForwardSharing {
       threads = std::max(threads, r.threads);
       whole = whole && r.whole;
     }
-    if (mode_ == ShareFfn::Auto && threads > kAutoShareMaxThreads) return false;
+    if (!share_ffn_wanted(mode_, int(threads))) return false;
     if (!whole || max_rows == 0) {
       warn_once(whole ? "no rank has token rows" : "its weights are split by tensor parallelism");
       return false;

@@ -42,6 +42,9 @@ class ProcessGroup;
 enum class ShareFfn { Auto, On, Off };
 constexpr int kAutoShareMaxThreads = 4;
 ShareFfn parse_share_ffn(const std::string& v);  // "auto" | "on" | "off"; throws otherwise
+// Whether `mode` shares the rows of ranks with `threads` threads each (the most of any rank),
+// where the weights, the machine and the windows allow it.
+bool share_ffn_wanted(ShareFfn mode, int threads);
 
 // What the feed-forwards a context makes share: the group, its window's layout for the
 // prepared shape, the block of hidden rows a task uses. Made once per context.
