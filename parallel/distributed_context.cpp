@@ -12,6 +12,8 @@
 #include "parallel/mesh.h"
 #include "parallel/parallel_attention.h"
 #include "parallel/row_split.h"
+#include "parallel/shared_feed_forward.h"
+#include "parallel/shared_projection.h"
 #include "parallel/tensor_parallel.h"
 #include "runtime/engine.h"
 #include "runtime/error.h"
@@ -100,14 +102,25 @@ class MeshLayerContext final : public LayerContext {
     return make_distributed_tensor_parallel(g, opt_.sp_min_tokens, scope == TpScope::Transformer);
   }
   std::unique_ptr<FeedForward> feed_forward(FeedForwardParts parts) override {
-    if (!ffn_) ffn_ = make_feed_forward_sharing(mesh_.group_ref(Group::Replica), opt_.share_ffn);
-    return make_shared_feed_forward(ffn_, std::move(parts));
+    return make_shared_feed_forward(sharing(), std::move(parts));
+  }
+  // Shared only under sequence parallelism, where the attention's exchange right after it waits
+  // for the slowest rank's projection. Without (guidance halves only) the feed-forward's sharing
+  // absorbs a slow rank's projection, and a second use of the window a block measured 5-7%
+  // slower on the 2-core VM with a core slowed (docs/benchmarks.md).
+  std::unique_ptr<Projection> projection(ProjectionParts parts) override {
+    if (mesh_.degrees().sp() == 1) return std::move(parts.local);
+    return make_shared_projection(sharing(), std::move(parts));
   }
 
  private:
   DeviceMesh& mesh_;
   DistributedOptions opt_;
-  std::shared_ptr<FeedForwardSharing> ffn_;  // the replica's windows for the feed-forward
+  std::shared_ptr<RowSharing>& sharing() {
+    if (!rows_) rows_ = make_row_sharing(mesh_.group_ref(Group::Replica), opt_.share_rows);
+    return rows_;
+  }
+  std::shared_ptr<RowSharing> rows_;  // the replica's windows for the projections and feed-forwards
 };
 
 class DistributedContext final : public ParallelContext {
@@ -213,10 +226,13 @@ class DistributedContext final : public ParallelContext {
         os << ", text-encoder vocabulary [" << v.begin << ", " << v.end << ")";
       }
     }
-    // The feed-forward's rows (parallel/shared_feed_forward.h): shared where every rank holds its
-    // whole weights and the replica is on one machine (unless its windows do not fit, which it says).
-    if (share_ffn_wanted(opt_.share_ffn, omp_get_max_threads()) && T == 1 && mesh_->replica().size() > 1 && mesh_->replica().uses_shared_memory())
-      os << ", feed-forward rows shared with the replica's " << mesh_->replica().size() << " ranks";
+    // The Q, K, V projection's and the feed-forward's rows (parallel/shared_rows.h): shared where
+    // every rank holds the whole weights and the replica is on one machine (unless its windows do
+    // not fit, which it says).
+    if (share_rows_wanted(opt_.share_rows, omp_get_max_threads()) && T == 1 && mesh_->replica().size() > 1 &&
+        mesh_->replica().uses_shared_memory())
+      os << (d.sp() > 1 ? ", Q, K, V and feed-forward" : ", feed-forward") << " rows shared with the replica's "
+         << mesh_->replica().size() << " ranks";
     return os.str();
   }
 

@@ -8,15 +8,15 @@
 //  - LayerContext: self-attention is parallel/'s Ulysses / Ring / USP over the mesh's groups
 //    (local when the SP degree is 1); cross-attention is local; tensor parallelism is
 //    parallel/tensor_parallel.h over the tp group (transformer) or the mp group (text encoder);
-//    the blocks' feed-forward shares its rows over the replica group where it can
-//    (parallel/shared_feed_forward.h).
+//    the blocks' Q, K, V projection and feed-forward share their rows over the replica group
+//    where they can (parallel/shared_rows.h).
 //  - Rank 0 of the replica decodes and writes the output.
 #pragma once
 
 #include <memory>
 
 #include "parallel/parallel_attention.h"
-#include "parallel/shared_feed_forward.h"
+#include "parallel/shared_rows.h"
 #include "runtime/parallel_context.h"
 
 namespace dit {
@@ -39,9 +39,9 @@ struct DistributedOptions {
   // Ulysses: heads per rank pipelined in up to this many chunks (--ulysses-chunks; 1: no overlap);
   // see ulysses_chunks_for.
   int ulysses_chunks = 1;
-  // --share-ffn: the blocks' feed-forward rows shared among the replica's ranks on one machine
-  // (parallel/shared_feed_forward.h).
-  ShareFfn share_ffn = ShareFfn::Auto;
+  // --share-rows: the blocks' Q, K, V projection and feed-forward rows shared among the
+  // replica's ranks on one machine (parallel/shared_rows.h).
+  ShareRows share_rows = ShareRows::Auto;
   // --vae-parallel: how a replica's VAE decode is spread (docs/vae.md §5).
   VaeParallel vae_parallel = VaeParallel::Machines;
 };

@@ -26,7 +26,9 @@ const std::vector<GroupDef>& mesh_groups() {
       {Group::Mp, "mp", {Axis::Ring, Axis::Ulysses, Axis::Tp}},
       {Group::Cfg, "cfg", {Axis::Cfg}},
       {Group::Dp, "dp", {Axis::Dp}},
-      {Group::Replica, "replica", {Axis::Cfg, Axis::Ring, Axis::Ulysses, Axis::Tp}},
+      // Its window holds the shared rows' uses (parallel/shared_rows.h), the Q, K, V projection's
+      // inside the attention's window use (qkv_destination): a window of its own.
+      {Group::Replica, "replica", {Axis::Cfg, Axis::Ring, Axis::Ulysses, Axis::Tp}, /*own_window=*/true},
   };
   return g;
 }
@@ -102,7 +104,7 @@ DeviceMesh::DeviceMesh(std::shared_ptr<ProcessGroup> world, const MeshDegrees& d
   DIT_CHECK(world_ && world_->name() == "world", "DeviceMesh: needs the world group");
   layout_ = mesh_layout(degrees, world_->size(), world_->rank());
   // Group names carry the member list (split adds it), so every instance is unique.
-  for (const GroupDef& g : mesh_groups()) groups_[size_t(g.group)] = world_->split(g.name, layout_.group(g.group));
+  for (const GroupDef& g : mesh_groups()) groups_[size_t(g.group)] = world_->split(g.name, layout_.group(g.group), g.own_window);
 }
 
 DeviceMesh::~DeviceMesh() {

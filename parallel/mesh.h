@@ -39,6 +39,7 @@ struct GroupDef {
   Group group;
   const char* name;
   std::vector<Axis> axes;  // the axes along which the members differ
+  bool own_window = false;  // ProcessGroup::split's: a window not shared with a group of the same members
 };
 // ulysses {ulysses}, ring {ring}, sp {ring, ulysses}, tp {tp}, mp {ring, ulysses, tp} (the model-
 // parallel ranks of one guidance half), cfg {cfg}, dp {dp}, replica {cfg, ring, ulysses, tp}.

@@ -125,7 +125,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create_world(std::shared_ptr<Rendezv
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::split(const std::string& name,
-                                                  const std::vector<int>& member_global_ranks) {
+                                                  const std::vector<int>& member_global_ranks, bool own_window) {
   check_usable("split");
   DIT_CHECK(!name.empty(), "split: a group needs a name");
   int me = global_rank();
@@ -142,6 +142,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::split(const std::string& name,
                                   << "]; only members create a group");
   std::shared_ptr<ProcessGroup> pg(new ProcessGroup(shared_, name, member_global_ranks, local));
   if (pg->size() == 1) return pg;
+  pg->own_window_ = own_window;
   pg->store_prefix_ = "group/" + name + "/" + join(member_global_ranks);
   gloo::rendezvous::PrefixStore prefixed(pg->store_prefix_, *shared_->store);
   pg->connect(prefixed);
@@ -193,9 +194,10 @@ void ProcessGroup::connect_shared_memory(gloo::rendezvous::Store& store) {
     // member has it: the members created the same groups in the same order). Collectives and
     // windows run whole on one thread, one after the other; messages carry this group's
     // channel in their tags.
+    // (Not for a group asking for a window of its own: every member asks alike.)
     std::weak_ptr<ShmExchange>& known = shared_->segments[members_];
-    const std::shared_ptr<ShmExchange> existing = known.lock();
-    if (all_ranks_agree(existing != nullptr)) {
+    const std::shared_ptr<ShmExchange> existing = own_window_ ? nullptr : known.lock();
+    if (!own_window_ && all_ranks_agree(existing != nullptr)) {
       shm_ = existing;
       shm_channel_ = shared_->segment_users[members_]++ & 0xFF;
       shm_counts_.assign(size_t(size()), 0);
@@ -208,7 +210,7 @@ void ProcessGroup::connect_shared_memory(gloo::rendezvous::Store& store) {
     o.peer_failed = [sh] { return sh->store->find_abort().has_value(); };
     shm_ = ShmExchange::create(store, rank_, size(), o, [this](bool ok) { return all_ranks_agree(ok); }, &shm_note_);
     shm_counts_.assign(size_t(size()), 0);
-    if (shm_) {
+    if (shm_ && !own_window_) {
       known = shm_;
       shm_channel_ = 0;
       shared_->segment_users[members_] = 1;

@@ -98,8 +98,12 @@ class ProcessGroup {
                                                     int size, const CommOptions& opts = {});
   // A sub-group of this one. Only its members call split, each with the same name and
   // member list (global ranks, in group-rank order); names must be unique per run.
-  // A group of one rank needs no connection and never communicates.
-  std::shared_ptr<ProcessGroup> split(const std::string& name, const std::vector<int>& member_global_ranks);
+  // A group of one rank needs no connection and never communicates. On shared memory a group
+  // uses the segment (and window) of an earlier group with the same members, unless
+  // `own_window`: then one of its own, so a use of its window may run inside a use of the
+  // other group's (the replica's shared rows inside the attention's: parallel/shared_rows.h).
+  std::shared_ptr<ProcessGroup> split(const std::string& name, const std::vector<int>& member_global_ranks,
+                                      bool own_window = false);
 
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
@@ -227,6 +231,7 @@ class ProcessGroup {
   std::shared_ptr<Shared> shared_;
   std::string name_;
   std::vector<int> members_;
+  bool own_window_ = false;  // split(.., own_window): a shared-memory segment not shared with other groups
   int rank_;
   std::shared_ptr<gloo::Context> ctx_;  // null for a group of one
   uint32_t next_tag_ = 1;

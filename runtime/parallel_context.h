@@ -10,7 +10,8 @@
 //    self-attention over the split image tokens (local, Ulysses, Ring or USP), cross-attention
 //    of the local image tokens to replicated text tokens (local everywhere: no communication).
 //    A joint-attention role (image tokens split, a replicated text prefix, as SD3/Flux need),
-//    tensor-parallel linears and the blocks' feed-forward are further factory methods here.
+//    tensor-parallel linears, the blocks' Q, K, V projection and feed-forward are further
+//    factory methods here.
 //
 // A model asks its LayerContext for its attention objects in prepare() and never learns
 // whether they are local or talk to other ranks.
@@ -27,6 +28,7 @@
 
 #include "runtime/attention_roles.h"
 #include "runtime/feed_forward.h"
+#include "runtime/projection.h"
 #include "runtime/row_split.h"
 #include "runtime/tensor_parallel.h"
 #include "runtime/token_split.h"
@@ -74,10 +76,13 @@ class LayerContext {
   virtual std::unique_ptr<TensorParallel> tensor_parallel(TpScope scope, int64_t max_ranks = 1 << 30) = 0;
   // A block's feed-forward (runtime/feed_forward.h), asked for by every rank of the model alike
   // (also one without token rows), in the same order: the local form, or rows shared among the
-  // ranks of a machine (parallel/shared_feed_forward.h).
+  // ranks of a machine (parallel/shared_feed_forward.h, parallel/shared_rows.h).
   virtual std::unique_ptr<FeedForward> feed_forward(FeedForwardParts parts) {
     return make_local_feed_forward(std::move(parts));
   }
+  // A block's Q, K, V projection (runtime/projection.h), asked for as the feed-forward is: the
+  // model's local form, or rows shared among the ranks of a machine (parallel/shared_projection.h).
+  virtual std::unique_ptr<Projection> projection(ProjectionParts parts) { return std::move(parts.local); }
 };
 
 // What the layout printout names: the image tokens, the attention heads and FFN columns of

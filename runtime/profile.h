@@ -32,7 +32,7 @@ struct Totals {
   double seconds[kCats] = {};
   uint64_t calls[kCats] = {};
   uint64_t bytes_sent = 0;
-  // Token rows of other ranks' feed-forwards this rank computed (parallel/shared_feed_forward.h).
+  // Token rows of other ranks' projections and feed-forwards this rank computed (parallel/shared_rows.h).
   uint64_t rows_for_others = 0;
   double attention_phases[kAttentionPhases] = {};
 };

@@ -148,7 +148,7 @@ json measure(const Opts& o, const char* argv0, const RunPlan& p, std::vector<flo
                                    rdir.string(),  "--qkv",     o.qkv,
                                    "--sp-min-tokens", std::to_string(o.sp_min_tokens),
                                    "--ulysses-chunks", std::to_string(o.ulysses_chunks),
-                                   "--transport",  o.transport, "--share-ffn", o.share_ffn};
+                                   "--transport",  o.transport, "--share-rows", o.share_rows};
   if (o.no_pin) args.push_back("--no-pin");
   if (o.load_only) args.push_back("--load-only");
   if (!o.weight_cache.empty()) args.insert(args.end(), {"--weight-cache", o.weight_cache});
@@ -351,7 +351,8 @@ int main(int argc, char** argv) {
   app.add_option("--transport", o.transport, kTransportHelp)
       ->check(CLI::IsMember({"auto", "tcp"}))
       ->capture_default_str();
-  app.add_option("--share-ffn", o.share_ffn, "as dit-gen's --share-ffn: the feed-forward's rows shared among local ranks")
+  app.add_option("--share-rows,--share-ffn", o.share_rows,
+                 "as dit-gen's --share-rows: the Q, K, V projection's and feed-forward's rows shared among local ranks")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   app.add_option("--weight-cache", o.weight_cache,

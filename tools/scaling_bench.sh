@@ -151,10 +151,10 @@ done
 # spent communicating and waiting (bf16 too: its shorter steps expose more of it).
 if [ "$cores" -ge 8 ]; then l=cfg2u4,u8,r8; else l=cfg2,u2,r2; fi
 part one-thread-ranks 240 layouts.jsonl "${bench[@]}" --rounds $rounds --size $small --dtype f32,bf16 -t 1 --layouts serial,$l
-# The same with each rank's feed-forward rows its own (--share-ffn off; the default shares them
-# at one thread a rank: parallel/shared_feed_forward.h), against the part above.
+# The same with each rank's Q, K, V and feed-forward rows its own (--share-rows off; the default
+# shares them at one thread a rank: parallel/shared_rows.h), against the part above.
 part one-thread-ranks-unshared 240 layouts.jsonl "${bench[@]}" --rounds $rounds --size $small --dtype f32,bf16 -t 1 \
-  --share-ffn off --layouts serial,$l
+  --share-rows off --layouts serial,$l
 
 # 4. PyTorch on the same weights and threads, alternating with dit-gen's one process.
 if [ -n "$torch_python" ]; then

@@ -54,14 +54,15 @@ def layouts(docs):
               f"({', '.join(f'{x:.3f}' for x in sp)}) | {100 * statistics.median(x[1] for x in v):.1f}% |")
     print()
     print("## One thread per rank: step, speed-up over one thread, communication + waiting (rank 0)")
-    print("| tokens | dtype | feed-forward rows | round | layout | step (s) | vs serial | comm+wait share |")
+    print("| tokens | dtype | rows | round | layout | step (s) | vs serial | comm+wait share |")
     print("|---|---|---|---|---|---|---|---|")
     for doc in docs:
         if doc.get("part") not in ("one-thread-ranks", "one-thread-ranks-unshared"):
             continue
         for run in doc.get("runs", []):
             sp = run.get("speedup_vs_serial")
-            ffn = "own" if run.get("share_ffn") == "off" else "shared" if "share_ffn" in run else ""
+            mode = run.get("share_rows", run.get("share_ffn"))  # (the nineteenth session's name)
+            ffn = "own" if mode == "off" else "shared" if mode else ""
             print(f"| {run['tokens']} | {run['dtype']} | {ffn} | {run.get('round', 0) + 1} | {run['layout']} | "
                   f"{run['step_s']:.3f} | {'' if sp is None else f'{sp:.2f}x'} | {100 * share(run):.1f}% |")
     print()

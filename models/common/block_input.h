@@ -6,7 +6,7 @@
 //
 //   Tensor buf = Tensor::empty({B, R, D}, block_input_dtype(compute));
 //   BlockInput h = modulated_norm(*tp, ln, x, buf, shift, scale, R > 0);   // [B, T, D]
-//   project_and_attend(qkv_op, attn, h, qkv, out, T > 0);
+//   project_and_attend(*qkv_op, attn, h, qkv, out);
 #pragma once
 
 #include "runtime/error.h"

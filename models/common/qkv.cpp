@@ -97,21 +97,65 @@ void QkvLinear::run(const uint16_t* x, float* y) const { run_any(x, y); }
 void QkvLinear::run(const uint16_t* x, uint16_t* y) const { run_any(x, y); }
 
 namespace {
-template <class Y>
-void project(const QkvLinear& op, BlockInput h, Y* qkv) {
+
+// The local form: a QkvLinear over this rank's rows (none: nothing).
+class LocalQkv final : public Projection {
+ public:
+  LocalQkv(const QkvWeights& w, int64_t rows, DType output, DType input) : output_(output), input_(input) {
+    if (rows > 0) op_ = QkvLinear(w, rows, output, input);
+    has_rows_ = rows > 0;
+  }
+  void run(const void* x, void* y) override {
+    if (!has_rows_) return;
+    if (input_ == DType::BF16)
+      run_to(static_cast<const uint16_t*>(x), y);
+    else
+      run_to(static_cast<const float*>(x), y);
+  }
+
+ private:
+  template <class X>
+  void run_to(const X* x, void* y) {
+    if (output_ == DType::BF16)
+      op_.run(x, static_cast<uint16_t*>(y));
+    else
+      op_.run(x, static_cast<float*>(y));
+  }
+  QkvLinear op_;
+  DType output_, input_;
+  bool has_rows_ = false;
+};
+
+void project(Projection& op, BlockInput h, void* qkv) {
   if (h.bf16)
     op.run(h.bf16, qkv);
   else
     op.run(h.f32, qkv);
 }
+
 }  // namespace
 
-void project_and_attend(const QkvLinear& op, SelfAttention& attn, BlockInput h, Tensor& qkv, Tensor& out,
-                        bool has_tokens) {
-  void* at = attn.qkv_destination();  // where the attention reads them best (e.g. where other ranks read), or null
+std::unique_ptr<Projection> make_block_qkv(LayerContext& layers, const QkvWeights& w, int64_t B, int64_t T,
+                                           int64_t D, DType output, DType input) {
+  ProjectionParts p;
+  p.shape = {B, T, D, 3 * w.out(), input, output};
+  if (w.out() == D) {  // every head here (no tensor parallelism)
+    if (w.fused())
+      p.whole = {&w.qkv};
+    else
+      p.whole = {&w.q, &w.k, &w.v};
+  }
+  p.local = std::make_unique<LocalQkv>(w, B * T, output, input);
+  return layers.projection(std::move(p));
+}
+
+void project_and_attend(Projection& op, SelfAttention& attn, BlockInput h, Tensor& qkv, Tensor& out) {
+  // Where the attention reads them best (e.g. where other ranks read), or null. A shared
+  // projection's own rows are computed there too (its window is another: ProcessGroup::split).
+  void* at = attn.qkv_destination();
   if (qkv.dtype() == DType::BF16) {
     uint16_t* y = at ? static_cast<uint16_t*>(at) : qkv.bf16();
-    if (has_tokens) project(op, h, y);  // [B, T, 3, H', d]
+    project(op, h, y);  // [B, T, 3, H', d] (every rank: the projection may be shared)
     profile::Scope pa(profile::Cat::Attention);
     if (out.dtype() == DType::BF16)
       attn.forward(y, out.bf16());  // [B, T, H', d]
@@ -120,7 +164,7 @@ void project_and_attend(const QkvLinear& op, SelfAttention& attn, BlockInput h, 
   } else {
     DIT_CHECK(out.dtype() == DType::F32, "attention: bf16 output from f32 q, k, v");
     float* y = at ? static_cast<float*>(at) : qkv.f32();
-    if (has_tokens) project(op, h, y);
+    project(op, h, y);
     profile::Scope pa(profile::Cat::Attention);
     attn.forward(y, out.f32());
   }

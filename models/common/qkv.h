@@ -5,6 +5,9 @@
 //                                   plan, *tp, head_dim);   // this rank's heads under tensor parallelism
 //   QkvLinear op(w, rows);            // primitives (once per shape); QkvLinear(w, rows, DType::BF16): bf16 q, k, v
 //   op.run(h, qkv);                   // h [rows, D] -> qkv [rows, 3D]: q | k | v per row
+//
+// A block asks its LayerContext for the projection (make_block_qkv), whose local form is a
+// QkvLinear and which may share its rows among the ranks of a machine (runtime/projection.h).
 #pragma once
 
 #include <string>
@@ -14,6 +17,8 @@
 #include "models/common/tp_plan.h"
 #include "runtime/attention_roles.h"
 #include "runtime/linear.h"
+#include "runtime/parallel_context.h"
+#include "runtime/projection.h"
 #include "runtime/tensor.h"
 #include "runtime/tensor_parallel.h"
 
@@ -76,14 +81,20 @@ class QkvLinear {
   mutable Tensor xb_;
 };
 
+// A block's Q, K, V projection over B × T rows of width D, as `layers` gives it (every rank
+// alike, also one with T = 0): its local form a QkvLinear (output and input as QkvLinear's),
+// the whole weights offered for sharing where this rank holds every head.
+std::unique_ptr<Projection> make_block_qkv(LayerContext& layers, const QkvWeights& w, int64_t B, int64_t T,
+                                           int64_t D, DType output, DType input);
+
 // A block's self-attention after its norm, shared by the families: q, k, v = h·W + b into qkv
 // ([B, T, 3, H', d] in attn.qkv_dtype(): bf16 where the attention reads bf16, so the projection
 // writes half the bytes and the attention converts nothing; the same bits), then out [B, T, H',
 // d] = attention (which may talk to other ranks), in attn.out_dtype(). With no tokens here
-// (T = 0) only the attention runs: a rank without tokens still takes part in its exchanges.
+// (T = 0) the projection computes nothing of its own and the attention nothing but its share:
+// a rank without tokens still takes part in both (either may be shared with other ranks).
 // h is in the op's input type (QkvLinear's input).
-void project_and_attend(const QkvLinear& op, SelfAttention& attn, BlockInput h, Tensor& qkv, Tensor& out,
-                        bool has_tokens);
+void project_and_attend(Projection& op, SelfAttention& attn, BlockInput h, Tensor& qkv, Tensor& out);
 
 // x += gate ⊙ (out·Woᵀ + bo) (or the op's epilogue), out in the attention's output type (the
 // op's input type).

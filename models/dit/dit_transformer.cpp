@@ -36,8 +36,8 @@ void DiTTransformer::prepare(const ModelShape& s, ParallelContext& ctx) {
   if (R > 0) patch_ = make_linear(w_.patch, B * R);
   for (const DiTBlockWeights& bw : w_.blocks) {
     BlockOps o;
+    o.qkv = make_block_qkv(ctx.layers(), bw.qkv, B, T, D, qkv_type, normed);  // every rank
     if (T > 0) {
-      o.qkv = QkvLinear(bw.qkv, B * T, qkv_type, normed);
       o.attn_out = block_linear(*tp_, bw.attn_out, {B, T, D, D, /*gated=*/true, false, attn_type});
     }
     o.ffn = make_block_feed_forward(ctx.layers(), *tp_, bw.fc1.w, bw.fc2, B, T, D, w_.compute, mlp_);  // every rank
@@ -79,7 +79,7 @@ void DiTTransformer::block(size_t l, float* x) {
   // 0 shift_msa, 1 scale_msa, 2 gate_msa, 3 shift_mlp, 4 scale_mlp, 5 gate_mlp
   // h = LN(x)(1 + scale_msa) + shift_msa on the residual rows, gathered to [B, T, D]
   const BlockInput h = modulated_norm(*tp_, ln_attn_, x, hn_, chunk(0), chunk(1), R > 0);
-  project_and_attend(o.qkv, *attn_, h, qkv_, attn_out_, T > 0);  // [B, T, 3, H', d] -> [B, T, H', d]
+  project_and_attend(*o.qkv, *attn_, h, qkv_, attn_out_);  // [B, T, 3, H', d] -> [B, T, H', d]
   if (T > 0) attention_output(*o.attn_out, attn_out_, x, chunk(2));  // x += gate_msa ⊙ (Σ attn·Wo + bo)
   // h = LN(x)(1 + scale_mlp) + shift_mlp, gathered
   const BlockInput hm = modulated_norm(*tp_, ln_mlp_, x, hn_, chunk(3), chunk(4), R > 0);

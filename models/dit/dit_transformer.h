@@ -60,7 +60,7 @@ class DiTTransformer final : public DiffusionModel {
   struct BlockOps {
     std::unique_ptr<ParallelLinear> attn_out;
     std::unique_ptr<FeedForward> ffn;  // fc1, GELU, fc2 (runtime/feed_forward.h)
-    QkvLinear qkv;
+    std::unique_ptr<Projection> qkv;  // Q, K, V (models/common/qkv.h)
   };
   std::vector<BlockOps> ops_;
   Linear final_out_;

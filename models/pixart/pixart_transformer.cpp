@@ -94,8 +94,8 @@ void PixArtTransformer::make_linears(LayerContext& layers) {
     BlockOps o;
     o.k2 = make_linear(bw.k2, B * L, Act::None, cross_type);
     o.v2 = make_linear(bw.v2, B * L, Act::None, cross_type);
+    o.qkv = make_block_qkv(layers, bw.qkv, B, T, D, qkv_type, normed);  // every rank
     if (T > 0) {
-      o.qkv = QkvLinear(bw.qkv, B * T, qkv_type, normed);
       o.attn1_out = block_linear(*tp_, bw.attn1_out, {B, T, D, D, /*gated=*/true, false, attn_type});
       o.q2 = make_linear(bw.q2, B * T, Act::None, cross_type);
       o.attn2_out = block_linear(*tp_, bw.attn2_out, {B, T, D, D, false, /*accumulate=*/true, cross_type});
@@ -211,7 +211,7 @@ void PixArtTransformer::self_attention(size_t l, float* x) {
   auto chunk = [&](int k) { return chunks_.f32() + k * B * D; };
   // h = LN(x)(1 + scale_msa) + shift_msa on the residual rows, gathered to [B, T, D]
   const BlockInput h = modulated_norm(*tp_, ln_, x, hn_, chunk(0), chunk(1), R > 0);
-  project_and_attend(o.qkv, *attn_, h, qkv_, self_out_, T > 0);  // [B, T, 3, H', d] -> [B, T, H', d]
+  project_and_attend(*o.qkv, *attn_, h, qkv_, self_out_);  // [B, T, 3, H', d] -> [B, T, H', d]
   if (T > 0) attention_output(*o.attn1_out, self_out_, x, chunk(2));
 }
 

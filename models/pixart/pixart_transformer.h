@@ -68,7 +68,7 @@ class PixArtTransformer final : public DiffusionModel {
   // Primitives (created in prepare).
   Linear patch_, t_fc1_, t_fc2_, res_fc1_, res_fc2_, ar_fc1_, ar_fc2_, ada_, caption1_, caption2_, proj_out_;
   struct BlockOps {
-    QkvLinear qkv;
+    std::unique_ptr<Projection> qkv;  // Q, K, V (models/common/qkv.h)
     Linear q2, k2, v2;
     std::unique_ptr<ParallelLinear> attn1_out, attn2_out;
     std::unique_ptr<FeedForward> ffn;  // fc1, GELU, fc2 (runtime/feed_forward.h)

@@ -111,7 +111,7 @@ struct SharedRun {
   std::vector<uint64_t> helped;
 };
 
-SharedRun shared_results(const Weights& w, const std::vector<int64_t>& rows, DType compute, ShareFfn mode, int slow,
+SharedRun shared_results(const Weights& w, const std::vector<int64_t>& rows, DType compute, ShareRows mode, int slow,
                          bool weights_whole = true) {
   const int world = int(rows.size());
   SharedRun run;
@@ -121,7 +121,7 @@ SharedRun shared_results(const Weights& w, const std::vector<int64_t>& rows, DTy
       world, std::chrono::seconds(60), [&](std::shared_ptr<ProcessGroup> pg, int r) {
         std::function<void()> delay;
         if (r == slow) delay = [] { std::this_thread::sleep_for(std::chrono::milliseconds(30)); };
-        auto sharing = make_feed_forward_sharing(pg, mode, delay);
+        auto sharing = make_row_sharing(pg, mode, delay);
         std::vector<std::unique_ptr<FeedForward>> ffs;
         for (int l = 0; l < kLayers; ++l) {
           FeedForwardParts p = parts(w, rows[size_t(r)], compute);
@@ -154,7 +154,7 @@ TEST_CASE("shared feed-forward: every rank's rows are the local form's, bit for 
     INFO(dtype_name(compute));
     const Weights w = weights(compute);
     const std::vector<Tensor> want = local_results(w, rows, compute);
-    const SharedRun got = shared_results(w, rows, compute, ShareFfn::On, /*slow=*/1);
+    const SharedRun got = shared_results(w, rows, compute, ShareRows::On, /*slow=*/1);
     for (size_t r = 0; r < rows.size(); ++r) {
       INFO("rank " << r);
       if (rows[r] > 0) CHECK(same_bits(got.x[r], want[r]));
@@ -170,7 +170,7 @@ TEST_CASE("shared feed-forward: off, or with split weights, each rank runs its o
   const Weights w = weights(DType::F32);
   const std::vector<Tensor> want = local_results(w, rows, DType::F32);
   for (const bool whole : {false, true}) {
-    const SharedRun got = shared_results(w, rows, DType::F32, whole ? ShareFfn::Off : ShareFfn::On, 1, whole);
+    const SharedRun got = shared_results(w, rows, DType::F32, whole ? ShareRows::Off : ShareRows::On, 1, whole);
     for (size_t r = 0; r < rows.size(); ++r) {
       CHECK(same_bits(got.x[r], want[r]));
       CHECK(got.helped[r] == 0);
@@ -178,11 +178,11 @@ TEST_CASE("shared feed-forward: off, or with split weights, each rank runs its o
   }
 }
 
-TEST_CASE("shared feed-forward: the values of --share-ffn", "[parallel][ffn]") {
-  CHECK(parse_share_ffn("auto") == ShareFfn::Auto);
-  CHECK(parse_share_ffn("on") == ShareFfn::On);
-  CHECK(parse_share_ffn("off") == ShareFfn::Off);
-  CHECK_THROWS_WITH(parse_share_ffn("yes"), Catch::Contains("--share-ffn") && Catch::Contains("auto, on, off"));
+TEST_CASE("shared feed-forward: the values of --share-rows", "[parallel][ffn]") {
+  CHECK(parse_share_rows("auto") == ShareRows::Auto);
+  CHECK(parse_share_rows("on") == ShareRows::On);
+  CHECK(parse_share_rows("off") == ShareRows::Off);
+  CHECK_THROWS_WITH(parse_share_rows("yes"), Catch::Contains("--share-rows") && Catch::Contains("auto, on, off"));
 }
 
 TEST_CASE("shared feed-forward: a rank failing in the middle of a use becomes dit::Error on the others, no hang",
@@ -196,7 +196,7 @@ TEST_CASE("shared feed-forward: a rank failing in the middle of a use becomes di
       int(rows.size()), std::chrono::seconds(20), [&](std::shared_ptr<ProcessGroup> pg, int r) {
         std::function<void()> fail;
         if (r == 1) fail = [] { throw Error("rank 1 gave up"); };
-        auto sharing = make_feed_forward_sharing(pg, ShareFfn::On, fail);
+        auto sharing = make_row_sharing(pg, ShareRows::On, fail);
         auto ff = make_shared_feed_forward(sharing, parts(w, 64, DType::F32));
         Tensor x = input(r, 0, 64, DType::F32).x.clone();
         try {

@@ -260,11 +260,11 @@ TEST_CASE("bf16 with Q·Kᵀ over a padded head_dim: the parallel layouts still 
   CHECK_FALSE(std::filesystem::exists(s.file("bad.png")));
 }
 
-TEST_CASE("shared feed-forward rows (--share-ffn on) or each rank its own (off): the same latents bit for bit",
+TEST_CASE("shared Q, K, V and feed-forward rows (--share-rows on) or each rank its own (off): the same latents bit for bit",
           "[parallel][equivalence][ffn]") {
   // Every layout above ran with the default (auto: shared on one machine). Here the same layouts
   // with the rows shared (on) and each rank's own (off) give identical bits: a task's rows are
-  // the same matmuls over the same values whoever computes them (parallel/shared_feed_forward.h).
+  // the same matmuls over the same values whoever computes them (parallel/shared_rows.h).
   struct Case {
     std::string model, extra;
     std::vector<std::string> layouts;
@@ -276,8 +276,8 @@ TEST_CASE("shared feed-forward rows (--share-ffn on) or each rank its own (off):
     Scratch s;
     int n = 0;
     for (const std::string& layout : c.layouts) {
-      const Output on = generate(c.model, layout + " --share-ffn on", c.extra, s, "on" + std::to_string(n));
-      const Output off = generate(c.model, layout + " --share-ffn off", c.extra, s, "off" + std::to_string(n++));
+      const Output on = generate(c.model, layout + " --share-rows on", c.extra, s, "on" + std::to_string(n));
+      const Output off = generate(c.model, layout + " --share-rows off", c.extra, s, "off" + std::to_string(n++));
       const Diffs d = compare(on, off);
       INFO(c.model << " " << c.extra << " [" << layout << "] shared against not: eps0 rel " << d.eps0_rel
                    << ", latents rel " << d.latents_rel);
@@ -293,28 +293,30 @@ TEST_CASE("shared feed-forward rows (--share-ffn on) or each rank its own (off):
   RunResult r = run(base + "-t 1 -v --cfg-parallel --ulysses 2 -o " + s.file("v.png"));
   INFO(r.err);
   CHECK(r.code == 0);
-  CHECK(count(r.err, "feed-forward rows shared with the replica's 4 ranks") == 4);
-  r = run(base + "-t 1 -v --cfg-parallel --share-ffn off -o " + s.file("off.png"));
+  CHECK(count(r.err, "Q, K, V and feed-forward rows shared with the replica's 4 ranks") == 4);
+  r = run(base + "-t 1 -v --cfg-parallel --share-ffn off -o " + s.file("off.png"));  // the older name
   CHECK(r.code == 0);
-  CHECK(r.err.find("feed-forward rows shared") == std::string::npos);
+  CHECK(r.err.find("rows shared with") == std::string::npos);
   // auto: not with more than 4 threads a rank; on: with any.
   r = run(base + "-v --cfg-parallel -t 5 -o " + s.file("t5.png"));
   CHECK(r.code == 0);
-  CHECK(r.err.find("feed-forward rows shared") == std::string::npos);
-  r = run(base + "-v --cfg-parallel -t 5 --share-ffn on -o " + s.file("t5on.png"));
+  CHECK(r.err.find("rows shared with") == std::string::npos);
+  r = run(base + "-v --cfg-parallel -t 5 --share-rows on -o " + s.file("t5on.png"));
   CHECK(r.code == 0);
-  CHECK(count(r.err, "feed-forward rows shared with the replica's 2 ranks") == 2);
-  r = run(base + "-t 1 --tp 2 --share-ffn on -o " + s.file("tp.png"));
+  CHECK(count(r.err, ", feed-forward rows shared with the replica's 2 ranks") == 2);  // (Q, K, V: under sequence parallelism)
+  r = run(base + "-t 1 --ulysses 2 --tp 2 --share-rows on -o " + s.file("tp.png"));
   CHECK(r.code == 0);
-  CHECK(r.err.find("warning: --share-ffn on: the feed-forward runs on each rank's own rows (its weights are split by "
-                   "tensor parallelism)") != std::string::npos);
-  r = run(base + "-t 1 --cfg-parallel --transport tcp --share-ffn on -o " + s.file("tcp.png"));
+  for (const char* what : {"the Q, K, V projection", "the feed-forward"})
+    CHECK(count(r.err, std::string("warning: --share-rows on: ") + what +
+                           " runs on each rank's own rows (its weights are split by tensor parallelism)") == 1);
+  r = run(base + "-t 1 --ulysses 2 --transport tcp --share-rows on -o " + s.file("tcp.png"));
   CHECK(r.code == 0);
-  CHECK(r.err.find("warning: --share-ffn on: the feed-forward runs on each rank's own rows (its ranks do not share "
-                   "one machine's memory)") != std::string::npos);
-  r = run(base + "-t 1 --cfg-parallel --share-ffn yes -o " + s.file("bad.png"));
+  for (const char* what : {"the Q, K, V projection", "the feed-forward"})
+    CHECK(count(r.err, std::string("warning: --share-rows on: ") + what +
+                           " runs on each rank's own rows (its ranks do not share one machine's memory)") == 1);
+  r = run(base + "-t 1 --cfg-parallel --share-rows yes -o " + s.file("bad.png"));
   CHECK(r.code != 0);
-  CHECK(r.err.find("--share-ffn") != std::string::npos);
+  CHECK(r.err.find("--share-rows") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(s.file("bad.png")));
 }
 

@@ -14,7 +14,7 @@ struct Opts {
   int64_t sp_min_tokens = 0;
   int ulysses_chunks = 0;  // 0: dit-gen's default
   std::string transport = "auto";  // --transport auto|tcp (parallel/process_group.h)
-  std::string share_ffn = "auto";  // --share-ffn auto|on|off (parallel/shared_feed_forward.h)
+  std::string share_rows = "auto";  // --share-rows auto|on|off (parallel/shared_rows.h)
   int layers = 0, text_layers = 0, steps = 5, warmup = 1, threads = 1, gemm_runs = 5, rounds = 1;
   bool no_pin = false;
   std::string weight_cache;  // --weight-cache as dit-gen takes it: "" = the default directory, "off", or DIR

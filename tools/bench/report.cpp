@@ -49,7 +49,7 @@ void add_step_figures(json& run, const Layout& lay, const json& r0, const std::v
   run["threads_per_rank"] = rank_threads;
   if (lay.deg[Axis::Ulysses] > 1 && lay.deg[Axis::Ring] == 1)  // USP runs unchunked
     run["ulysses_chunks"] = r0["ulysses_chunks"];
-  if (lay.deg.world() > 1) run["share_ffn"] = r0["share_ffn"];
+  if (lay.deg.world() > 1) run["share_rows"] = r0["share_rows"];
   run["pinned"] = r0["pinned"];
   run["oversubscribed"] = r0["oversubscribed"];  // local ranks x threads > cores: core sets overlap
   if (ranks_here > 0) run["ranks_here"] = ranks_here;
@@ -97,7 +97,7 @@ void add_step_figures(json& run, const Layout& lay, const json& r0, const std::v
       per.push_back({{"rank", r["rank"]}, {"cpus", r["cpus"]},
                      {"step_s", r["step_median_s"]}, {"gemm_f32_gflops", r["gemm_f32_gflops"]},
                      {"breakdown_s", r["breakdown_s"]},
-                     {"ffn_rows_for_others_per_step", r["ffn_rows_for_others_per_step"]}});
+                     {"rows_for_others_per_step", r["rows_for_others_per_step"]}});
     run["per_rank"] = per;
   }
   add_memory_summary(run, ranks);

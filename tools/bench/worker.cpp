@@ -111,7 +111,7 @@ int run_worker(const Opts& o) {
       DistributedOptions dopt;
       if (o.sp_min_tokens > 0) dopt.sp_min_tokens = o.sp_min_tokens;
       dopt.ulysses_chunks = ulysses_chunks_for(env, o.ulysses_chunks);
-      dopt.share_ffn = parse_share_ffn(o.share_ffn);
+      dopt.share_rows = parse_share_rows(o.share_rows);
       po.parallel = make_distributed_context(mesh, dopt);
     }
     const auto t_load = std::chrono::steady_clock::now();
@@ -181,7 +181,7 @@ int run_worker(const Opts& o) {
     r["local_rank"] = env.local_rank;
     r["threads"] = num_threads();
     r["ulysses_chunks"] = ulysses_chunks_for(env, o.ulysses_chunks);
-    r["share_ffn"] = o.share_ffn;
+    r["share_rows"] = o.share_rows;
     r["shared_memory"] = world && world->uses_shared_memory();
     r["cpus"] = place.cpus;
     r["pinned"] = place.pinned;
@@ -204,7 +204,7 @@ int run_worker(const Opts& o) {
       ph[profile::kAttentionPhaseNames[i]] = tot.attention_phases[i] / n;
     r["attention_phases_thread_s"] = ph;
     r["bytes_sent_per_step"] = double(tot.bytes_sent) / n;
-    r["ffn_rows_for_others_per_step"] = double(tot.rows_for_others) / n;  // parallel/shared_feed_forward.h
+    r["rows_for_others_per_step"] = double(tot.rows_for_others) / n;  // parallel/shared_rows.h
     add_memory(r);
     const ModelInfo& info = pipe->info();
     const int64_t m = info.size_multiple, tokens = int64_t(res.request.gen_height / m) * (res.request.gen_width / m);

@@ -38,7 +38,7 @@ struct GenOptions {
   int64_t sp_min_tokens = 0;  // 0: the default (parallel/distributed_context.h)
   int ulysses_chunks = 0;     // 0: the default (parallel/parallel_attention.h)
   bool no_pin = false;  // --no-pin: leave the ranks' CPU affinity alone
-  std::string share_ffn = "auto";  // --share-ffn auto|on|off (parallel/shared_feed_forward.h)
+  std::string share_rows = "auto";  // --share-rows auto|on|off (parallel/shared_rows.h)
   std::string vae_parallel = "machines";  // --vae-parallel machines|ranks|off (parallel/distributed_context.h)
   std::string weight_cache;  // --weight-cache: "" = the default location, "off", or a directory
   double timeout = 300;

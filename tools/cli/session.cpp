@@ -68,7 +68,7 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
     if (o.sp_min_tokens > 0) dopt.sp_min_tokens = o.sp_min_tokens;
     dopt.ulysses_chunks = ulysses_chunks_for(s.env, o.ulysses_chunks);
     dopt.vae_parallel = parse_vae_parallel(o.vae_parallel);
-    dopt.share_ffn = parse_share_ffn(o.share_ffn);
+    dopt.share_rows = parse_share_rows(o.share_rows);
     po.parallel = make_distributed_context(s.mesh, dopt);
   }
   s.connect_seconds = seconds_since(t_connect);

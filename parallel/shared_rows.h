@@ -1,0 +1,98 @@
+// Row-wise work of a block shared among the ranks of a replica that are on one machine: the
+// feed-forward (parallel/shared_feed_forward.h) and the self-attention's Q, K, V projection
+// (parallel/shared_projection.h). The attention's tasks are shared the same way
+// (parallel/ulysses_window.cpp).
+//
+// Every rank does the same arithmetic on its own rows, yet ranks finish at different times: the
+// cores of a virtual machine run at different speeds (vCPUs sharing a host core), a machine is
+// busy with other work. A row-wise op is split into tasks of `block` rows of one batch element;
+// each rank copies its rows (the op's input, the output rows when the op adds to them, a vector
+// per batch element such as a gate) into its shared-memory window, takes its own tasks one at a
+// time from a counter there and computes them on its own memory, then takes those left in the
+// other ranks' windows, computing them with linears of its own over the same whole weights and
+// writing the output rows in their windows (and marking the task there). A rank waits only for
+// tasks of its own that another rank has taken, then copies their output rows back.
+//
+//   one use of the group's window per op:
+//   window_begin -> input, output (if added to), vector, header, counters, marks -> publish ->
+//   my tasks -> each other rank's, once it has published -> until mine are all finished ->
+//   the rows of my tasks others took back -> release
+//
+// Each row's bits are the same whoever computes it: the same kernels over the same values
+// (a matmul's row does not depend on how many rows it is given; tested). Off the window (the
+// replica spans machines, or windows are turned off), under tensor parallelism and, with
+// --share-rows auto, with more than kAutoShareMaxThreads threads a rank, the local form runs.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/tensor.h"
+
+namespace dit {
+
+class ProcessGroup;
+
+// --share-rows: on (shared wherever it can be, and a warning where it cannot), off (always
+// local), auto (as on where the ranks have at most kAutoShareMaxThreads threads each, else
+// off). With one thread a rank, a core slower than the others slows its whole rank (the
+// eighteenth session measured the same linears 1.5-2.6x apart on the 16-core machine); with
+// many, a rank's speed is its cores' average and its layouts were within 0.97-1.04x of one
+// process without sharing, while its tasks would be coarse (512 rows and more) and unmeasured.
+enum class ShareRows { Auto, On, Off };
+constexpr int kAutoShareMaxThreads = 4;
+ShareRows parse_share_rows(const std::string& v);  // "auto" | "on" | "off"; throws otherwise
+// Whether `mode` shares the rows of ranks with `threads` threads each (the most of any rank),
+// where the weights, the machine and the windows allow it.
+bool share_rows_wanted(ShareRows mode, int threads);
+
+// One row-wise op as this rank has it, the same kind on every rank.
+struct RowsShape {
+  const char* what = "";  // its name in warnings ("the feed-forward")
+  int64_t batch = 1, rows = 0;  // this rank's rows per batch element (0: none)
+  size_t in_row = 0;   // bytes of a row of the input
+  size_t out_row = 0;  // bytes of a row of the output
+  bool adds = false;   // whether the op reads the output rows too (a residual): copied in as well
+  size_t item = 0;     // bytes of the vector of a batch element that tasks read (a gate; 0: none)
+  bool whole = false;  // whether this rank holds the op's whole weights
+};
+
+// Where a prepared op's parts lie in the window, and the row counts of every rank's tasks.
+struct RowsPlan {
+  size_t in_at = 0, out_at = 0, item_at = 0, helped_at = 0;
+  int64_t block = 0;  // rows a task
+  std::vector<int64_t> task_rows;  // every count of rows a task can have, ascending
+};
+
+// A shared op's arithmetic: one task of `n` rows (n is one of the plan's task_rows), its
+// input, output and vector rows in some rank's window.
+class RowTasks {
+ public:
+  virtual ~RowTasks() = default;
+  virtual void task(int64_t n, const char* in, char* out, const char* item) = 0;
+};
+
+// The windows of a group and what its ops share. Made once per context.
+// `before_own_task` (tests: a slow rank) runs before each task a rank takes from its own window.
+class RowSharing;
+std::shared_ptr<RowSharing> make_row_sharing(std::shared_ptr<ProcessGroup> group, ShareRows mode,
+                                             std::function<void()> before_own_task = {});
+// Rows of other ranks' tasks this rank has computed through `sharing`.
+uint64_t rows_for_others(const RowSharing& sharing);
+
+// Collective over the group where the mode and the group allow sharing (an all-gather of each
+// rank's shape, the window's size): whether ops of this shape are shared (the same answer on
+// every rank; with --share-rows on, a warning once when not) and if so, their plan.
+bool plan_shared_rows(RowSharing& sharing, const RowsShape& shape, RowsPlan* plan);
+// Scratch for the tasks of one op at a time, at least `numel` of `type` (made while preparing).
+Tensor& row_scratch(RowSharing& sharing, DType type, int64_t numel);
+// One use of the window (every rank of the group, in the same order): this rank's input
+// [batch, rows, in_row], output (read too where the op adds), vector [batch, item] (or null);
+// on return its output rows are computed.
+void run_shared_rows(RowSharing& sharing, const RowsShape& shape, const RowsPlan& plan, RowTasks& tasks,
+                     const void* in, void* out, const void* item);
+
+}  // namespace dit
