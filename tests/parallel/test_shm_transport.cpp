@@ -305,3 +305,35 @@ TEST_CASE("shared memory: groups with the same members share one segment, their 
   INFO(err);
   CHECK(err.empty());
 }
+
+TEST_CASE("shared memory: a group split with a window of its own uses it inside a window use of a twin group",
+          "[parallel]") {
+  // As the replica's shared Q, K, V rows run inside the attention's window use (the groups may
+  // have the same members). On one shared window the inner window_begin would wait for the
+  // outer use's release: a timeout.
+  const std::string err = dit_test::run_rank_threads(2, 20s, [](std::shared_ptr<ProcessGroup> world, int r) {
+    auto twin = world->split("twin", {0, 1});
+    auto own = world->split("own", {0, 1}, /*own_window=*/true);
+    if (!twin->uses_shared_memory() || !own->uses_shared_memory())
+      DIT_FAIL("not on shared memory: " << world->shared_memory_note());
+    if (own->shared_memory_segment() == twin->shared_memory_segment()) DIT_FAIL("own shares the twin's segment");
+    if (!twin->ensure_window(4096) || !own->ensure_window(4096)) DIT_FAIL("no windows: " << own->window_note());
+    const int peer = 1 - r;
+    for (int k = 0; k < 3; ++k) {
+      float* outer = twin->window_begin();
+      outer[0] = float(100 * k + r);
+      float* inner = own->window_begin();
+      inner[0] = float(10 * k + r);
+      own->window_publish();
+      dit_test::expect_eq(own->window_peer(peer)[0], float(10 * k + peer), "inner window", k, r);
+      own->window_release();
+      twin->window_publish();
+      dit_test::expect_eq(twin->window_peer(peer)[0], float(100 * k + peer), "outer window", k, r);
+      twin->window_release();
+    }
+    twin->shutdown();
+    own->shutdown();
+  });
+  INFO(err);
+  CHECK(err.empty());
+}
