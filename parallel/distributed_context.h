@@ -8,8 +8,8 @@
 //  - LayerContext: self-attention is parallel/'s Ulysses / Ring / USP over the mesh's groups
 //    (local when the SP degree is 1); cross-attention is local; tensor parallelism is
 //    parallel/tensor_parallel.h over the tp group (transformer) or the mp group (text encoder);
-//    the blocks' Q, K, V projection and feed-forward share their rows over the replica group
-//    where they can (parallel/shared_rows.h).
+//    the blocks' feed-forward (and, under sequence parallelism, their Q, K, V projection)
+//    share their rows over the replica group where they can (parallel/shared_rows.h).
 //  - Rank 0 of the replica decodes and writes the output.
 #pragma once
 
@@ -39,8 +39,8 @@ struct DistributedOptions {
   // Ulysses: heads per rank pipelined in up to this many chunks (--ulysses-chunks; 1: no overlap);
   // see ulysses_chunks_for.
   int ulysses_chunks = 1;
-  // --share-rows: the blocks' Q, K, V projection and feed-forward rows shared among the
-  // replica's ranks on one machine (parallel/shared_rows.h).
+  // --share-rows: the blocks' feed-forward (and, under sequence parallelism, Q, K, V
+  // projection) rows shared among the replica's ranks on one machine (parallel/shared_rows.h).
   ShareRows share_rows = ShareRows::Auto;
   // --vae-parallel: how a replica's VAE decode is spread (docs/vae.md §5).
   VaeParallel vae_parallel = VaeParallel::Machines;

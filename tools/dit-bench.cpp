@@ -352,7 +352,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "tcp"}))
       ->capture_default_str();
   app.add_option("--share-rows,--share-ffn", o.share_rows,
-                 "as dit-gen's --share-rows: the Q, K, V projection's and feed-forward's rows shared among local ranks")
+                 "as dit-gen's --share-rows: the feed-forward's (and with sequence parallelism the Q, K, V projection's) rows shared among local ranks")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   app.add_option("--weight-cache", o.weight_cache,

@@ -120,7 +120,7 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
       ->capture_default_str()
       ->group(par);
   app.add_option("--share-rows,--share-ffn", o.share_rows,
-                 "the blocks' Q, K, V projection and feed-forward (11/12 of their linear work): on = their token rows are shared among the replica's ranks on one machine, so a rank that has finished its own rows computes some of a slower rank's (the same bits; a warning where it cannot: ranks on several machines, tensor parallelism); off = each rank its own rows; auto = on where the ranks have at most 4 threads each (one slow core slows a "
+                 "the blocks' feed-forward and, under sequence parallelism (--ulysses, --ring), their Q, K, V projection (together 11/12 of their linear work): on = their token rows are shared among the replica's ranks on one machine, so a rank that has finished its own rows computes some of a slower rank's (the same bits; a warning where it cannot: ranks on several machines, tensor parallelism); off = each rank its own rows; auto = on where the ranks have at most 4 threads each (one slow core slows a "
                  "rank of few threads), else off. --share-ffn is the older name")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str()
