@@ -26,8 +26,9 @@ const std::vector<GroupDef>& mesh_groups() {
       {Group::Mp, "mp", {Axis::Ring, Axis::Ulysses, Axis::Tp}},
       {Group::Cfg, "cfg", {Axis::Cfg}},
       {Group::Dp, "dp", {Axis::Dp}},
-      // Its window holds the shared rows' uses (parallel/shared_rows.h), the Q, K, V projection's
-      // inside the attention's window use (qkv_destination): a window of its own.
+      // Its window holds the shared rows' uses (parallel/shared_rows.h), under sequence
+      // parallelism the Q, K, V projection's inside the attention's window use
+      // (qkv_destination): a window of its own there (DeviceMesh's constructor).
       {Group::Replica, "replica", {Axis::Cfg, Axis::Ring, Axis::Ulysses, Axis::Tp}, /*own_window=*/true},
   };
   return g;
@@ -104,7 +105,10 @@ DeviceMesh::DeviceMesh(std::shared_ptr<ProcessGroup> world, const MeshDegrees& d
   DIT_CHECK(world_ && world_->name() == "world", "DeviceMesh: needs the world group");
   layout_ = mesh_layout(degrees, world_->size(), world_->rank());
   // Group names carry the member list (split adds it), so every instance is unique.
-  for (const GroupDef& g : mesh_groups()) groups_[size_t(g.group)] = world_->split(g.name, layout_.group(g.group), g.own_window);
+  // A window of its own only where it is used inside another's: another segment's windows cost
+  // 1-3% of a bf16 --ulysses 2 step on the 2-core VM (docs/benchmarks.md).
+  for (const GroupDef& g : mesh_groups())
+    groups_[size_t(g.group)] = world_->split(g.name, layout_.group(g.group), g.own_window && degrees.sp() > 1);
 }
 
 DeviceMesh::~DeviceMesh() {
