@@ -105,8 +105,9 @@ DeviceMesh::DeviceMesh(std::shared_ptr<ProcessGroup> world, const MeshDegrees& d
   DIT_CHECK(world_ && world_->name() == "world", "DeviceMesh: needs the world group");
   layout_ = mesh_layout(degrees, world_->size(), world_->rank());
   // Group names carry the member list (split adds it), so every instance is unique.
-  // A window of its own only where it is used inside another's: another segment's windows cost
-  // 1-3% of a bf16 --ulysses 2 step on the 2-core VM (docs/benchmarks.md).
+  // A window of its own only where it is used inside another's: elsewhere one segment's windows
+  // serve both (another segment's measured 1-3% of a bf16 --ulysses 2 step on the 2-core VM:
+  // docs/benchmarks.md).
   for (const GroupDef& g : mesh_groups())
     groups_[size_t(g.group)] = world_->split(g.name, layout_.group(g.group), g.own_window && degrees.sp() > 1);
 }
