@@ -1,7 +1,9 @@
-// A tensor of normal random values (mean 0, standard deviation `scale`) from a seed, for tests.
+// Tensors for the parallel tests: one of normal random values (mean 0, standard deviation
+// `scale`) from a seed, and whether two hold the same bits.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <random>
 
 #include "runtime/tensor.h"
@@ -14,6 +16,10 @@ inline dit::Tensor randn(const dit::Shape& s, uint32_t seed, float scale = 1.f) 
   dit::Tensor t = dit::Tensor::empty(s);
   for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = n(g);
   return t;
+}
+
+inline bool same_bits(const dit::Tensor& a, const dit::Tensor& b) {
+  return a.numel() == b.numel() && a.dtype() == b.dtype() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
 
 }  // namespace dit_test

@@ -22,6 +22,7 @@ using namespace dit;
 namespace {
 
 using dit_test::randn;
+using dit_test::same_bits;
 
 constexpr int64_t B = 2, D = 48;
 
@@ -169,10 +170,6 @@ SharedRun shared_results(const Weights& w, const std::vector<int64_t>& rows, DTy
       });
   REQUIRE(err.empty());
   return run;
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.numel() == b.numel() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
 
 }  // namespace
