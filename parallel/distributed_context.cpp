@@ -104,12 +104,8 @@ class MeshLayerContext final : public LayerContext {
   std::unique_ptr<FeedForward> feed_forward(FeedForwardParts parts) override {
     return make_shared_feed_forward(sharing(), std::move(parts));
   }
-  // Shared only under sequence parallelism, where the attention's exchange right after it waits
-  // for the slowest rank's projection. Without (guidance halves only) the feed-forward's sharing
-  // absorbs a slow rank's projection, and a second use of the window a block measured 5-7%
-  // slower on the 2-core VM with a core slowed (docs/benchmarks.md).
   std::unique_ptr<Projection> projection(ProjectionParts parts) override {
-    if (mesh_.degrees().sp() == 1) return std::move(parts.local);
+    if (!shares_projection(mesh_.degrees())) return std::move(parts.local);
     return make_shared_projection(sharing(), std::move(parts));
   }
 
@@ -117,7 +113,7 @@ class MeshLayerContext final : public LayerContext {
   DeviceMesh& mesh_;
   DistributedOptions opt_;
   std::shared_ptr<RowSharing>& sharing() {
-    if (!rows_) rows_ = make_row_sharing(mesh_.group_ref(Group::Replica), opt_.share_rows);
+    if (!rows_) rows_ = std::make_shared<RowSharing>(mesh_.group_ref(Group::Replica), opt_.share_rows);
     return rows_;
   }
   std::shared_ptr<RowSharing> rows_;  // the replica's windows for the projections and feed-forwards
@@ -231,7 +227,7 @@ class DistributedContext final : public ParallelContext {
     // not fit, which it says).
     if (share_rows_wanted(opt_.share_rows, omp_get_max_threads()) && T == 1 && mesh_->replica().size() > 1 &&
         mesh_->replica().uses_shared_memory())
-      os << (d.sp() > 1 ? ", Q, K, V and feed-forward" : ", feed-forward") << " rows shared with the replica's "
+      os << (shares_projection(d) ? ", Q, K, V and feed-forward" : ", feed-forward") << " rows shared with the replica's "
          << mesh_->replica().size() << " ranks";
     return os.str();
   }

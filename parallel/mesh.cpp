@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "parallel/shared_projection.h"
 #include "runtime/error.h"
 
 namespace dit {
@@ -26,9 +27,9 @@ const std::vector<GroupDef>& mesh_groups() {
       {Group::Mp, "mp", {Axis::Ring, Axis::Ulysses, Axis::Tp}},
       {Group::Cfg, "cfg", {Axis::Cfg}},
       {Group::Dp, "dp", {Axis::Dp}},
-      // Its window holds the shared rows' uses (parallel/shared_rows.h), under sequence
-      // parallelism the Q, K, V projection's inside the attention's window use
-      // (qkv_destination): a window of its own there (DeviceMesh's constructor).
+      // Its window holds the shared rows' uses (parallel/shared_rows.h), where the Q, K, V
+      // projection is shared inside the attention's window use (qkv_destination): a window of
+      // its own there (DeviceMesh's constructor).
       {Group::Replica, "replica", {Axis::Cfg, Axis::Ring, Axis::Ulysses, Axis::Tp}, /*own_window=*/true},
   };
   return g;
@@ -109,7 +110,7 @@ DeviceMesh::DeviceMesh(std::shared_ptr<ProcessGroup> world, const MeshDegrees& d
   // serve both (another segment's measured 1-3% of a bf16 --ulysses 2 step on the 2-core VM:
   // docs/benchmarks.md).
   for (const GroupDef& g : mesh_groups())
-    groups_[size_t(g.group)] = world_->split(g.name, layout_.group(g.group), g.own_window && degrees.sp() > 1);
+    groups_[size_t(g.group)] = world_->split(g.name, layout_.group(g.group), g.own_window && shares_projection(degrees));
 }
 
 DeviceMesh::~DeviceMesh() {

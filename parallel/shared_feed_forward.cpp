@@ -13,7 +13,7 @@ class SharedFeedForward final : public FeedForward, RowTasks {
   SharedFeedForward(std::shared_ptr<RowSharing> sh, const FeedForwardParts& p, const RowsShape& rs,
                     const RowsPlan& plan)
       : sh_(std::move(sh)), s_(p.shape), rs_(rs), plan_(plan),
-        hidden_(row_scratch(*sh_, s_.hidden, plan.block * s_.hidden_dim)) {
+        hidden_(sh_->scratch(s_.hidden, plan.block * s_.hidden_dim)) {
     DIT_CHECK(s_.hidden == DType::BF16 || s_.input == DType::F32,
               "shared feed-forward: bf16 rows for an f32 hidden layer");
     for (const int64_t n : plan.task_rows) {
@@ -33,9 +33,9 @@ class SharedFeedForward final : public FeedForward, RowTasks {
       ops_.emplace(n, Ops{Linear(s1, *p.w1), Linear(s2, *p.w2)});
     }
   }
-  void run(const float* h, float* x, const float* gate) override { run_shared_rows(*sh_, rs_, plan_, *this, h, x, gate); }
+  void run(const float* h, float* x, const float* gate) override { sh_->run(rs_, plan_, *this, h, x, gate); }
   void run(const uint16_t* h, float* x, const float* gate) override {
-    run_shared_rows(*sh_, rs_, plan_, *this, h, x, gate);
+    sh_->run(rs_, plan_, *this, h, x, gate);
   }
 
  private:
@@ -84,7 +84,7 @@ std::unique_ptr<FeedForward> make_shared_feed_forward(const std::shared_ptr<RowS
   rs.item = size_t(s.dim) * 4;     // the gate
   rs.whole = parts.w1 && parts.w2;
   RowsPlan plan;
-  if (!plan_shared_rows(*sharing, rs, &plan)) return make_local_feed_forward(std::move(parts));
+  if (!sharing->plan(rs, &plan)) return make_local_feed_forward(std::move(parts));
   return std::make_unique<SharedFeedForward>(sharing, parts, rs, plan);
 }
 

@@ -13,7 +13,7 @@ namespace dit {
 
 // The shared form of `parts`' feed-forward, or the local form when it cannot be shared (the
 // same answer on every rank of the group: a group of one, no whole weights, no window, off).
-// Collective over the group (plan_shared_rows) where the mode and the group allow sharing:
+// Collective over the group (RowSharing::plan) where the mode and the group allow sharing:
 // every rank makes its feed-forwards and projections in the same order.
 std::unique_ptr<FeedForward> make_shared_feed_forward(const std::shared_ptr<RowSharing>& sharing,
                                                       FeedForwardParts parts);

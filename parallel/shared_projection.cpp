@@ -28,7 +28,7 @@ class SharedProjection final : public Projection, RowTasks {
       }
     }
   }
-  void run(const void* x, void* y) override { run_shared_rows(*sh_, rs_, plan_, *this, x, y, nullptr); }
+  void run(const void* x, void* y) override { sh_->run(rs_, plan_, *this, x, y, nullptr); }
 
  private:
   // y = x·Wᵀ + b over one task's n rows, each weight into its columns.
@@ -75,7 +75,7 @@ std::unique_ptr<Projection> make_shared_projection(const std::shared_ptr<RowShar
   rs.out_row = size_t(s.out) * dtype_size(s.output);
   rs.whole = !parts.whole.empty() && whole_out == s.out;
   RowsPlan plan;
-  if (!plan_shared_rows(*sharing, rs, &plan)) return std::move(parts.local);
+  if (!sharing->plan(rs, &plan)) return std::move(parts.local);
   return std::make_unique<SharedProjection>(sharing, parts, rs, plan);
 }
 

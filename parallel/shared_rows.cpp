@@ -50,173 +50,144 @@ bool share_rows_wanted(ShareRows mode, int threads) {
   return mode == ShareRows::On || (mode == ShareRows::Auto && threads <= kAutoShareMaxThreads);
 }
 
-class RowSharing {
- public:
-  RowSharing(std::shared_ptr<ProcessGroup> g, ShareRows mode, std::function<void()> before_own_task)
-      : g_(std::move(g)), mode_(mode), before_own_task_(std::move(before_own_task)) {}
+RowSharing::RowSharing(std::shared_ptr<ProcessGroup> g, ShareRows mode, std::function<void()> before_own_task)
+    : g_(std::move(g)), mode_(mode), before_own_task_(std::move(before_own_task)) {}
 
-  bool plan(const RowsShape& s, RowsPlan* P) {
-    if (mode_ == ShareRows::Off || g_->size() == 1) return false;
-    if (!g_->uses_shared_memory()) {  // the replica spans machines (or --transport tcp): no windows
-      warn_once(s, "its ranks do not share one machine's memory");
-      return false;
-    }
-    RankShape mine{s.rows, s.batch, omp_get_max_threads(), s.whole ? 1 : 0};
-    std::vector<RankShape> all(size_t(g_->size()));
-    g_->all_gather_bytes(&mine, all.data(), sizeof(RankShape));
-    int64_t max_rows = 0, batch = 0, threads = 1;
-    bool whole = true;
-    for (const RankShape& r : all) {
-      max_rows = std::max(max_rows, r.rows);
-      batch = std::max(batch, r.batch);
-      threads = std::max(threads, r.threads);
-      whole = whole && r.whole;
-    }
-    if (!share_rows_wanted(mode_, int(threads))) return false;
-    if (!whole || max_rows == 0) {
-      warn_once(s, whole ? "no rank has token rows" : "its weights are split by tensor parallelism");
-      return false;
-    }
-    // About 4 tasks a rank, of at least 64 rows a thread, at most 1024: bf16 matmuls of 128 rows
-    // on one thread took 4% longer than of 1024, of 256 no longer (docs/benchmarks.md).
-    const int64_t per_rank = batch * max_rows;
-    P->block = std::clamp<int64_t>((per_rank / 4 + 15) / 16 * 16, 64 * threads, 1024);
-    P->in_at = kRowsAt;
-    P->out_at = P->in_at + round_up(size_t(batch * max_rows) * s.in_row);
-    P->item_at = P->out_at + round_up(size_t(batch * max_rows) * s.out_row);
-    P->helped_at = P->item_at + round_up(size_t(batch) * s.item);
-    const size_t bytes = P->helped_at + round_up(size_t(tasks_of(max_rows, batch, P->block)));
-    if (!g_->ensure_window(bytes)) {  // collective
-      warn_once(s, g_->window_note());
-      return false;
-    }
-    std::set<int64_t> counts{P->block};
-    for (const RankShape& r : all)  // each rank's last task of an item (all of it when shorter than a block)
-      if (r.rows % P->block != 0) counts.insert(r.rows % P->block);
-    P->task_rows.assign(counts.begin(), counts.end());
-    return true;
+bool RowSharing::plan(const RowsShape& s, RowsPlan* P) {
+  if (mode_ == ShareRows::Off || g_->size() == 1) return false;
+  if (!g_->uses_shared_memory()) {  // the replica spans machines (or --transport tcp): no windows
+    warn_once(s, "its ranks do not share one machine's memory");
+    return false;
   }
-
-  Tensor& scratch(DType type, int64_t numel) {
-    Tensor& t = scratch_[type == DType::BF16 ? 1 : 0];
-    if (!t.defined() || t.numel() < numel) t = Tensor::empty({numel}, type);
-    return t;
+  RankShape mine{s.rows, s.batch, omp_get_max_threads(), s.whole ? 1 : 0};
+  std::vector<RankShape> all(size_t(g_->size()));
+  g_->all_gather_bytes(&mine, all.data(), sizeof(RankShape));
+  int64_t max_rows = 0, batch = 0, threads = 1;
+  bool whole = true;
+  for (const RankShape& r : all) {
+    max_rows = std::max(max_rows, r.rows);
+    batch = std::max(batch, r.batch);
+    threads = std::max(threads, r.threads);
+    whole = whole && r.whole;
   }
-
-  // My own tasks read and write my rows where they are (in, out, item); the others' tasks read
-  // and write theirs in their windows; the rows of my tasks another rank took come back from
-  // mine.
-  void run(const RowsShape& s, const RowsPlan& P, RowTasks& tasks, const void* in, void* out, const void* item) {
-    const int64_t B = s.batch, T = s.rows, total = tasks_of(T, B, P.block);
-    char* me;
-    {
-      profile::Scope pw(profile::Cat::Waiting);  // until every rank has released the window's last use
-      me = reinterpret_cast<char*>(g_->window_begin());
-    }
-    if (T > 0) {
-      profile::Scope pc(profile::Cat::Communication);
-      std::memcpy(me + P.in_at, in, size_t(B * T) * s.in_row);
-      if (s.adds) std::memcpy(me + P.out_at, out, size_t(B * T) * s.out_row);
-      if (s.item) std::memcpy(me + P.item_at, item, size_t(B) * s.item);
-      std::memset(me + P.helped_at, 0, size_t(total));
-    }
-    *reinterpret_cast<Header*>(me + kHeaderAt) = Header{T, B};
-    counter(me, kClaimedAt).store(0, std::memory_order_relaxed);
-    counter(me, kFinishedAt).store(0, std::memory_order_relaxed);
-    g_->window_publish();
-    run_tasks(s, P, tasks, me, Rows{static_cast<const char*>(in), static_cast<char*>(out), static_cast<const char*>(item)});
-    for (int k = 1; k < g_->size(); ++k) {
-      const int j = (g_->rank() + k) % g_->size();
-      {
-        profile::Scope pw(profile::Cat::Waiting);
-        g_->window_peer(j);  // its rows published
-      }
-      char* win = reinterpret_cast<char*>(g_->window_shared(j));
-      run_tasks(s, P, tasks, win, Rows{win + P.in_at, win + P.out_at, win + P.item_at}, /*helping=*/true);
-    }
-    if (T > 0) {
-      {
-        profile::Scope pw(profile::Cat::Waiting);  // my tasks that other ranks took
-        g_->window_wait(counter(me, kFinishedAt), uint64_t(total));
-      }
-      profile::Scope pc(profile::Cat::Communication);
-      const int64_t per_item = (T + P.block - 1) / P.block;
-      for (int64_t t = 0; t < total; ++t) {
-        if (!me[P.helped_at + size_t(t)]) continue;
-        const int64_t r0 = (t % per_item) * P.block, row = (t / per_item) * T + r0;
-        const size_t at = size_t(row) * s.out_row;
-        std::memcpy(static_cast<char*>(out) + at, me + P.out_at + at, size_t(std::min(P.block, T - r0)) * s.out_row);
-      }
-    }
-    g_->window_release();
+  if (!share_rows_wanted(mode_, int(threads))) return false;
+  if (!whole || max_rows == 0) {
+    warn_once(s, whole ? "no rank has token rows" : "its weights are split by tensor parallelism");
+    return false;
   }
-
-  uint64_t rows_for_others() const { return rows_for_others_; }
-
- private:
-  // Where a window's owner has its rows: in, out and item of [batch, rows] (item: [batch]).
-  struct Rows {
-    const char* in;
-    char* out;
-    const char* item;
-  };
-
-  // Claims and computes the tasks left in window `win` until none are, on the owner's rows at
-  // `at` (mine: my own memory; helping: the window, each task marked as helped).
-  void run_tasks(const RowsShape& s, const RowsPlan& P, RowTasks& tasks, char* win, Rows at, bool helping = false) {
-    const Header hd = *reinterpret_cast<const Header*>(win + kHeaderAt);
-    const int64_t per_item = (hd.rows + P.block - 1) / P.block, total = hd.batch * per_item;
-    std::atomic<uint64_t>& claimed = counter(win, kClaimedAt);
-    std::atomic<uint64_t>& finished = counter(win, kFinishedAt);
-    for (;;) {
-      const uint64_t t = claimed.fetch_add(1, std::memory_order_relaxed);
-      if (t >= uint64_t(total)) return;
-      if (!helping && before_own_task_) before_own_task_();
-      const int64_t b = int64_t(t) / per_item, r0 = (int64_t(t) % per_item) * P.block;
-      const int64_t n = std::min(P.block, hd.rows - r0), row = b * hd.rows + r0;
-      DIT_CHECK(std::binary_search(P.task_rows.begin(), P.task_rows.end(), n),
-                "shared rows (" << s.what << "): no linears for a task of " << n << " rows");
-      tasks.task(n, at.in + size_t(row) * s.in_row, at.out + size_t(row) * s.out_row,
-                 s.item ? at.item + size_t(b) * s.item : nullptr);
-      if (helping) {
-        win[P.helped_at + t] = 1;
-        rows_for_others_ += uint64_t(n);
-        profile::add_rows_for_others(uint64_t(n));
-      }
-      finished.fetch_add(1, std::memory_order_release);  // the output rows and mark written before the count
-    }
+  // About 4 tasks a rank, of at least 64 rows a thread, at most 1024: bf16 matmuls of 128 rows
+  // on one thread took 4% longer than of 1024, of 256 no longer (docs/benchmarks.md).
+  const int64_t per_rank = batch * max_rows;
+  P->block = std::clamp<int64_t>((per_rank / 4 + 15) / 16 * 16, 64 * threads, 1024);
+  P->in_at = kRowsAt;
+  P->out_at = P->in_at + round_up(size_t(batch * max_rows) * s.in_row);
+  P->item_at = P->out_at + round_up(size_t(batch * max_rows) * s.out_row);
+  P->helped_at = P->item_at + round_up(size_t(batch) * s.item);
+  const size_t bytes = P->helped_at + round_up(size_t(tasks_of(max_rows, batch, P->block)));
+  if (!g_->ensure_window(bytes)) {  // collective
+    warn_once(s, g_->window_note());
+    return false;
   }
+  std::set<int64_t> counts{P->block};
+  for (const RankShape& r : all)  // each rank's last task of an item (all of it when shorter than a block)
+    if (r.rows % P->block != 0) counts.insert(r.rows % P->block);
+  P->task_rows.assign(counts.begin(), counts.end());
+  return true;
+}
 
-  // With --share-rows on, why an op's rows are not shared: once per op kind, by the group's rank 0.
-  void warn_once(const RowsShape& s, const std::string& why) {
-    if (mode_ != ShareRows::On || g_->rank() != 0 || !warned_.insert(s.what).second) return;
-    std::fprintf(stderr, "warning: --share-rows on: %s runs on each rank's own rows (%s)\n", s.what, why.c_str());
-  }
+Tensor& RowSharing::scratch(DType type, int64_t numel) {
+  Tensor& t = scratch_[type == DType::BF16 ? 1 : 0];
+  if (!t.defined() || t.numel() < numel) t = Tensor::empty({numel}, type);
+  return t;
+}
 
-  std::shared_ptr<ProcessGroup> g_;
-  ShareRows mode_;
-  std::function<void()> before_own_task_;
-  uint64_t rows_for_others_ = 0;
-  std::set<std::string> warned_;
-  Tensor scratch_[2];  // f32, bf16
+// In, out and item of [batch, rows] (item: [batch]): a rank's own memory, or its window.
+struct RowSharing::Rows {
+  const char* in;
+  char* out;
+  const char* item;
 };
 
-std::shared_ptr<RowSharing> make_row_sharing(std::shared_ptr<ProcessGroup> group, ShareRows mode,
-                                             std::function<void()> before_own_task) {
-  return std::make_shared<RowSharing>(std::move(group), mode, std::move(before_own_task));
+// My own tasks read and write my rows where they are (in, out, item); the others' tasks read
+// and write theirs in their windows; the rows of my tasks another rank took come back from
+// mine.
+void RowSharing::run(const RowsShape& s, const RowsPlan& P, RowTasks& tasks, const void* in, void* out,
+                     const void* item) {
+  const int64_t B = s.batch, T = s.rows, total = tasks_of(T, B, P.block);
+  char* me;
+  {
+    profile::Scope pw(profile::Cat::Waiting);  // until every rank has released the window's last use
+    me = reinterpret_cast<char*>(g_->window_begin());
+  }
+  if (T > 0) {
+    profile::Scope pc(profile::Cat::Communication);
+    std::memcpy(me + P.in_at, in, size_t(B * T) * s.in_row);
+    if (s.adds) std::memcpy(me + P.out_at, out, size_t(B * T) * s.out_row);
+    if (s.item) std::memcpy(me + P.item_at, item, size_t(B) * s.item);
+    std::memset(me + P.helped_at, 0, size_t(total));
+  }
+  *reinterpret_cast<Header*>(me + kHeaderAt) = Header{T, B};
+  counter(me, kClaimedAt).store(0, std::memory_order_relaxed);
+  counter(me, kFinishedAt).store(0, std::memory_order_relaxed);
+  g_->window_publish();
+  run_tasks(s, P, tasks, me, Rows{static_cast<const char*>(in), static_cast<char*>(out), static_cast<const char*>(item)});
+  for (int k = 1; k < g_->size(); ++k) {
+    const int j = (g_->rank() + k) % g_->size();
+    {
+      profile::Scope pw(profile::Cat::Waiting);
+      g_->window_peer(j);  // its rows published
+    }
+    char* win = reinterpret_cast<char*>(g_->window_shared(j));
+    run_tasks(s, P, tasks, win, Rows{win + P.in_at, win + P.out_at, win + P.item_at}, /*helping=*/true);
+  }
+  if (T > 0) {
+    {
+      profile::Scope pw(profile::Cat::Waiting);  // my tasks that other ranks took
+      g_->window_wait(counter(me, kFinishedAt), uint64_t(total));
+    }
+    profile::Scope pc(profile::Cat::Communication);
+    const int64_t per_item = (T + P.block - 1) / P.block;
+    for (int64_t t = 0; t < total; ++t) {
+      if (!me[P.helped_at + size_t(t)]) continue;
+      const int64_t r0 = (t % per_item) * P.block, row = (t / per_item) * T + r0;
+      const size_t at = size_t(row) * s.out_row;
+      std::memcpy(static_cast<char*>(out) + at, me + P.out_at + at, size_t(std::min(P.block, T - r0)) * s.out_row);
+    }
+  }
+  g_->window_release();
 }
 
-uint64_t rows_for_others(const RowSharing& sharing) { return sharing.rows_for_others(); }
-
-bool plan_shared_rows(RowSharing& sharing, const RowsShape& shape, RowsPlan* plan) {
-  return sharing.plan(shape, plan);
+// Claims and computes the tasks left in window `win` until none are, on the owner's rows at
+// `at` (mine: my own memory; helping: the window, each task marked as helped).
+void RowSharing::run_tasks(const RowsShape& s, const RowsPlan& P, RowTasks& tasks, char* win, const Rows& at,
+                           bool helping) {
+  const Header hd = *reinterpret_cast<const Header*>(win + kHeaderAt);
+  const int64_t per_item = (hd.rows + P.block - 1) / P.block, total = hd.batch * per_item;
+  std::atomic<uint64_t>& claimed = counter(win, kClaimedAt);
+  std::atomic<uint64_t>& finished = counter(win, kFinishedAt);
+  for (;;) {
+    const uint64_t t = claimed.fetch_add(1, std::memory_order_relaxed);
+    if (t >= uint64_t(total)) return;
+    if (!helping && before_own_task_) before_own_task_();
+    const int64_t b = int64_t(t) / per_item, r0 = (int64_t(t) % per_item) * P.block;
+    const int64_t n = std::min(P.block, hd.rows - r0), row = b * hd.rows + r0;
+    DIT_CHECK(std::binary_search(P.task_rows.begin(), P.task_rows.end(), n),
+              "shared rows (" << s.what << "): no linears for a task of " << n << " rows");
+    tasks.task(n, at.in + size_t(row) * s.in_row, at.out + size_t(row) * s.out_row,
+               s.item ? at.item + size_t(b) * s.item : nullptr);
+    if (helping) {
+      win[P.helped_at + t] = 1;
+      rows_for_others_ += uint64_t(n);
+      profile::add_rows_for_others(uint64_t(n));
+    }
+    finished.fetch_add(1, std::memory_order_release);  // the output rows and mark written before the count
+  }
 }
 
-Tensor& row_scratch(RowSharing& sharing, DType type, int64_t numel) { return sharing.scratch(type, numel); }
-
-void run_shared_rows(RowSharing& sharing, const RowsShape& shape, const RowsPlan& plan, RowTasks& tasks,
-                     const void* in, void* out, const void* item) {
-  sharing.run(shape, plan, tasks, in, out, item);
+// With --share-rows on, why an op's rows are not shared: once per op kind, by the group's rank 0.
+void RowSharing::warn_once(const RowsShape& s, const std::string& why) {
+  if (mode_ != ShareRows::On || g_->rank() != 0 || !warned_.insert(s.what).second) return;
+  std::fprintf(stderr, "warning: --share-rows on: %s runs on each rank's own rows (%s)\n", s.what, why.c_str());
 }
 
 }  // namespace dit

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -68,7 +69,7 @@ struct RowsPlan {
 };
 
 // A shared op's arithmetic: one task of `n` rows (n is one of the plan's task_rows), its
-// input, output and vector rows in some rank's window.
+// input, output and vector rows in its owner's memory (its own tasks) or window (another's).
 class RowTasks {
  public:
   virtual ~RowTasks() = default;
@@ -77,22 +78,36 @@ class RowTasks {
 
 // The windows of a group and what its ops share. Made once per context.
 // `before_own_task` (tests: a slow rank) runs before each task a rank takes from its own window.
-class RowSharing;
-std::shared_ptr<RowSharing> make_row_sharing(std::shared_ptr<ProcessGroup> group, ShareRows mode,
-                                             std::function<void()> before_own_task = {});
-// Rows of other ranks' tasks this rank has computed through `sharing`.
-uint64_t rows_for_others(const RowSharing& sharing);
+class RowSharing {
+ public:
+  RowSharing(std::shared_ptr<ProcessGroup> group, ShareRows mode, std::function<void()> before_own_task = {});
 
-// Collective over the group where the mode and the group allow sharing (an all-gather of each
-// rank's shape, the window's size): whether ops of this shape are shared (the same answer on
-// every rank; with --share-rows on, a warning once when not) and if so, their plan.
-bool plan_shared_rows(RowSharing& sharing, const RowsShape& shape, RowsPlan* plan);
-// Scratch for the tasks of one op at a time, at least `numel` of `type` (made while preparing).
-Tensor& row_scratch(RowSharing& sharing, DType type, int64_t numel);
-// One use of the window (every rank of the group, in the same order): this rank's input
-// [batch, rows, in_row], output (read too where the op adds), vector [batch, item] (or null);
-// on return its output rows are computed.
-void run_shared_rows(RowSharing& sharing, const RowsShape& shape, const RowsPlan& plan, RowTasks& tasks,
-                     const void* in, void* out, const void* item);
+  // Collective over the group where the mode and the group allow sharing (an all-gather of each
+  // rank's shape, the window's size): whether ops of this shape are shared (the same answer on
+  // every rank; with --share-rows on, a warning once when not) and if so, their plan.
+  bool plan(const RowsShape& shape, RowsPlan* plan);
+  // Scratch for the tasks of one op at a time, at least `numel` of `type` (made while preparing).
+  Tensor& scratch(DType type, int64_t numel);
+  // One use of the window (every rank of the group, in the same order): this rank's input
+  // [batch, rows, in_row], output (read too where the op adds), vector [batch, item] (or null);
+  // on return its output rows are computed.
+  void run(const RowsShape& shape, const RowsPlan& plan, RowTasks& tasks, const void* in, void* out,
+           const void* item);
+  // Rows of other ranks' tasks this rank has computed.
+  uint64_t rows_for_others() const { return rows_for_others_; }
+
+ private:
+  struct Rows;  // where a window's owner has its rows
+  void run_tasks(const RowsShape& s, const RowsPlan& P, RowTasks& tasks, char* win, const Rows& at,
+                 bool helping = false);
+  void warn_once(const RowsShape& s, const std::string& why);
+
+  std::shared_ptr<ProcessGroup> g_;
+  ShareRows mode_;
+  std::function<void()> before_own_task_;
+  uint64_t rows_for_others_ = 0;
+  std::set<std::string> warned_;
+  Tensor scratch_[2];  // f32, bf16
+};
 
 }  // namespace dit

@@ -122,7 +122,7 @@ SharedRun shared_results(const Weights& w, const std::vector<int64_t>& rows, DTy
       world, std::chrono::seconds(60), [&](std::shared_ptr<ProcessGroup> pg, int r) {
         std::function<void()> delay;
         if (r == slow) delay = [] { std::this_thread::sleep_for(std::chrono::milliseconds(30)); };
-        auto sharing = make_row_sharing(pg, mode, delay);
+        auto sharing = std::make_shared<RowSharing>(pg, mode, delay);
         std::vector<std::unique_ptr<FeedForward>> ffs;
         for (int l = 0; l < kLayers; ++l) {
           FeedForwardParts p = parts(w, rows[size_t(r)], compute);
@@ -134,7 +134,7 @@ SharedRun shared_results(const Weights& w, const std::vector<int64_t>& rows, DTy
           for (int l = 0; l < kLayers; ++l)
             run_ff(*ffs[size_t(l)], input(r, l, rows[size_t(r)], compute), x, rows[size_t(r)]);
         run.x[size_t(r)] = x;
-        run.helped[size_t(r)] = rows_for_others(*sharing);
+        run.helped[size_t(r)] = sharing->rows_for_others();
       });
   REQUIRE(err.empty());
   return run;
@@ -193,7 +193,7 @@ TEST_CASE("shared feed-forward: a rank failing in the middle of a use becomes di
       int(rows.size()), std::chrono::seconds(20), [&](std::shared_ptr<ProcessGroup> pg, int r) {
         std::function<void()> fail;
         if (r == 1) fail = [] { throw Error("rank 1 gave up"); };
-        auto sharing = make_row_sharing(pg, ShareRows::On, fail);
+        auto sharing = std::make_shared<RowSharing>(pg, ShareRows::On, fail);
         auto ff = make_shared_feed_forward(sharing, parts(w, 64, DType::F32));
         Tensor x = input(r, 0, 64, DType::F32).x.clone();
         try {

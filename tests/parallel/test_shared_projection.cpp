@@ -128,7 +128,7 @@ SharedRun shared_results(const Weights& w, const std::vector<int64_t>& rows, DTy
         const int64_t T = rows[size_t(r)];
         std::function<void()> delay;
         if (r == slow) delay = [] { std::this_thread::sleep_for(std::chrono::milliseconds(30)); };
-        auto sharing = make_row_sharing(pg, mode, delay);
+        auto sharing = std::make_shared<RowSharing>(pg, mode, delay);
         std::vector<std::unique_ptr<Projection>> ops;
         for (int l = 0; l < kLayers; ++l) ops.push_back(make_shared_projection(sharing, parts(w, T, compute, fused, give_whole)));
         FeedForwardParts fp;  // a feed-forward between the projections (its result is not checked here)
@@ -166,7 +166,7 @@ SharedRun shared_results(const Weights& w, const std::vector<int64_t>& rows, DTy
           else
             ff->run(static_cast<const float*>(hp), T > 0 ? x.f32() : nullptr, T > 0 ? gate.f32() : nullptr);
         }
-        run.helped[size_t(r)] = rows_for_others(*sharing);
+        run.helped[size_t(r)] = sharing->rows_for_others();
       });
   REQUIRE(err.empty());
   return run;
