@@ -226,7 +226,7 @@ class DistributedContext final : public ParallelContext {
     // every rank holds the whole weights and the replica is on one machine (unless its windows do
     // not fit, which it says).
     if (share_rows_wanted(opt_.share_rows, omp_get_max_threads()) && T == 1 && mesh_->replica().size() > 1 &&
-        mesh_->replica().uses_shared_memory())
+        mesh_->replica().windows_allowed())
       os << (shares_projection(d) ? ", Q, K, V and feed-forward" : ", feed-forward") << " rows shared with the replica's "
          << mesh_->replica().size() << " ranks";
     return os.str();

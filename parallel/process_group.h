@@ -174,6 +174,9 @@ class ProcessGroup {
   //   float* mine = g.window_begin();  ... write ...;  g.window_publish();
   //   const float* theirs = g.window_peer(j);  ... read ...;  g.window_release();
   bool ensure_window(size_t bytes);
+  // Whether ensure_window can give windows at all: on shared memory and not turned off by
+  // DIT_NO_SHM_WINDOWS (it can still fail for want of /dev/shm, which it says). Not collective.
+  bool windows_allowed() const;
   const std::string& window_note() const { return window_note_; }
   size_t window_bytes() const;  // each member's block; 0: no window
   float* window_begin();

@@ -292,12 +292,8 @@ void ProcessGroup::barrier_with(std::chrono::milliseconds timeout) {
 bool ProcessGroup::ensure_window(size_t bytes) {
   check_usable("window");
   next_tag();
-  if (!shm_) {
-    window_note_ = size() == 1 ? "" : "not on shared memory";
-    return false;
-  }
-  if (const char* off = std::getenv("DIT_NO_SHM_WINDOWS"); off && *off && std::string(off) != "0") {
-    window_note_ = "turned off by DIT_NO_SHM_WINDOWS";  // the same on every rank (one environment)
+  if (!windows_allowed()) {  // the same on every rank (one environment)
+    window_note_ = !shm_ ? (size() == 1 ? "" : "not on shared memory") : "turned off by DIT_NO_SHM_WINDOWS";
     return false;
   }
   if (bytes <= shm_->window_bytes()) return true;
@@ -315,6 +311,11 @@ bool ProcessGroup::ensure_window(size_t bytes) {
                  name_.c_str(), bytes, window_note_.c_str());
   }
   return made;
+}
+
+bool ProcessGroup::windows_allowed() const {
+  const char* off = std::getenv("DIT_NO_SHM_WINDOWS");
+  return shm_ && !(off && *off && std::string(off) != "0");
 }
 
 size_t ProcessGroup::window_bytes() const { return shm_ ? shm_->window_bytes() : 0; }
