@@ -3,7 +3,7 @@
 // Gloo TCP between local processes. Starts its own ranks with dit's launcher.
 //
 //   dit-comm-bench --nproc 4                      # JSON on stdout
-//   dit-comm-bench --nproc 2 --sizes 16K,1M,64M --iters 20 --ops all_to_all,sendrecv
+//   dit-comm-bench --nproc 2 --sizes 16K,1M,64M --iters 20 --ops all_to_all,pingpong
 //
 // Message size = bytes each rank sends in total for all-to-all (size/n to each peer), the
 // gathered output for all-gather (size/n from each rank), one message for send/recv.
@@ -28,9 +28,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <cstdio>
+#include <fstream>
+#include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -47,18 +51,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-size_t parse_size(const std::string& s) {
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  std::string unit = end ? end : "";
-  double mul = 1;
-  if (unit == "K" || unit == "KB" || unit == "k") mul = 1024;
-  else if (unit == "M" || unit == "MB") mul = 1024 * 1024;
-  else if (unit == "G" || unit == "GB") mul = 1024.0 * 1024 * 1024;
-  else DIT_CHECK(unit.empty(), "bad size '" << s << "' (use e.g. 16K, 4M)");
-  return size_t(v * mul);
-}
-
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
   size_t start = 0;
@@ -69,6 +61,129 @@ std::vector<std::string> split(const std::string& s) {
     start = c + 1;
   }
   return out;
+}
+
+constexpr size_t kMaxSize = size_t(1) << 30;  // a message of 1 GiB: far past where bandwidth levels off
+constexpr int64_t kMaxTokens = 16384;         // ulysses: DiT/2 at 2048 px
+
+// "16K", "4M", "1G", "512": bytes, 1 .. kMaxSize.
+size_t parse_size(const std::string& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  const std::string unit = end ? end : "";
+  double mul = 0;
+  if (unit.empty() || unit == "B") mul = 1;
+  else if (unit == "K" || unit == "KB" || unit == "k") mul = 1024;
+  else if (unit == "M" || unit == "MB") mul = 1024 * 1024;
+  else if (unit == "G" || unit == "GB") mul = 1024.0 * 1024 * 1024;
+  DIT_CHECK(end != s.c_str() && mul > 0 && std::isfinite(v) && v * mul >= 1 && v * mul <= double(kMaxSize),
+            "--sizes: '" << s << "' is not a size from 1 B to 1G (e.g. 16K, 4M)");
+  return size_t(v * mul);
+}
+
+// MemAvailable of /proc/meminfo in bytes, or 0 where it cannot be read.
+size_t available_memory() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  size_t kb = 0;
+  while (f >> key) {
+    if (key == "MemAvailable:" && (f >> kb)) return kb * 1024;
+    f.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return 0;
+}
+
+// The operations timed over each message size: what one iteration does on every rank, how
+// many ranks it needs, and what its bandwidth counts (see the top of this file).
+struct Buffers {
+  std::vector<float> a, b, c;
+};
+struct SizedOp {
+  const char* name;
+  int min_ranks;
+  bool per_direction;  // send/recv: bandwidth per rank and direction (else busbw = algbw·(n-1)/n)
+  bool round_trip;     // an iteration is two messages: its time halved (one way)
+  void (*run)(dit::ProcessGroup& pg, Buffers& m, size_t bytes, uint32_t& step);
+};
+
+const std::vector<SizedOp>& sized_ops() {
+  static const std::vector<SizedOp> ops = {
+      {"all_to_all", 1, false, false,
+       [](dit::ProcessGroup& pg, Buffers& m, size_t bytes, uint32_t&) {
+         pg.all_to_all(m.a.data(), m.b.data(), bytes / 4 / size_t(pg.size()));
+       }},
+      {"all_gather", 1, false, false,
+       [](dit::ProcessGroup& pg, Buffers& m, size_t bytes, uint32_t&) {
+         pg.all_gather(m.a.data(), m.b.data(), bytes / 4 / size_t(pg.size()));
+       }},
+      {"pingpong", 2, true, true,
+       [](dit::ProcessGroup& pg, Buffers& m, size_t bytes, uint32_t&) {  // rank 0 <-> 1, the others idle
+         if (pg.rank() == 0) {
+           pg.send(m.a.data(), bytes, 1, 1);
+           pg.recv(m.b.data(), bytes, 1, 2);
+         } else if (pg.rank() == 1) {
+           pg.recv(m.b.data(), bytes, 0, 1);
+           pg.send(m.b.data(), bytes, 0, 2);
+         }
+       }},
+      {"ring", 2, true, false,
+       [](dit::ProcessGroup& pg, Buffers& m, size_t bytes, uint32_t& step) {  // to the next, from the previous
+         const int n = pg.size(), r = pg.rank();
+         auto s = pg.isend(m.a.data(), bytes, (r + 1) % n, step);
+         auto q = pg.irecv(m.c.data(), bytes, (r + n - 1) % n, step);
+         ++step;
+         s.wait();
+         q.wait();
+       }},
+  };
+  return ops;
+}
+
+const SizedOp* find_sized_op(const std::string& name) {
+  for (const SizedOp& op : sized_ops())
+    if (name == op.name) return &op;
+  return nullptr;
+}
+
+// What the flags ask for, checked before any rank starts: one line naming the flag, no output.
+struct Flags {
+  int nproc = 2, iters = 0, timeout_s = 300, warmup = 2;
+  std::string sizes = "16K,64K,256K,1M,4M,16M,64M", ops = "all_to_all,all_gather,pingpong,ring", dtypes = "f32";
+  int64_t tokens = 1024;
+  std::string transport = "auto";
+};
+struct Plan {
+  std::vector<size_t> sizes;
+  std::vector<std::string> ops;
+  std::vector<dit::DType> dtypes;  // ulysses
+};
+
+Plan check_flags(const Flags& f) {
+  Plan p;
+  p.ops = split(f.ops);
+  DIT_CHECK(!p.ops.empty(), "--ops: expected one or more of all_to_all, all_gather, pingpong, ring, ulysses");
+  bool sized = false;
+  for (const std::string& op : p.ops) {
+    const SizedOp* s = find_sized_op(op);
+    DIT_CHECK(s || op == "ulysses",
+              "--ops: unknown operation '" << op << "' (all_to_all, all_gather, pingpong, ring, ulysses)");
+    DIT_CHECK(f.nproc >= (s ? s->min_ranks : 2), "--ops " << op << " needs --nproc 2 or more");
+    sized = sized || s;
+  }
+  for (const std::string& s : split(f.sizes)) p.sizes.push_back(parse_size(s));
+  DIT_CHECK(!sized || !p.sizes.empty(), "--sizes: expected one or more sizes (e.g. 16K,4M)");
+  if (sized) {  // three buffers of the largest size on every rank
+    const size_t need = 3 * *std::max_element(p.sizes.begin(), p.sizes.end()) * size_t(f.nproc);
+    const size_t have = available_memory();
+    DIT_CHECK(have == 0 || need <= have, "--sizes: the largest needs " << (need >> 20) << " MB over --nproc " << f.nproc
+                                             << " ranks (3 buffers each); " << (have >> 20)
+                                             << " MB are available");
+  }
+  if (std::find(p.ops.begin(), p.ops.end(), "ulysses") != p.ops.end()) {
+    for (const std::string& d : split(f.dtypes)) p.dtypes.push_back(dit::parse_compute_type("--dtype", d));
+    DIT_CHECK(!p.dtypes.empty(), "--dtype: expected f32, bf16 or both");
+  }
+  return p;
 }
 
 double median(std::vector<double> v) {
@@ -168,158 +283,140 @@ class UlyssesPair {
   std::vector<uint16_t> in16_, own16_, out16_;
 };
 
+// One Ulysses forward each way for a dtype (the top of this file): the slowest rank's time per
+// iteration, medians, and the median of the per-iteration ratios.
+nlohmann::json time_ulysses(const std::shared_ptr<dit::ProcessGroup>& world, const Flags& f, dit::DType dtype) {
+  dit::ProcessGroup& pg = *world;
+  const int n = pg.size(), iters = f.iters > 0 ? f.iters : 20;
+  std::vector<double> worst[2], ratios;  // [0] windows, [1] all-to-all: per iteration, the slowest rank
+  for (bool windows_first : {true, false}) {
+    UlyssesPair pair(world, f.tokens, dtype, windows_first);
+    DIT_CHECK(pair.has_windows(), "--ops ulysses: the ranks have no shared-memory windows (" << pg.window_note() << ")");
+    for (int i = 0; i < f.warmup; ++i) pair.run(true), pair.run(false);
+    std::vector<float> local(size_t(2 * iters));
+    for (int i = 0; i < iters; ++i)  // alternated: windows, all-to-all, all-to-all, windows, ...
+      for (int k = 0; k < 2; ++k) {
+        const bool windows = (i + k) % 2 == 0;
+        pair.stage(windows);  // not timed: the projection writes the rows either way
+        pg.barrier();
+        local[size_t(2 * i + (windows ? 0 : 1))] = float(pair.forward(windows));
+      }
+    std::vector<float> all(local.size() * size_t(n));
+    pg.all_gather(local.data(), all.data(), local.size());
+    for (int i = 0; i < iters; ++i) {
+      double w[2] = {0, 0};
+      for (int k = 0; k < 2; ++k) {
+        for (int q = 0; q < n; ++q) w[k] = std::max(w[k], double(all[size_t(q) * local.size() + size_t(2 * i + k)]));
+        worst[k].push_back(w[k]);
+      }
+      ratios.push_back(w[0] / w[1]);
+    }
+  }
+  const double mw = median(worst[0]), ma = median(worst[1]), ratio = median(ratios);
+  if (pg.rank() == 0)
+    std::fprintf(stderr, "ulysses %-4s %6lld tokens  windows %9.1f us  all-to-all %9.1f us  ratio %.4f\n",
+                 dit::dtype_name(dtype), static_cast<long long>(f.tokens), mw * 1e6, ma * 1e6, ratio);
+  return {{"op", "ulysses"},
+          {"dtype", dit::dtype_name(dtype)},
+          {"tokens", f.tokens},
+          {"iters", 2 * iters},
+          {"windows_median_us", std::round(mw * 1e7) / 10},
+          {"all_to_all_median_us", std::round(ma * 1e7) / 10},
+          {"windows_over_all_to_all", std::round(ratio * 1e4) / 1e4}};
+}
+
+// One sized operation at one message size (rounded so that every rank's block is whole floats).
+nlohmann::json time_sized(dit::ProcessGroup& pg, const Flags& f, const SizedOp& op, size_t size0, Buffers& m) {
+  const int n = pg.size();
+  const size_t size = std::max<size_t>(size_t(n) * 4, size0 / (size_t(n) * 4) * (size_t(n) * 4));
+  const int iters = f.iters > 0 ? f.iters : int(std::clamp<size_t>((size_t(256) << 20) / size, 5, 50));
+  uint32_t step = 0;
+  Bench bench{pg, f.warmup};
+  std::vector<double> t = bench.time(iters, [&] { op.run(pg, m, size, step); });
+  if (op.round_trip)
+    for (auto& x : t) x /= 2;  // one way
+  const double med = median(t), mn = *std::min_element(t.begin(), t.end());
+  const double algbw = double(size) / med / 1e9, bus_factor = op.per_direction ? 1.0 : double(n - 1) / n;
+  if (pg.rank() == 0)
+    std::fprintf(stderr, "%-10s %9zu B  median %10.1f us  %7.3f GB/s\n", op.name, size, med * 1e6, algbw);
+  return {{"op", op.name},
+          {"bytes", size},
+          {"iters", iters},
+          {"median_us", std::round(med * 1e7) / 10},
+          {"min_us", std::round(mn * 1e7) / 10},
+          {"algbw_GBps", std::round(algbw * 1000) / 1000},
+          {"busbw_GBps", std::round(algbw * bus_factor * 1000) / 1000}};
+}
+
+// Every operation asked for, in order, on this rank; rank 0 prints the JSON document.
+void run_rank(const std::shared_ptr<dit::ProcessGroup>& world, const Flags& f, const Plan& plan) {
+  dit::ProcessGroup& pg = *world;
+  const size_t floats = plan.sizes.empty() ? 0 : *std::max_element(plan.sizes.begin(), plan.sizes.end()) / 4 + 16;
+  Buffers m{std::vector<float>(floats, float(pg.rank())), std::vector<float>(floats), std::vector<float>(floats)};
+  nlohmann::json results = nlohmann::json::array();
+  for (const std::string& op : plan.ops) {
+    if (op == "ulysses") {
+      for (dit::DType t : plan.dtypes) results.push_back(time_ulysses(world, f, t));
+      continue;
+    }
+    for (size_t size : plan.sizes) results.push_back(time_sized(pg, f, *find_sized_op(op), size, m));
+  }
+  if (pg.rank() == 0) {
+    nlohmann::json out = {{"tool", "dit-comm-bench"},
+                          {"transport", pg.uses_shared_memory()
+                                            ? "shared memory (all_to_all, all_gather), gloo tcp (send/recv)"
+                                            : "gloo tcp"},
+                          {"shared_memory_note", pg.shared_memory_note()},
+                          {"world", pg.size()},
+                          {"threads_per_rank", 1},
+                          {"results", results}};
+    std::printf("%s\n", out.dump(1).c_str());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"dit-comm-bench: bandwidth/latency of all-to-all, all-gather and send/recv between ranks (Gloo TCP, and shared memory on one machine)"};
-  int nproc = 2, iters_flag = 0, timeout_s = 300, warmup = 2;
-  std::string sizes_flag = "16K,64K,256K,1M,4M,16M,64M", ops_flag = "all_to_all,all_gather,pingpong,ring";
-  app.add_option("--nproc", nproc, "local processes (ranks)")->capture_default_str();
-  app.add_option("--sizes", sizes_flag, "message sizes")->capture_default_str();
-  app.add_option("--ops", ops_flag, "operations: all_to_all, all_gather, pingpong, ring, ulysses")->capture_default_str();
-  app.add_option("--iters", iters_flag, "iterations per size (0: 5..50 by size)")->capture_default_str();
-  app.add_option("--warmup", warmup, "untimed iterations per size")->capture_default_str();
-  app.add_option("--timeout", timeout_s, "communication timeout, seconds")->capture_default_str();
-  int64_t tokens = 1024;
-  std::string dtypes = "f32";
-  app.add_option("--tokens", tokens, "ulysses: image tokens (DiT-XL/2: 1024 at 512 px, 4096 at 1024 px)")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+  Flags f;
+  app.add_option("--nproc", f.nproc, "local processes (ranks)")->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("--sizes", f.sizes, "message sizes, 1 B to 1G (e.g. 16K, 4M)")->capture_default_str();
+  app.add_option("--ops", f.ops, "operations: all_to_all, all_gather, pingpong, ring, ulysses")->capture_default_str();
+  app.add_option("--iters", f.iters, "iterations per size (0: 5..50 by size)")
+      ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
-  app.add_option("--dtype", dtypes, "ulysses: compute types, comma-separated: f32, bf16")->capture_default_str();
-  std::string transport = "auto";
-  app.add_option("--transport", transport, dit::kTransportHelp)->check(CLI::IsMember({"auto", "tcp"}))->capture_default_str();
+  app.add_option("--warmup", f.warmup, "untimed iterations per size")->check(CLI::Range(0, 1000000))->capture_default_str();
+  app.add_option("--timeout", f.timeout_s, "communication timeout, seconds")
+      ->check(CLI::Range(1, 86400))
+      ->capture_default_str();
+  app.add_option("--tokens", f.tokens, "ulysses: image tokens (DiT-XL/2: 1024 at 512 px, 4096 at 1024 px)")
+      ->check(CLI::Range(int64_t(1), kMaxTokens))
+      ->capture_default_str();
+  app.add_option("--dtype", f.dtypes, "ulysses: compute types, comma-separated: f32, bf16")->capture_default_str();
+  app.add_option("--transport", f.transport, dit::kTransportHelp)->check(CLI::IsMember({"auto", "tcp"}))->capture_default_str();
   if (auto rc = dit::parse_args(app, argc, argv, "dit-comm-bench")) return *rc;
+  Plan plan;
+  try {
+    plan = check_flags(f);  // before any rank starts
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dit-comm-bench: error: %s\n", e.what());
+    return 2;
+  }
 
   std::shared_ptr<dit::ProcessGroup> world;
   dit::LaunchEnv env;
   try {
     dit::LaunchOptions lo;
-    lo.world_size = nproc;
+    lo.world_size = f.nproc;
     lo.threads = 1;
     lo.program = "dit-comm-bench";
     if (auto rc = dit::maybe_launch(argc, argv, lo)) return *rc;
     env = dit::detect_launch_env(lo);
     dit::CommOptions co;
-    co.timeout = std::chrono::seconds(timeout_s);
-    co.shared_memory = transport == "auto";
+    co.timeout = std::chrono::seconds(f.timeout_s);
+    co.shared_memory = f.transport == "auto";
     world = dit::connect_world(env, co);
-    dit::ProcessGroup& pg = *world;
-    const int n = pg.size(), r = pg.rank();
-    Bench bench{pg, warmup};
-    std::vector<size_t> sizes;
-    for (auto& s : split(sizes_flag)) sizes.push_back(parse_size(s));
-    size_t max_size = *std::max_element(sizes.begin(), sizes.end());
-    // Rounded so every rank's block is whole floats.
-    auto round = [&](size_t b) { return std::max<size_t>(size_t(n) * 4, b / (size_t(n) * 4) * (size_t(n) * 4)); };
-    std::vector<float> a(round(max_size) / 4 + 16, float(r)), b(round(max_size) / 4 + 16), c(round(max_size) / 4 + 16);
-
-    nlohmann::json results = nlohmann::json::array();
-    for (const auto& op : split(ops_flag)) {
-      if (op == "ulysses") {
-        DIT_CHECK(n > 1, "--ops ulysses needs --nproc 2 or more");
-        for (const auto& dt : split(dtypes)) {
-          const dit::DType dtype = dit::parse_dtype(dt);
-          DIT_CHECK(dtype == dit::DType::F32 || dit::compute_supported(dtype),
-                    "--dtype " << dt << ": this CPU cannot compute it");
-          const int iters = iters_flag > 0 ? iters_flag : 20;
-          std::vector<double> worst[2], ratios;  // [0] windows, [1] all-to-all: per iteration, the slowest rank
-          for (bool windows_first : {true, false}) {
-            UlyssesPair pair(world, tokens, dtype, windows_first);
-            DIT_CHECK(pair.has_windows(), "--ops ulysses: the ranks have no shared-memory windows (" << pg.window_note() << ")");
-            for (int i = 0; i < warmup; ++i) pair.run(true), pair.run(false);
-            std::vector<float> local(size_t(2 * iters));
-            for (int i = 0; i < iters; ++i)  // alternated: windows, all-to-all, all-to-all, windows, ...
-              for (int k = 0; k < 2; ++k) {
-                const bool windows = (i + k) % 2 == 0;
-                pair.stage(windows);  // not timed: the projection writes the rows either way
-                pg.barrier();
-                local[size_t(2 * i + (windows ? 0 : 1))] = float(pair.forward(windows));
-              }
-            std::vector<float> all(local.size() * size_t(n));
-            pg.all_gather(local.data(), all.data(), local.size());
-            for (int i = 0; i < iters; ++i) {
-              double w[2] = {0, 0};
-              for (int k = 0; k < 2; ++k) {
-                for (int q = 0; q < n; ++q) w[k] = std::max(w[k], double(all[size_t(q) * local.size() + size_t(2 * i + k)]));
-                worst[k].push_back(w[k]);
-              }
-              ratios.push_back(w[0] / w[1]);
-            }
-          }
-          const double mw = median(worst[0]), ma = median(worst[1]), ratio = median(ratios);
-          results.push_back({{"op", "ulysses"},
-                             {"dtype", dit::dtype_name(dtype)},
-                             {"tokens", tokens},
-                             {"iters", 2 * iters},
-                             {"windows_median_us", std::round(mw * 1e7) / 10},
-                             {"all_to_all_median_us", std::round(ma * 1e7) / 10},
-                             {"windows_over_all_to_all", std::round(ratio * 1e4) / 1e4}});
-          if (r == 0)
-            std::fprintf(stderr, "ulysses %-4s %6lld tokens  windows %9.1f us  all-to-all %9.1f us  ratio %.4f\n",
-                         dt.c_str(), static_cast<long long>(tokens), mw * 1e6, ma * 1e6, ratio);
-        }
-        continue;
-      }
-      for (size_t size0 : sizes) {
-        size_t size = round(size0);
-        int iters = iters_flag > 0 ? iters_flag : int(std::clamp<size_t>((size_t(256) << 20) / size, 5, 50));
-        std::vector<double> t;
-        double bus_factor = double(n - 1) / n;
-        if (op == "all_to_all") {
-          t = bench.time(iters, [&] { pg.all_to_all(a.data(), b.data(), size / 4 / n); });
-        } else if (op == "all_gather") {
-          t = bench.time(iters, [&] { pg.all_gather(a.data(), b.data(), size / 4 / n); });
-        } else if (op == "pingpong") {
-          if (n < 2) continue;
-          t = bench.time(iters, [&] {
-            if (r == 0) {
-              pg.send(a.data(), size, 1, 1);
-              pg.recv(b.data(), size, 1, 2);
-            } else if (r == 1) {
-              pg.recv(b.data(), size, 0, 1);
-              pg.send(b.data(), size, 0, 2);
-            }
-          });
-          for (auto& x : t) x /= 2;  // one way
-          bus_factor = 1;
-        } else if (op == "ring") {
-          if (n < 2) continue;
-          int next = (r + 1) % n, prev = (r + n - 1) % n;
-          uint32_t step = 0;
-          t = bench.time(iters, [&] {
-            auto s = pg.isend(a.data(), size, next, step);
-            auto q = pg.irecv(c.data(), size, prev, step);
-            step++;
-            s.wait();
-            q.wait();
-          });
-          bus_factor = 1;
-        } else {
-          DIT_FAIL("unknown op '" << op << "' (all_to_all, all_gather, pingpong, ring, ulysses)");
-        }
-        double med = median(t), mn = *std::min_element(t.begin(), t.end());
-        double algbw = double(size) / med / 1e9;
-        results.push_back({{"op", op},
-                           {"bytes", size},
-                           {"iters", iters},
-                           {"median_us", std::round(med * 1e7) / 10},
-                           {"min_us", std::round(mn * 1e7) / 10},
-                           {"algbw_GBps", std::round(algbw * 1000) / 1000},
-                           {"busbw_GBps", std::round(algbw * bus_factor * 1000) / 1000}});
-        if (r == 0) {
-          std::fprintf(stderr, "%-10s %9zu B  median %10.1f us  %7.3f GB/s\n", op.c_str(), size, med * 1e6, algbw);
-        }
-      }
-    }
-    if (r == 0) {
-      nlohmann::json out = {{"tool", "dit-comm-bench"},
-                            {"transport", pg.uses_shared_memory() ? "shared memory (all_to_all, all_gather), gloo tcp (send/recv)" : "gloo tcp"},
-                            {"shared_memory_note", pg.shared_memory_note()},
-                            {"world", n},
-                            {"threads_per_rank", 1},
-                            {"results", results}};
-      std::printf("%s\n", out.dump(1).c_str());
-    }
+    run_rank(world, f, plan);
     world->shutdown();
     return 0;
   } catch (const std::exception& e) {

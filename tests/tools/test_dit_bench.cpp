@@ -273,6 +273,33 @@ TEST_CASE("dit-comm-bench --ops ulysses times the windows against the all-to-all
   CHECK(one.out.empty());
 }
 
+TEST_CASE("dit-comm-bench refuses bad flags with one line naming the flag, before any rank starts", "[tools][bench]") {
+  struct Case {
+    const char* args;
+    const char* message;
+  } c = GENERATE(Case{"--sizes ,", "--sizes: expected one or more sizes"},  // was a SIGSEGV
+                 Case{"--sizes 1x", "--sizes: '1x' is not a size"},
+                 Case{"--sizes -1M", "--sizes: '-1M' is not a size"},
+                 Case{"--sizes 0", "--sizes: '0' is not a size"},
+                 Case{"--sizes 1e300", "--sizes: '1e300' is not a size"},  // was timed as 8 bytes
+                 Case{"--sizes 1G --nproc 1024", "MB are available"},
+                 Case{"--ops foo", "--ops: unknown operation 'foo'"},
+                 Case{"--ops ,", "--ops: expected one or more"},
+                 Case{"--nproc 1 --ops pingpong", "--ops pingpong needs --nproc 2 or more"},  // was skipped silently
+                 Case{"--iters -3", "--iters"},
+                 Case{"--warmup -1", "--warmup"},
+                 Case{"--nproc 0", "--nproc"},
+                 Case{"--ops ulysses --tokens 100000", "--tokens"},
+                 Case{"--ops ulysses --dtype f64", "--dtype"});
+  const RunResult r = run(bin("dit-comm-bench") + " " + c.args);  // (--nproc 2 by default)
+  INFO(c.args << "\nstderr:\n" << r.err);
+  CHECK(r.code != 0);
+  CHECK(r.out.empty());
+  CHECK(count_lines(r.err) == 1);
+  CHECK(r.err.rfind("dit-comm-bench: error: ", 0) == 0);
+  CHECK(r.err.find(c.message) != std::string::npos);
+}
+
 // --bf16-scale-in-qk adds, for each bf16 row, one with the softmax scale in the Q·Kᵀ matmul.
 TEST_CASE("dit-kernel-bench --head-dim times attention at each head size asked for", "[tools][bench]") {
   const auto doc = json_of(bin("dit-kernel-bench") +
