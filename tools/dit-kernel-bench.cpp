@@ -263,9 +263,11 @@ int main(int argc, char** argv) {
        dense = false;
   std::string only;
   std::vector<int64_t> head_dims{72};
-  app.add_option("-t,--threads", threads, "threads (default: OpenMP default)");
-  app.add_option("--runs", g_runs, "timed runs per measurement (median reported)")->capture_default_str();
-  app.add_option("--warmup", g_warmup, "untimed warm-up runs")->capture_default_str();
+  app.add_option("-t,--threads", threads, "threads, 1..4096 (default: OpenMP default)")->check(CLI::Range(1, 4096));
+  app.add_option("--runs", g_runs, "timed runs per measurement (median reported)")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  app.add_option("--warmup", g_warmup, "untimed warm-up runs")->check(CLI::Range(0, 100000))->capture_default_str();
   app.add_option("--only", only,
                  "run only: gemm, linear, attention, norm, conv, copy (the collectives' copies, one thread against all)")
       ->check(CLI::IsMember({"gemm", "linear", "attention", "norm", "conv", "copy"}));

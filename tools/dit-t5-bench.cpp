@@ -36,6 +36,7 @@
 #include "runtime/error.h"
 #include "runtime/gemm_probe.h"
 #include "runtime/profile.h"
+#include "tools/parse_args.h"
 
 using namespace dit;
 using json = nlohmann::ordered_json;
@@ -197,14 +198,14 @@ int main(int argc, char** argv) {
   app.add_option("--batch", o.batches, "batch sizes, comma-separated")->capture_default_str();
   app.add_option("--dtype", o.dtypes, "compute types, comma-separated: f32, bf16 (default: both where the CPU computes bf16)")
       ->capture_default_str();
-  app.add_option("-t,--threads", o.threads, "threads (default: all cores)");
+  app.add_option("-t,--threads", o.threads, "threads, 1..4096 (default: all cores)")->check(CLI::Range(1, 4096));
   app.add_option("--runs", o.runs, "timed encodes per case (median reported)")->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed encodes first")->capture_default_str();
   app.add_option("--gemm", o.gemm, "reference GEMM M,K,N, or auto: batch x tokens, d_model, d_ff")->capture_default_str();
   app.add_option("--gemm-runs", o.gemm_runs, "timed runs of the reference GEMM before each timed encode")
       ->capture_default_str();
   app.add_option("-o,--output", o.output, "also write the JSON to this file");
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = dit::parse_args(app, argc, argv, "dit-t5-bench")) return *rc;  // errors: one line
   try {
     DIT_CHECK(o.layers >= 1 && o.layers <= 24, "--layers must be in 1..24");
     DIT_CHECK(o.runs >= 1 && o.warmup >= 0 && o.gemm_runs >= 1, "--runs >= 1, --warmup >= 0, --gemm-runs >= 1");

@@ -16,7 +16,11 @@ TEST_CASE("command-line parse errors are one line naming the tool", "[cli]") {
                  Case{"dit-make-model", "--preset tiny", "--out is required"},
                  Case{"dit-bench", "--no-such-flag", "--no-such-flag"},
                  Case{"dit-comm-bench", "--no-such-flag", "--no-such-flag"},
-                 Case{"dit-kernel-bench", "--no-such-flag", "--no-such-flag"});
+                 Case{"dit-kernel-bench", "--no-such-flag", "--no-such-flag"},
+                 Case{"dit-kernel-bench", "-t 100000", "--threads"},  // was a SIGSEGV (OpenMP)
+                 Case{"dit-kernel-bench", "--runs 0", "--runs"},      // was a SIGSEGV (median of nothing)
+                 Case{"dit-t5-bench", "--no-such-flag", "--no-such-flag"},
+                 Case{"dit-t5-bench", "--preset tiny -t 100000", "--threads"});  // was a SIGSEGV
   const RunResult r = run(bin(c.tool) + " " + c.args);
   INFO(c.tool << " " << c.args << "\nstderr:\n" << r.err);
   CHECK(r.code != 0);
