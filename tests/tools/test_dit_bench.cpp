@@ -178,6 +178,10 @@ TEST_CASE("dit-bench rejects a bad layout", "[tools][bench]") {
   RunResult r = run(bin("dit-bench") + " --preset tiny --layouts cfg3");
   CHECK(r.code != 0);
   CHECK_THAT(r.err, Catch::Contains("CFG degree"));
+  r = run(bin("dit-bench") + " --preset tiny --layouts ,");  // was an empty run, exit 0
+  CHECK(r.code != 0);
+  CHECK(r.out.empty());
+  CHECK_THAT(r.err, Catch::Contains("--layouts: expected one or more layouts"));
 }
 
 // Placement: local rank r on cores r*threads .. r*threads+threads-1 of the allowed set

@@ -66,6 +66,8 @@ void check_options(const Opts& o) {
     DIT_CHECK(fs::is_directory(parent), "--output: directory '" << parent.string() << "' does not exist");
     DIT_CHECK(!fs::is_directory(o.output), "--output: '" << o.output << "' is a directory");
   }
+  DIT_CHECK(!split_list(o.layouts).empty(), "--layouts: expected one or more layouts (e.g. serial,cfg2,u2)");
+  DIT_CHECK(!split_list(o.dtypes).empty(), "--dtype: expected f32, bf16 or both");
   const int cores = int(std::max(1u, std::thread::hardware_concurrency())), most = std::max(64, 4 * cores);
   for (const auto& l : split_list(o.layouts)) {
     const int world = parse_layout(l).deg.world();
