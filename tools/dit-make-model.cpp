@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
                        : "'" + v + "' is not a seed (an integer 0..2^64-1)";
           },
           "", "seed"));
-  app.add_option("--dtype", dtype, "stored weight type: f32|bf16")->capture_default_str();
+  app.add_option("--dtype", dtype, "stored weight type: f32|bf16")->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
   app.add_option("--shards", opt.shards, "split the transformer into this many safetensors shards")->capture_default_str();
   app.add_option("--layers", opt.layers, "transformer depth (0 = the preset's)")->capture_default_str();
   app.add_option("--text-layers", opt.text_layers, "text-encoder depth of PixArt presets (0 = the preset's)")

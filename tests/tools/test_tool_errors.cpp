@@ -14,6 +14,7 @@ TEST_CASE("command-line parse errors are one line naming the tool", "[cli]") {
   } c = GENERATE(Case{"dit-gen", "-p 1 --no-such-flag", "The following argument was not expected: --no-such-flag"},
                  Case{"dit-gen", "-p 1 --steps abc", "--steps"},
                  Case{"dit-make-model", "--preset tiny", "--out is required"},
+                 Case{"dit-make-model", "--preset tiny --out /nonexistent/m --dtype f64", "--dtype"},
                  Case{"dit-bench", "--no-such-flag", "--no-such-flag"},
                  Case{"dit-comm-bench", "--no-such-flag", "--no-such-flag"},
                  Case{"dit-kernel-bench", "--no-such-flag", "--no-such-flag"},
