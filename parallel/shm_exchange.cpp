@@ -23,6 +23,7 @@
 
 #include <gloo/rendezvous/store.h>
 
+#include "parallel/shm_mapping.h"
 #include "runtime/error.h"
 
 namespace dit {
@@ -72,7 +73,7 @@ struct Layout {
     link_ctr = bells + size_t(n) * kLine;
     slots = round_up(link_ctr + pairs * 2 * kLine, 4096);
     links = slots + size_t(n) * slot;
-    total = links + pairs * link;
+    total = shm_file_bytes(links + pairs * link);  // whole 2 MB pages from 2 MB up (parallel/shm_mapping.h)
   }
 };
 
@@ -197,6 +198,8 @@ std::unique_ptr<ShmExchange> ShmExchange::create(gloo::rendezvous::Store& store,
       error = "cannot create " + name + ": " + std::strerror(errno);
     } else if (int e = posix_fallocate(fd, 0, off_t(lay.total)); e != 0) {  // no SIGBUS later on a full /dev/shm
       error = "cannot reserve " + std::to_string(lay.total >> 20) + " MB in " + name + ": " + std::strerror(e);
+    } else if ((base = map_shm(fd, lay.total)) == MAP_FAILED) {  // on 2 MB pages before the others map it
+      error = "cannot map " + name + ": " + std::strerror(errno);
     }
     const std::string published = error.empty() ? name : kNoFile;
     store.set("shm", std::vector<char>(published.begin(), published.end()));
@@ -211,12 +214,12 @@ std::unique_ptr<ShmExchange> ShmExchange::create(gloo::rendezvous::Store& store,
       if (fd < 0) error = "cannot open " + name + ": " + std::strerror(errno);
     }
   }
-  if (error.empty()) {
+  if (error.empty() && base == MAP_FAILED) {
     struct stat st;
     if (fstat(fd, &st) != 0 || size_t(st.st_size) != lay.total) {
       error = name + " is not the segment rank 0 made";
     } else {
-      base = mmap(nullptr, lay.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      base = map_shm(fd, lay.total);
       if (base == MAP_FAILED) error = "cannot map " + name + ": " + std::strerror(errno);
     }
   }

@@ -15,6 +15,7 @@
 #include <gloo/rendezvous/store.h>
 
 #include "parallel/shm_exchange.h"
+#include "parallel/shm_mapping.h"
 #include "runtime/error.h"
 
 namespace dit {
@@ -22,7 +23,7 @@ namespace dit {
 namespace {
 
 // This rank's block: a new file in /dev/shm, its memory reserved (no SIGBUS later on a full
-// /dev/shm), mapped writable. Empty `error` on success.
+// /dev/shm), mapped writable (on 2 MB pages where it can be). Empty `error` on success.
 char* create_block(size_t bytes, std::string& name, std::string& error) {
   std::random_device rd;
   std::ostringstream os;
@@ -37,7 +38,7 @@ char* create_block(size_t bytes, std::string& name, std::string& error) {
   void* p = MAP_FAILED;
   if (int e = posix_fallocate(fd, 0, off_t(bytes)); e != 0)
     error = "cannot reserve " + std::to_string((bytes + (1 << 20) - 1) >> 20) + " MB in " + name + ": " + std::strerror(e);
-  else if ((p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
+  else if ((p = map_shm(fd, bytes)) == MAP_FAILED)
     error = "cannot map " + name + ": " + std::strerror(errno);
   close(fd);
   return p == MAP_FAILED ? nullptr : static_cast<char*>(p);
@@ -55,7 +56,7 @@ char* map_block(const std::string& name, size_t bytes, int j, std::string& error
   void* p = MAP_FAILED;
   if (fstat(fd, &st) != 0 || size_t(st.st_size) != bytes)
     error = name + " is not the window rank " + std::to_string(j) + " made";
-  else if ((p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
+  else if ((p = map_shm(fd, bytes)) == MAP_FAILED)
     error = "cannot map " + name + ": " + std::strerror(errno);
   close(fd);
   return p == MAP_FAILED ? nullptr : static_cast<char*>(p);
@@ -66,7 +67,7 @@ char* map_block(const std::string& name, size_t bytes, int j, std::string& error
 bool ShmExchange::ensure_window(gloo::rendezvous::Store& store, size_t bytes, const std::function<bool(bool)>& agree,
                                 std::string* why) {
   if (bytes <= window_bytes_) return true;  // the same on every rank: every call had the same bytes
-  const size_t total = (bytes + 4095) / 4096 * 4096;
+  const size_t total = shm_file_bytes(bytes);
   std::string name, error;
   std::vector<char*> blocks(size_t(size_), nullptr);
   blocks[size_t(rank_)] = create_block(total, name, error);

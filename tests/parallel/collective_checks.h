@@ -234,8 +234,8 @@ inline void check_windows(dit::ProcessGroup& pg) {
     throw std::runtime_error("ensure_window: got " + std::to_string(!want) + " (" + pg.window_note() + ")");
   if (!want) return;
   for (int use = 0; use < 6; ++use) {
-    if (use == 3) {  // grow (every rank alike), then ask for less: the larger one stays
-      n = 300000;
+    if (use == 3) {  // grow (every rank alike) past 2 MB (parallel/shm_mapping.h), then ask for less: the larger one stays
+      n = 600003;
       if (!pg.ensure_window(n * sizeof(float)) || !pg.ensure_window(16)) throw std::runtime_error("ensure_window failed");
     }
     float* mine = pg.window_begin();

@@ -97,7 +97,9 @@ void add_step_figures(json& run, const Layout& lay, const json& r0, const std::v
       per.push_back({{"rank", r["rank"]}, {"cpus", r["cpus"]},
                      {"step_s", r["step_median_s"]}, {"gemm_f32_gflops", r["gemm_f32_gflops"]},
                      {"breakdown_s", r["breakdown_s"]},
-                     {"rows_for_others_per_step", r["rows_for_others_per_step"]}});
+                     {"rows_for_others_per_step", r["rows_for_others_per_step"]},
+                     {"shm_mb_2mb_pages", r.value("shm_mb_2mb_pages", 0.0)},
+                     {"shm_mb_4kb_pages", r.value("shm_mb_4kb_pages", 0.0)}});
     run["per_rank"] = per;
   }
   add_memory_summary(run, ranks);

@@ -16,6 +16,7 @@
 #include "parallel/launcher.h"
 #include "parallel/mesh.h"
 #include "parallel/placement.h"
+#include "parallel/shm_mapping.h"
 #include "runtime/engine.h"
 #include "runtime/error.h"
 #include "runtime/gemm_probe.h"
@@ -237,6 +238,10 @@ json step_result(const Opts& o, const LaunchEnv& env, const Placement& place, co
   r["ulysses_chunks"] = ulysses_chunks_for(env, o.ulysses_chunks);
   r["share_rows"] = o.share_rows;
   r["shared_memory"] = world && world->uses_shared_memory();
+  const ShmPages pages = shm_pages();  // parallel/shm_mapping.h
+  r["shm_mb_2mb_pages"] = double(pages.huge_bytes) / 1e6;
+  r["shm_mb_4kb_pages"] = double(pages.small_bytes) / 1e6;
+  if (pages.small_bytes) r["shm_4kb_pages_why"] = pages.why_small;
   r["cpus"] = place.cpus;
   r["pinned"] = place.pinned;
   r["oversubscribed"] = place.oversubscribed;

@@ -7,6 +7,7 @@
 
 #include "parallel/distributed_context.h"
 #include "parallel/placement.h"
+#include "parallel/shm_mapping.h"
 #include "runtime/attention.h"
 #include "runtime/engine.h"
 #include "runtime/error.h"
@@ -90,6 +91,14 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
                    dtype_name(po.vae_dtype.value_or(po.dtype)));
     std::fprintf(stderr, "dit-gen: rank %d: %.0f MB resident after loading\n", s.env.rank, resident_mb());
   }
+}
+
+void print_shm_pages() {
+  const ShmPages p = shm_pages();
+  if (p.huge_bytes + p.small_bytes == 0) return;
+  std::fprintf(stderr, "dit-gen: shared memory: %.0f MB on 2 MB pages", double(p.huge_bytes) / 1e6);
+  if (p.small_bytes) std::fprintf(stderr, ", %.0f MB on 4 KB pages (%s)", double(p.small_bytes) / 1e6, p.why_small.c_str());
+  std::fprintf(stderr, "\n");
 }
 
 double resident_mb() {

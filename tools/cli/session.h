@@ -43,6 +43,9 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s);
 // Prints the mesh: one line per rank, in rank order (rank 0's terminal gets them all).
 void print_layout(Session& s, const MeshDegrees& degrees, int64_t tokens);
 
+// -v: this rank's shared memory of 2 MB and more, on 2 MB pages or not (parallel/shm_mapping.h).
+void print_shm_pages();
+
 // This process's resident memory now (VmRSS), in MB.
 double resident_mb();
 

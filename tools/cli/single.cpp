@@ -51,6 +51,7 @@ int run_single(const GenOptions& o, Session& s) {
                    s.connect_seconds, s.load_seconds, res.encode_seconds, res.denoise_seconds, res.first_step_seconds,
                    res.decode_seconds,
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t_write).count());
+    if (o.verbose && s.world) print_shm_pages();
     const ResolvedRequest& r = res.request;
     std::fprintf(stderr, "dit-gen: %s, %dx%d, %d %s steps, guidance %g, seed %llu: %.2f s (%.3f s/step)%s%s\n",
                  describe_prompt(r).c_str(), r.width, r.height, r.steps, r.sampler.c_str(), r.guidance,
