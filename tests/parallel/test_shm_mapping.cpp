@@ -34,6 +34,25 @@ int shm_file(size_t bytes) {
   return fd;
 }
 
+// A new file of `bytes` mapped by map_shm, with shm_pages() before and after; unmapped at the end.
+struct Mapped {
+  size_t bytes;
+  void* p = MAP_FAILED;
+  bool huge = true;
+  ShmPages before, after;
+  explicit Mapped(size_t n) : bytes(n) {
+    const int fd = shm_file(n);
+    before = shm_pages();
+    p = map_shm(fd, n, &huge);
+    after = shm_pages();
+    close(fd);
+    REQUIRE(p != MAP_FAILED);
+  }
+  ~Mapped() {
+    if (p != MAP_FAILED) munmap(p, bytes);
+  }
+};
+
 // kB of the mapping that starts at `p` that the kernel maps with 2 MB page-table entries
 // (ShmemPmdMapped in /proc/self/smaps); -1 if no mapping starts there.
 long pmd_mapped_kb(const void* p) {
@@ -49,15 +68,7 @@ long pmd_mapped_kb(const void* p) {
 }
 
 // Whether map_shm gives this machine 2 MB pages (a file of its own, mapped and let go).
-bool machine_gives_huge_pages() {
-  const int fd = shm_file(kShmHugePage);
-  bool huge = false;
-  void* p = map_shm(fd, kShmHugePage, &huge);
-  close(fd);
-  REQUIRE(p != MAP_FAILED);
-  munmap(p, kShmHugePage);
-  return huge;
-}
+bool machine_gives_huge_pages() { return Mapped(kShmHugePage).huge; }
 
 struct EnvVar {  // sets a variable for a scope, then removes it
   const char* name;
@@ -111,34 +122,19 @@ TEST_CASE("map_shm: 2 MB aligned, on 2 MB pages when it says so, the data shared
 
 TEST_CASE("map_shm: below 2 MB, or with DIT_NO_SHM_HUGE_PAGES=1, 4 KB pages as before", "[parallel][shm]") {
   {
-    const size_t bytes = kShmHugePage - 4096;
-    const int fd = shm_file(bytes);
-    bool huge = true;
-    const ShmPages before = shm_pages();
-    void* p = map_shm(fd, bytes, &huge);
-    close(fd);
-    REQUIRE(p != MAP_FAILED);
-    CHECK_FALSE(huge);
-    CHECK(pmd_mapped_kb(p) == 0);
-    CHECK(shm_pages().small_bytes == before.small_bytes);  // small mappings are not counted
-    munmap(p, bytes);
+    const Mapped m(kShmHugePage - 4096);
+    CHECK_FALSE(m.huge);
+    CHECK(pmd_mapped_kb(m.p) == 0);
+    CHECK(m.after.small_bytes == m.before.small_bytes);  // small mappings are not counted
   }
   {
     EnvVar off("DIT_NO_SHM_HUGE_PAGES", "1");
     CHECK_FALSE(shm_huge_pages_allowed());
-    const size_t bytes = 2 * kShmHugePage;
-    const int fd = shm_file(bytes);
-    bool huge = true;
-    const ShmPages before = shm_pages();
-    void* p = map_shm(fd, bytes, &huge);
-    close(fd);
-    REQUIRE(p != MAP_FAILED);
-    CHECK_FALSE(huge);
-    CHECK(pmd_mapped_kb(p) == 0);
-    const ShmPages after = shm_pages();
-    CHECK(after.small_bytes - before.small_bytes == bytes);
-    CHECK(after.why_small == "turned off by DIT_NO_SHM_HUGE_PAGES");
-    munmap(p, bytes);
+    const Mapped m(2 * kShmHugePage);
+    CHECK_FALSE(m.huge);
+    CHECK(pmd_mapped_kb(m.p) == 0);
+    CHECK(m.after.small_bytes - m.before.small_bytes == m.bytes);
+    CHECK(m.after.why_small == "turned off by DIT_NO_SHM_HUGE_PAGES");
   }
   EnvVar zero("DIT_NO_SHM_HUGE_PAGES", "0");
   CHECK(shm_huge_pages_allowed());

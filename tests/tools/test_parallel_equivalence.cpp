@@ -294,6 +294,11 @@ TEST_CASE("shared Q, K, V and feed-forward rows (--share-rows on) or each rank i
   INFO(r.err);
   CHECK(r.code == 0);
   CHECK(count(r.err, "Q, K, V and feed-forward rows shared with the replica's 4 ranks") == 4);
+  CHECK(count(r.err, "dit-gen: shared memory: ") == 1);  // rank 0's pages (parallel/shm_mapping.h)
+  r = run("DIT_NO_SHM_HUGE_PAGES=1 " + base + "-t 1 -v --cfg-parallel --ulysses 2 -o " + s.file("small.png"));
+  CHECK(r.code == 0);
+  CHECK(count(r.err, "dit-gen: shared memory: 0 MB on 2 MB pages, ") == 1);
+  CHECK(count(r.err, "MB on 4 KB pages (turned off by DIT_NO_SHM_HUGE_PAGES)") == 1);
   r = run(base + "-t 1 -v --cfg-parallel --share-ffn off -o " + s.file("off.png"));  // the older name
   CHECK(r.code == 0);
   CHECK(r.err.find("rows shared with") == std::string::npos);
