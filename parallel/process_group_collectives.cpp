@@ -20,6 +20,7 @@
 
 #include "parallel/process_group_internal.h"
 #include "parallel/shm_exchange.h"
+#include "parallel/shm_mapping.h"
 
 namespace dit {
 
@@ -314,8 +315,7 @@ bool ProcessGroup::ensure_window(size_t bytes) {
 }
 
 bool ProcessGroup::windows_allowed() const {
-  const char* off = std::getenv("DIT_NO_SHM_WINDOWS");
-  return shm_ && !(off && *off && std::string(off) != "0");
+  return shm_ && !shm_switch_set("DIT_NO_SHM_WINDOWS");
 }
 
 size_t ProcessGroup::window_bytes() const { return shm_ ? shm_->window_bytes() : 0; }

@@ -37,10 +37,12 @@ size_t shm_file_bytes(size_t bytes) {
   return (bytes + page - 1) / page * page;
 }
 
-bool shm_huge_pages_allowed() {
-  const char* off = std::getenv("DIT_NO_SHM_HUGE_PAGES");
-  return !(off && *off && std::string(off) != "0");
+bool shm_switch_set(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::string(v) != "0";
 }
+
+bool shm_huge_pages_allowed() { return !shm_switch_set("DIT_NO_SHM_HUGE_PAGES"); }
 
 void* map_shm(int fd, size_t bytes, bool* huge_out) {
   bool unused = false, *huge = huge_out ? huge_out : &unused;

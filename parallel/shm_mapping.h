@@ -38,7 +38,11 @@ size_t shm_file_bytes(size_t bytes);
 // mapping itself fails.
 void* map_shm(int fd, size_t bytes, bool* huge = nullptr);
 
-// Whether DIT_NO_SHM_HUGE_PAGES turns the collapse off.
+// Whether the switch `name` (DIT_NO_SHM_WINDOWS, DIT_NO_SHM_HUGE_PAGES) is set: to anything
+// but nothing or "0".
+bool shm_switch_set(const char* name);
+
+// Whether DIT_NO_SHM_HUGE_PAGES leaves the collapse on.
 bool shm_huge_pages_allowed();
 
 // What map_shm has mapped in this process so far, of the mappings of 2 MB and more: on 2 MB
