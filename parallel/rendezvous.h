@@ -178,7 +178,8 @@ class RendezvousStore : public gloo::rendezvous::Store {
     std::string describe() const;  // "(host h, pid p) has not responded for 12 s (stopped or swapped out?)"
   };
   std::optional<Stall> find_stalled(const std::vector<int>& ranks, std::chrono::milliseconds threshold) noexcept;
-  // Stall threshold: DIT_STALL_TIMEOUT (seconds) or 8 s, never above the store's timeout.
+  // Stall threshold: DIT_STALL_TIMEOUT (seconds) or 8 s, not above the store's timeout, and
+  // never below three heartbeat periods (3 s).
   std::chrono::milliseconds stall_threshold() const;
 
   // The world has connected: waits no longer throw GenerationSuperseded.

@@ -7,6 +7,7 @@
 // rank is already waiting longer than usual.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
@@ -20,6 +21,9 @@ namespace {
 
 constexpr std::chrono::milliseconds kHeartbeatPeriod{1000};
 constexpr std::chrono::milliseconds kDefaultStall{8000};
+// Never less than three heartbeats: at one period (--timeout 1) a heartbeat written a little
+// late on a loaded machine read as a stopped rank (the decode test under ctest -j2 in CI).
+constexpr std::chrono::milliseconds kMinStall = 3 * kHeartbeatPeriod;
 
 std::string host_name() {
   char buf[256] = {0};
@@ -55,7 +59,7 @@ std::chrono::milliseconds RendezvousStore::stall_threshold() const {
     const double s = std::atof(v);
     if (s > 0) t = std::chrono::milliseconds(int64_t(s * 1000));
   }
-  return std::min(t, timeout_);
+  return std::max(std::min(t, timeout_), kMinStall);
 }
 
 std::string RendezvousStore::Stall::describe() const {
