@@ -17,7 +17,9 @@
 // Several machines (tools/netbench.sh simulates them in network namespaces): the same
 // command on each with --rendezvous redis://HOST:PORT/RUN --nnodes N --node-rank K; each
 // layout's ranks are shared out evenly over the machines, `serial` runs on machine 0 alone,
-// and machine 0's JSON has the step times.
+// `serial-each` on every machine at once (the drivers meet first): one machine's step while
+// the others are busy too, which on one box shares its memory bandwidth, caches and power as
+// the layouts' simulated machines do. Machine 0's JSON has the step times.
 //
 // --rounds N runs the list of layouts N times in turn; "summary" has, per layout, dtype and
 // size, the median step and the median of the speedups each round measured against its own
@@ -114,6 +116,26 @@ struct RunPlan {
   fs::path tmp;  // the driver's scratch directory
 };
 
+// Several machines: the rendezvous of one run, a name of its own under --rendezvous (a redis
+// run name, or a file: subdirectory, created here).
+std::string run_rendezvous(const Opts& o, const std::string& name) {
+  if (parse_rendezvous(o.rendezvous).kind == RendezvousSpec::Kind::File) {
+    const std::string spec = o.rendezvous + "/" + name;
+    fs::create_directories(spec.substr(5));
+    return spec;
+  }
+  return o.rendezvous + "-" + name;
+}
+
+// serial-each on several machines: the drivers meet (a rendezvous of one rank each) before
+// their runs start, so that every machine's serial run overlaps the others'. Returns the
+// moment they met (seconds since the epoch).
+double all_machines_meet(const Opts& o, const std::string& name) {
+  auto store = RendezvousStore::join(run_rendezvous(o, name + "-meet"), o.nnodes, {o.node_rank}, kDefaultCommTimeout);
+  store->mark_formed();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 bool interrupted(int rc) { return rc == 128 + SIGINT || rc == 128 + SIGTERM || rc == 128 + SIGHUP; }
 
 // Launches the plan's local ranks and reads their results into the run's JSON (nothing that
@@ -127,15 +149,7 @@ json measure(const Opts& o, const char* argv0, const RunPlan& p, std::vector<flo
   const int nproc = world == 1 ? 1 : world / o.nnodes;
   const int first_rank = world == 1 ? 0 : o.node_rank * nproc;
   const std::string name = p.layout + "-" + p.dtype + "-" + std::to_string(p.size) + "-r" + std::to_string(p.round);
-  std::string rendezvous;
-  if (o.nnodes > 1 && world > 1) {  // a name of its own per run: redis run name, or file: subdirectory
-    if (parse_rendezvous(o.rendezvous).kind == RendezvousSpec::Kind::File) {
-      rendezvous = o.rendezvous + "/" + name;
-      fs::create_directories(rendezvous.substr(5));
-    } else {
-      rendezvous = o.rendezvous + "-" + name;
-    }
-  }
+  const std::string rendezvous = o.nnodes > 1 && world > 1 ? run_rendezvous(o, name) : "";
   const fs::path rdir = p.tmp / name;
   fs::create_directories(rdir);
   std::vector<std::string> args = {argv0,          "--worker",  "--model",     p.model,
@@ -163,9 +177,11 @@ json measure(const Opts& o, const char* argv0, const RunPlan& p, std::vector<flo
   std::fprintf(stderr, "dit-bench: %s, %s, size %s, %d rank(s)%s...\n", p.layout.c_str(), p.dtype.c_str(),
                p.size > 0 ? std::to_string(p.size).c_str() : "default", world,
                o.rounds > 1 ? (", round " + std::to_string(p.round + 1) + " of " + std::to_string(o.rounds)).c_str() : "");
+  const double met = lay.every_node && o.nnodes > 1 ? all_machines_meet(o, name) : 0;
   rc = launch_local_workers(int(args.size()), av.data(), nproc, first_rank, world, rendezvous, lo);
   json run;
   run["layout"] = p.layout;
+  if (met > 0) run["machines_met_unix_s"] = met;
   run["ranks"] = world;
   run["dtype"] = p.dtype;
   run["round"] = p.round;
@@ -237,9 +253,10 @@ int run_driver(const Opts& o, const char* argv0) {
     for (const std::string& dtype : dtypes)
       for (int round = 0; round < o.rounds; ++round) {  // rounds alternate the layouts in time
         std::vector<float> serial_latents;
-        double serial_step = 0, serial_pss = 0, all_step = 0;
+        double serial_step = 0, serial_pss = 0, all_step = 0, each_step = 0;
         for (const std::string& lname : layouts) {
-          if (parse_layout(lname).deg.world() == 1 && o.node_rank != 0) continue;  // serial: machine 0 alone
+          const Layout lay = parse_layout(lname);
+          if (lay.deg.world() == 1 && !lay.every_node && o.node_rank != 0) continue;  // serial: machine 0 alone
           std::vector<float> lat;
           int rc = 0;
           json run = measure(o, argv0, {model, lname, dtype, size, round, tmp}, lat, rc);
@@ -265,6 +282,9 @@ int run_driver(const Opts& o, const char* argv0) {
             // on every core (the issue-14 comparison), for the layouts after it this round.
             if (lname == "serial-all" && all_step == 0) all_step = run["step_s"].get<double>();
             else if (all_step > 0) run["speedup_vs_serial_all"] = all_step / run["step_s"].get<double>();
+            // One machine's step while every machine runs its own (serial-each), for the layouts after it.
+            if (lname == "serial-each" && each_step == 0) each_step = run["step_s"].get<double>();
+            else if (each_step > 0) run["speedup_vs_serial_each"] = each_step / run["step_s"].get<double>();
             // bf16 vs the f32 run of the same layout, size and round, when both were asked for.
             const std::string key = lname + " " + std::to_string(size) + " " + std::to_string(round);
             if (dtype == "f32") latents_of[key] = lat;
@@ -310,8 +330,9 @@ int main(int argc, char** argv) {
   app.add_option("--size", o.sizes, "image sizes in pixels, comma-separated (tokens = (size/16)^2 for DiT/2); default: the model's");
   app.add_option("--dtype", o.dtypes, "compute types, comma-separated: f32, bf16")->capture_default_str();
   app.add_option("--layouts", o.layouts,
-                 "comma-separated: serial (1 rank, pinned), serial-all (1 rank, all cores), or degrees like cfg2, u2, r2, "
-                 "tp2, u2r2, cfg2u2, cfg2tp2")
+                 "comma-separated: serial (1 rank, pinned), serial-all (1 rank, all cores), serial-each (with --nnodes: "
+                 "serial on every machine at once, the machines meeting first; speedup_vs_serial_each for the layouts "
+                 "after it), or degrees like cfg2, u2, r2, tp2, u2r2, cfg2u2, cfg2tp2")
       ->capture_default_str();
   app.add_option("--steps", o.steps, "timed denoising steps (median reported)")->capture_default_str();
   app.add_option("--rounds", o.rounds,

@@ -13,9 +13,12 @@
 # cgroup of its own: more nodes than cores (4 at 0.5 on 2), waiting lost as on separate machines.
 # With --gen, every node runs one whole dit-gen instead (launch, rendezvous, load, steps, decode,
 # PNG), and one JSON line gives node 0's wall time and dit-gen's phase times.
-# Prints one JSON line per layout (serial first, the one-node baseline): median step seconds
-# and the speedup over serial. With `-- --rounds N` (dit-bench's) every layout runs N times in
-# turn, one line per run, then one line per layout with the medians over the rounds.
+# Prints one JSON line per layout (serial first, the one-node baseline; then serial-each, every
+# node running serial at once): median step seconds and the speedup over each. On one box the
+# simulated nodes share its memory bandwidth, caches and power budget, which separate
+# machines would not: serial has them to itself, serial-each shares them as the layouts do.
+# With `-- --rounds N` (dit-bench's) every layout runs N times in turn, one line per run, then
+# one line per layout with the medians over the rounds.
 # Needs root, iproute2 (ip, tc), redis-server, taskset, jq.
 # Cleans up its namespaces, links, cgroups and redis-server on exit, however it ends.
 set -euo pipefail
@@ -255,7 +258,7 @@ for ((k = 0; k < nodes; k++)); do
     continue
   fi
   setsid ${in_cgroup[@]+"${in_cgroup[@]}"} ip netns exec "$tag-n$k" env DIT_ADDR="$net.$((k + 1))" taskset -c "$cores" \
-    "$bin/dit-bench" --model "$model" ${sizes:+--size "$sizes"} --layouts "serial,$layouts" --steps "$steps" \
+    "$bin/dit-bench" --model "$model" ${sizes:+--size "$sizes"} --layouts "serial,serial-each,$layouts" --steps "$steps" \
     --warmup "$warmup" --threads "$t" --nnodes "$nodes" --node-rank "$k" \
     --rendezvous "redis://$net.254:$port/$tag" ${extra[@]+"${extra[@]}"} > "$work/node$k.json" 2> "$work/node$k.log" &
   pids+=($!)
@@ -289,9 +292,11 @@ jq -c --arg rate "$rate" --arg delay "$delay" --argjson delay_applied "$delay_ap
     threads_per_rank, rate: $rate, delay: (if $delay_applied then $delay else null end),
     delay_applied: $delay_applied, cores: $cores, step_median_s: .step_s,
     speedup_vs_serial: (.speedup_vs_serial // (if .layout == "serial" then 1 else null end)),
+    speedup_vs_serial_each: (.speedup_vs_serial_each // (if .layout == "serial-each" then 1 else null end)),
     latents_rel_diff_vs_serial, bytes_sent_per_step: .bytes_sent_per_step_all_ranks,
     communication_s_rank0: (.breakdown_s_rank0.communication // null),
     waiting_s_rank0: (.breakdown_s_rank0.waiting // null), oversubscribed, error}
   | with_entries(select(.value != null))),
   (.summary[]? | select(.rounds > 1) | {layout, size, rounds, step_median_s: .step_s_median,
-    speedup_vs_serial_median, speedup_vs_serial_rounds} | with_entries(select(.value != null)))' "$work/node0.json"
+    speedup_vs_serial_median, speedup_vs_serial_rounds, speedup_vs_serial_each_median,
+    speedup_vs_serial_each_rounds} | with_entries(select(.value != null)))' "$work/node0.json"

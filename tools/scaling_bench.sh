@@ -189,9 +189,9 @@ if [ "$(id -u)" = 0 ] && command -v ip >/dev/null && command -v tc >/dev/null &&
   else
     # two rounds, each against its own one-node run: a 16-core machine's one-node step moved by
     # a third between invocations
-    part netbench-2 240 nodes.jsonl "${nb[@]}" --size $large --nodes 2 --layouts cfg2,u2,r2 -- --rounds 2
+    part netbench-2 280 nodes.jsonl "${nb[@]}" --size $large --nodes 2 --layouts cfg2,u2,r2 -- --rounds 2
     if [ "$cores" -ge 4 ]; then
-      part netbench-4 240 nodes.jsonl "${nb[@]}" --size $large --nodes 4 --layouts cfg2u2,u4 -- --rounds 2
+      part netbench-4 280 nodes.jsonl "${nb[@]}" --size $large --nodes 4 --layouts cfg2u2,u4 -- --rounds 2
     else
       part netbench-4 300 nodes.jsonl "${nb[@]}" --size $large --nodes 4 --node-cpus 0.5 --layouts cfg2u2,u4 -- --rounds 2
     fi

@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -241,6 +242,39 @@ TEST_CASE("dit-bench runs a layout across two drivers (--nnodes 2)", "[tools][be
   }
   const auto d1 = nlohmann::json::parse(slurp(s.file("n1.json")));
   CHECK(d1["runs"].size() == 2);  // serial ran on machine 0 only
+}
+
+// serial-each: every driver runs serial at once, meeting first. Node 1 starts 3 s after node 0:
+// without the meeting node 0's run would be over before node 1's began.
+TEST_CASE("dit-bench serial-each runs serial on every machine at once (--nnodes 2)", "[tools][bench]") {
+  Scratch s;
+  std::filesystem::create_directories(s.file("rdzv"));
+  const std::string model_run = run(bin("dit-make-model") + " --preset tiny --out " + s.file("model")).err;
+  INFO(model_run);
+  const std::string base = "DIT_ADDR=127.0.0.1 " + bin("dit-bench") + " --model " + s.file("model") +
+                           " --steps 1 --warmup 0 --gemm 64,64,64 --gemm-runs 1 --layouts serial-each,cfg2 --nnodes 2 "
+                           "--rendezvous file:" + s.file("rdzv");
+  const std::string cmd = "( (sleep 3; " + base + " --node-rank 1 > " + s.file("n1.json") + " 2> " + s.file("n1.log") +
+                          ") & " + base + " --node-rank 0; rc=$?; wait $! || rc=1; exit $rc)";
+  RunResult r = run(cmd);
+  INFO(r.err << "\nnode 1: " << slurp(s.file("n1.log")));
+  REQUIRE(r.code == 0);
+  const auto d0 = nlohmann::json::parse(r.out), d1 = nlohmann::json::parse(slurp(s.file("n1.json")));
+  REQUIRE(d0["runs"].size() == 2);
+  REQUIRE(d1["runs"].size() == 2);  // serial-each ran on both machines
+  const auto &e0 = d0["runs"][0], &e1 = d1["runs"][0];
+  INFO(e0.dump() << "\n" << e1.dump());
+  REQUIRE(e0["layout"] == "serial-each");
+  REQUIRE(e1["layout"] == "serial-each");
+  CHECK(e0["ranks"] == 1);
+  CHECK(e0["step_s"].get<double>() > 0);
+  CHECK(std::abs(e0["machines_met_unix_s"].get<double>() - e1["machines_met_unix_s"].get<double>()) < 1.0);
+  const auto& c0 = d0["runs"][1];
+  INFO(c0.dump());
+  CHECK(c0["layout"] == "cfg2");
+  CHECK(std::abs(c0["speedup_vs_serial_each"].get<double>() - e0["step_s"].get<double>() / c0["step_s"].get<double>()) <
+        1e-9);
+  CHECK(d0["summary"][1].contains("speedup_vs_serial_each_median"));
 }
 
 TEST_CASE("dit-bench rejects bad several-machine options", "[tools][bench]") {

@@ -12,6 +12,10 @@ Layout parse_layout(const std::string& s) {
   Layout l;
   l.name = s;
   if (s == "serial") return l;
+  if (s == "serial-each") {
+    l.every_node = true;
+    return l;
+  }
   if (s == "serial-all") {
     l.all_cores = true;
     return l;
@@ -22,7 +26,7 @@ Layout parse_layout(const std::string& s) {
   bool any = false;
   while (!rest.empty()) {
     DIT_CHECK(std::regex_search(rest, m, part) && m.position(0) == 0,
-              "layout '" << s << "': expected serial, serial-all or a combination of cfgN, uN, rN, tpN (e.g. cfg2u2, u2r2, tp2)");
+              "layout '" << s << "': expected serial, serial-all, serial-each or a combination of cfgN, uN, rN, tpN (e.g. cfg2u2, u2r2, tp2)");
     DIT_CHECK(m[2].length() <= 4, "layout '" << s << "': degree " << m[2].str() << " is too large");
     const int n = std::stoi(m[2].str());
     DIT_CHECK(n >= 1, "layout '" << s << "': degree must be >= 1");

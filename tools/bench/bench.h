@@ -35,9 +35,14 @@ struct Layout {
   std::string name;
   MeshDegrees deg;
   bool all_cores = false;
+  // serial-each: one rank on every machine at once, each its own serial run (with --nnodes:
+  // a machine's step while every machine is busy, the baseline that shares the box's memory,
+  // caches and power as the layouts' machines do when simulated on one box)
+  bool every_node = false;
 };
 
-// "serial", "serial-all", or degrees like cfg2, u2, r2, tp2, u2r2, cfg2u2; throws dit::Error.
+// "serial", "serial-all", "serial-each", or degrees like cfg2, u2, r2, tp2, u2r2, cfg2u2;
+// throws dit::Error.
 Layout parse_layout(const std::string& s);
 std::vector<std::string> split_list(const std::string& s);  // comma-separated, empty items dropped
 // Every option's range, before a model is created or a rank started; throws dit::Error naming the flag.

@@ -127,7 +127,8 @@ json summarize(const json& runs) {
     s["size"] = (*g[0])["size"];
     s["ranks"] = (*g[0])["ranks"];
     s["rounds"] = g.size();
-    for (const char* field : {"step_s", "speedup_vs_serial", "speedup_vs_serial_all", "speedup_vs_f32", "pss_mb_sum",
+    for (const char* field : {"step_s", "speedup_vs_serial", "speedup_vs_serial_all", "speedup_vs_serial_each",
+                              "speedup_vs_f32", "pss_mb_sum",
                               "pss_sum_vs_serial"}) {  // the median and every round's value
       std::vector<double> v;
       for (const json* r : g)
