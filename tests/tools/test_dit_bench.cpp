@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -214,21 +215,27 @@ TEST_CASE("dit-bench pins each rank to its own cores, and --no-pin does not", "[
   CHECK(nd["runs"][0]["per_rank"][0]["cpus"].size() == size_t(cores));
 }
 
-// Several machines, simulated by two drivers on this one sharing a file: rendezvous.
-TEST_CASE("dit-bench runs a layout across two drivers (--nnodes 2)", "[tools][bench]") {
+// Several machines, simulated by two drivers on this one sharing a file: rendezvous. Node 1's
+// driver starts `node1_delay` seconds after node 0's. Returns node 0's and node 1's JSON.
+static std::pair<nlohmann::json, nlohmann::json> run_two_drivers(const std::string& layouts, int node1_delay = 0) {
   Scratch s;
   std::filesystem::create_directories(s.file("rdzv"));
   const std::string model_run = run(bin("dit-make-model") + " --preset tiny --out " + s.file("model")).err;
   INFO(model_run);
   const std::string base = "DIT_ADDR=127.0.0.1 " + bin("dit-bench") + " --model " + s.file("model") +
-                           " --steps 1 --warmup 0 --gemm 64,64,64 --gemm-runs 1 --layouts serial,cfg2,u2 --nnodes 2 "
-                           "--rendezvous file:" + s.file("rdzv");
-  const std::string cmd = "(" + base + " --node-rank 1 > " + s.file("n1.json") + " 2> " + s.file("n1.log") + " & " +
-                          base + " --node-rank 0; rc=$?; wait $! || rc=1; exit $rc)";
+                           " --steps 1 --warmup 0 --gemm 64,64,64 --gemm-runs 1 --layouts " + layouts +
+                           " --nnodes 2 --rendezvous file:" + s.file("rdzv");
+  const std::string cmd = "( (sleep " + std::to_string(node1_delay) + "; " + base + " --node-rank 1 > " +
+                          s.file("n1.json") + " 2> " + s.file("n1.log") + ") & " + base +
+                          " --node-rank 0; rc=$?; wait $! || rc=1; exit $rc)";
   RunResult r = run(cmd);
   INFO(r.err << "\nnode 1: " << slurp(s.file("n1.log")));
   REQUIRE(r.code == 0);
-  const auto doc = nlohmann::json::parse(r.out);
+  return {nlohmann::json::parse(r.out), nlohmann::json::parse(slurp(s.file("n1.json")))};
+}
+
+TEST_CASE("dit-bench runs a layout across two drivers (--nnodes 2)", "[tools][bench]") {
+  const auto [doc, d1] = run_two_drivers("serial,cfg2,u2");
   REQUIRE(doc["runs"].size() == 3);
   CHECK(doc["nnodes"] == 2);
   for (const auto& run : doc["runs"]) {
@@ -240,26 +247,13 @@ TEST_CASE("dit-bench runs a layout across two drivers (--nnodes 2)", "[tools][be
       CHECK(run.contains("speedup_vs_serial"));
     }
   }
-  const auto d1 = nlohmann::json::parse(slurp(s.file("n1.json")));
   CHECK(d1["runs"].size() == 2);  // serial ran on machine 0 only
 }
 
 // serial-each: every driver runs serial at once, meeting first. Node 1 starts 3 s after node 0:
 // without the meeting node 0's run would be over before node 1's began.
 TEST_CASE("dit-bench serial-each runs serial on every machine at once (--nnodes 2)", "[tools][bench]") {
-  Scratch s;
-  std::filesystem::create_directories(s.file("rdzv"));
-  const std::string model_run = run(bin("dit-make-model") + " --preset tiny --out " + s.file("model")).err;
-  INFO(model_run);
-  const std::string base = "DIT_ADDR=127.0.0.1 " + bin("dit-bench") + " --model " + s.file("model") +
-                           " --steps 1 --warmup 0 --gemm 64,64,64 --gemm-runs 1 --layouts serial-each,cfg2 --nnodes 2 "
-                           "--rendezvous file:" + s.file("rdzv");
-  const std::string cmd = "( (sleep 3; " + base + " --node-rank 1 > " + s.file("n1.json") + " 2> " + s.file("n1.log") +
-                          ") & " + base + " --node-rank 0; rc=$?; wait $! || rc=1; exit $rc)";
-  RunResult r = run(cmd);
-  INFO(r.err << "\nnode 1: " << slurp(s.file("n1.log")));
-  REQUIRE(r.code == 0);
-  const auto d0 = nlohmann::json::parse(r.out), d1 = nlohmann::json::parse(slurp(s.file("n1.json")));
+  const auto [d0, d1] = run_two_drivers("serial-each,cfg2", 3);
   REQUIRE(d0["runs"].size() == 2);
   REQUIRE(d1["runs"].size() == 2);  // serial-each ran on both machines
   const auto &e0 = d0["runs"][0], &e1 = d1["runs"][0];
