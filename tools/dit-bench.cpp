@@ -348,7 +348,9 @@ int main(int argc, char** argv) {
   app.add_flag("--no-pin", o.no_pin, "leave the ranks' CPU affinity alone (compare with the default placement)");
   const char* mn = "Several machines (tools/netbench.sh): run the same command on each";
   app.add_option("--rendezvous", o.rendezvous, "redis://HOST:PORT/RUN (or file:DIR) all machines reach")->group(mn);
-  app.add_option("--nnodes", o.nnodes, "machines; each layout's ranks are shared out evenly (serial: machine 0 alone; serial-each: every machine at once)")
+  app.add_option("--nnodes", o.nnodes,
+                 "machines; each layout's ranks are shared out evenly (serial: machine 0 alone; serial-each: every "
+                 "machine at once)")
       ->capture_default_str()
       ->group(mn);
   app.add_option("--node-rank", o.node_rank, "index of this machine (0 reports the step times)")
