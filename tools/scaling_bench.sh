@@ -173,6 +173,10 @@ fi
     --layouts serial-all,cfg2,u2,r2
   [ "$cores" -ge 8 ] && part "layouts-4096-8" 150 layouts.jsonl "${bench[@]}" --size $large --dtype f32,bf16 \
     -t $((cores / 8)) --rounds 1 --layouts serial-all,cfg2u4
+  # The same two-rank layouts with the shared memory on 4 KB pages, against the part above
+  # (parallel/shm_mapping.h; on the 2-core VM the windows' copies then took 2-14% of the step).
+  part "layouts-4096-2-4kb-pages" 120 layouts.jsonl env DIT_NO_SHM_HUGE_PAGES=1 "${bench[@]}" --size $large \
+    --dtype f32 -t $((cores / 2)) --rounds 1 --layouts serial-all,u2,r2
   [ -n "$torch_python" ] &&
     part "torch-eager-4096" 150 torch.jsonl env -u LD_LIBRARY_PATH "$torch_python" "$here/torch_anchor.py" "$model" $large f32,bf16 2 eager "$cores"
 }

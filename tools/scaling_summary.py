@@ -50,6 +50,8 @@ def layouts(docs):
     print("|---|---|---|---|---|---|")
     for (part, tokens, dtype, layout, ranks, threads), v in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][4], kv[0][3])):
         sp = [x[0] for x in v]
+        if part.endswith("-4kb-pages"):  # the shared memory on 4 KB pages (DIT_NO_SHM_HUGE_PAGES=1)
+            layout += " (shm on 4 KB pages)"
         print(f"| {tokens} | {dtype} | {layout} | {ranks} x {threads} | {statistics.median(sp):.3f} "
               f"({', '.join(f'{x:.3f}' for x in sp)}) | {100 * statistics.median(x[1] for x in v):.1f}% |")
     print()
@@ -156,9 +158,16 @@ def whole(docs):
 
 
 def nodes(docs):
-    print("## Simulated machines (tools/netbench.sh): speed-up over one node")
-    print("| nodes | layout | tokens | step (s) | vs one node | cores |")
-    print("|---|---|---|---|---|---|")
+    print("## Simulated machines (tools/netbench.sh): speed-up over one node (serial: the rest of the box idle; "
+          "serial-each: every node running serial at once)")
+    print("| nodes | layout | tokens | step (s) | vs serial | vs serial-each | cores |")
+    print("|---|---|---|---|---|---|---|")
+
+    def ratio(x, each=None):
+        if x is None:
+            return ""
+        return f"{x:.2f}x" + (f" ({', '.join(f'{r:.2f}' for r in each)})" if each else "")
+
     nodes_of = {}  # a layout's nodes and cores, from its rounds' lines, for its median line
     for d in docs:
         if "layout" not in d:
@@ -166,15 +175,13 @@ def nodes(docs):
         if "speedup_vs_serial_median" in d or ("rounds" in d and "nodes" not in d):
             # netbench.sh with -- --rounds N: the medians over the rounds of one invocation
             n, cores = nodes_of.get(d["layout"], ("", ""))
-            sp = d.get("speedup_vs_serial_median")
-            rounds = ", ".join(f"{x:.2f}" for x in d.get("speedup_vs_serial_rounds", []))
             print(f"| {n} | {d['layout']}, median of {d.get('rounds', '?')} rounds | | {d.get('step_median_s', 0):.3f} | "
-                  f"{'' if sp is None else f'{sp:.2f}x ({rounds})'} | {cores} |")
+                  f"{ratio(d.get('speedup_vs_serial_median'), d.get('speedup_vs_serial_rounds'))} | "
+                  f"{ratio(d.get('speedup_vs_serial_each_median'), d.get('speedup_vs_serial_each_rounds'))} | {cores} |")
             continue
         nodes_of[d["layout"]] = (d.get("nodes", ""), d.get("cores", ""))
-        sp = d.get("speedup_vs_serial")
-        print(f"| {d.get('nodes', '')} | {d['layout']} | {d.get('tokens', '')} | "
-              f"{d.get('step_median_s', 0):.3f} | {'' if sp is None else f'{sp:.2f}x'} | {d.get('cores', '')} |")
+        print(f"| {d.get('nodes', '')} | {d['layout']} | {d.get('tokens', '')} | {d.get('step_median_s', 0):.3f} | "
+              f"{ratio(d.get('speedup_vs_serial'))} | {ratio(d.get('speedup_vs_serial_each'))} | {d.get('cores', '')} |")
     print()
 
 
