@@ -11,6 +11,9 @@
 #   tools/scaling_bench.sh OUT_DIR --budget 540    # end within 540 s, summary included (a lent
 #                                                  # machine's time limit): parts that would not
 #                                                  # fit are cut short or skipped, and logged
+#   tools/scaling_bench.sh OUT_DIR --parts 'one-thread|4096|netbench'   # only the parts whose
+#                                                  # name matches (an extended regex; the names
+#                                                  # are in log.txt; whole runs: "whole")
 #
 # OUT_DIR gets layouts.jsonl (one dit-bench document per line), kernels.jsonl, torch.jsonl,
 # whole.jsonl (whole dit-gen runs), nodes.jsonl (simulated machines, where allowed), log.txt
@@ -25,13 +28,13 @@
 set -uo pipefail
 
 usage() {
-  echo "usage: tools/scaling_bench.sh OUT_DIR [--quick] [--budget SECONDS]" >&2
+  echo "usage: tools/scaling_bench.sh OUT_DIR [--quick] [--budget SECONDS] [--parts REGEX]" >&2
   exit 2
 }
 [ $# -ge 1 ] || usage
 out=$1
 shift
-quick=0 budget=0
+quick=0 budget=0 parts=
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) quick=1 ;;
@@ -39,6 +42,11 @@ while [ $# -gt 0 ]; do
       [ $# -ge 2 ] && [[ $2 =~ ^[0-9]+$ ]] && [ "$2" -ge 60 ] ||
         { echo "tools/scaling_bench.sh: --budget expects whole seconds, at least 60" >&2; exit 2; }
       budget=$2
+      shift ;;
+    --parts)
+      [ $# -ge 2 ] && [ -n "$2" ] && { echo | grep -Eq "$2" 2>/dev/null; [ $? -le 1 ]; } ||
+        { echo "tools/scaling_bench.sh: --parts expects an extended regular expression (e.g. 'one-thread|netbench')" >&2; exit 2; }
+      parts=$2
       shift ;;
     *) usage ;;
   esac
@@ -89,6 +97,10 @@ lscpu 2>/dev/null | grep -E '^(Model name|Flags)' | cut -c1-400 >>"$log"
 # (less the reserve), whichever is smaller; false (and logged) when under 15 s are left.
 fit_budget() {
   fitted=$2
+  if [ -n "$parts" ] && ! grep -Eq "$parts" <<<"$1"; then
+    echo "== $(date -u +%T) $1: not in --parts '$parts'" >>"$log"
+    return 1
+  fi
   [ "$budget" -gt 0 ] || return 0
   local left=$((budget - reserve - (SECONDS - started)))
   if [ $left -lt 15 ]; then
@@ -208,7 +220,7 @@ fi
 # layers at 256x256: bf16 against f32 on all cores, and --cfg-parallel against one thread on
 # two cores (the issue's two-core comparison). One JSON line per run in whole.jsonl.
 gen_model=$DIT_BENCH_CACHE/xl-L$layers-gen
-[ -f "$gen_model/model_index.json" ] ||
+[ -f "$gen_model/model_index.json" ] || { [ -n "$parts" ] && ! grep -Eq "$parts" <<<whole; } ||
   "$bin/dit-make-model" --preset xl --layers "$layers" --out "$gen_model" >>"$log" 2>&1
 whole() {  # whole ROUND NAME CPUS ARGS...: CPUS a taskset list, or "all"
   local round=$1 name=$2 cpus=$3
