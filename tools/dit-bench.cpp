@@ -271,20 +271,23 @@ int run_driver(const Opts& o, const char* argv0) {
             if (lname == "serial" && serial_pss == 0) serial_pss = run["pss_mb_sum"].get<double>();
             else if (serial_pss > 0) run["pss_sum_vs_serial"] = run["pss_mb_sum"].get<double>() / serial_pss;
           } else {
-            if (lname == "serial" && serial_step == 0) {  // the baseline of the layouts after it, this round
-              serial_latents = lat;
-              serial_step = run["step_s"].get<double>();
-            } else if (serial_step > 0) {
-              run["speedup_vs_serial"] = serial_step / run["step_s"].get<double>();
-              run["latents_rel_diff_vs_serial"] = rel_diff(lat, serial_latents);
-            }
+            // A baseline's first run this round sets `step` (true); the runs after it get `field`.
+            const double step_s = run["step_s"].get<double>();
+            auto against = [&](const char* baseline, double& step, const char* field) {
+              if (lname == baseline && step == 0) {
+                step = step_s;
+                return true;
+              }
+              if (step > 0) run[field] = step / step_s;
+              return false;
+            };
+            if (against("serial", serial_step, "speedup_vs_serial")) serial_latents = lat;
+            else if (serial_step > 0) run["latents_rel_diff_vs_serial"] = rel_diff(lat, serial_latents);
             // One process with all cores: the same total threads as a layout of one-thread ranks
-            // on every core (the issue-14 comparison), for the layouts after it this round.
-            if (lname == "serial-all" && all_step == 0) all_step = run["step_s"].get<double>();
-            else if (all_step > 0) run["speedup_vs_serial_all"] = all_step / run["step_s"].get<double>();
-            // One machine's step while every machine runs its own (serial-each), for the layouts after it.
-            if (lname == "serial-each" && each_step == 0) each_step = run["step_s"].get<double>();
-            else if (each_step > 0) run["speedup_vs_serial_each"] = each_step / run["step_s"].get<double>();
+            // on every core (the issue-14 comparison).
+            against("serial-all", all_step, "speedup_vs_serial_all");
+            // One machine's step while every machine runs its own (serial-each).
+            against("serial-each", each_step, "speedup_vs_serial_each");
             // bf16 vs the f32 run of the same layout, size and round, when both were asked for.
             const std::string key = lname + " " + std::to_string(size) + " " + std::to_string(round);
             if (dtype == "f32") latents_of[key] = lat;
