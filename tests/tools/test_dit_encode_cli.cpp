@@ -26,7 +26,7 @@ std::string q(const std::string& s) {
   return out + "'";
 }
 
-void expect_failure(const std::string& cmd, const std::string& needle, const std::string& output = "") {
+void expect_encode_failure(const std::string& cmd, const std::string& needle, const std::string& output = "") {
   RunResult r = run(cmd);
   INFO("cmd: " << cmd << "\nstderr: " << r.err);
   CHECK(r.code == 1);
@@ -142,21 +142,21 @@ TEST_CASE("dit-encode defaults: max length from the pipeline class, lower/strip 
 TEST_CASE("dit-encode refuses bad input with one line and writes nothing", "[cli][t5]") {
   Scratch s;
   const std::string out = s.file("x.npy");
-  expect_failure(encode_cmd("pixart-tiny", "-p fox --max-length 0 -o " + out), "max length must be in 1..4096, found 0", out);
-  expect_failure(encode_cmd("pixart-tiny", "-p fox --max-length 100000 -o " + out),
+  expect_encode_failure(encode_cmd("pixart-tiny", "-p fox --max-length 0 -o " + out), "max length must be in 1..4096, found 0", out);
+  expect_encode_failure(encode_cmd("pixart-tiny", "-p fox --max-length 100000 -o " + out),
                  "max length must be in 1..4096, found 100000", out);
-  expect_failure(encode_cmd("pixart-tiny", "-p \"$(printf 'a\\377b')\" -o " + out), "not valid UTF-8: invalid lead byte at byte 1", out);
-  expect_failure(encode_cmd("pixart-tiny", "-p fox"), "-o/--output FILE.npy is required");
-  expect_failure(encode_cmd("pixart-tiny", "-p fox --dtype f16 -o " + out), "f16", out);
-  expect_failure(encode_cmd("pixart-tiny", "-p fox -o " + s.file("no/such/dir/x.npy")), "does not exist");
-  expect_failure(bin("dit-encode") + " -m " + s.file("nothing") + " -p fox -o " + out, "does not exist", out);
+  expect_encode_failure(encode_cmd("pixart-tiny", "-p \"$(printf 'a\\377b')\" -o " + out), "not valid UTF-8: invalid lead byte at byte 1", out);
+  expect_encode_failure(encode_cmd("pixart-tiny", "-p fox"), "-o/--output FILE.npy is required");
+  expect_encode_failure(encode_cmd("pixart-tiny", "-p fox --dtype f16 -o " + out), "f16", out);
+  expect_encode_failure(encode_cmd("pixart-tiny", "-p fox -o " + s.file("no/such/dir/x.npy")), "does not exist");
+  expect_encode_failure(bin("dit-encode") + " -m " + s.file("nothing") + " -p fox -o " + out, "does not exist", out);
   // A model without its tokenizer: the error names the file.
   const std::string m = s.file("m");
   fs::copy(data_path("pixart-tiny"), m, fs::copy_options::recursive);
   fs::remove(m + "/tokenizer/spiece.model");
-  expect_failure(bin("dit-encode") + " -m " + m + " -p fox -o " + out, m + "/tokenizer/spiece.model", out);
+  expect_encode_failure(bin("dit-encode") + " -m " + m + " -p fox -o " + out, m + "/tokenizer/spiece.model", out);
   // ... or with a missing weight shard: found when the weights are read, still no file.
   fs::copy(data_path("pixart-tiny/tokenizer/spiece.model"), m + "/tokenizer/spiece.model");
   fs::remove(m + "/text_encoder/model-00001-of-00002.safetensors");
-  expect_failure(bin("dit-encode") + " -m " + m + " -p fox -o " + out, "model-00001-of-00002.safetensors", out);
+  expect_encode_failure(bin("dit-encode") + " -m " + m + " -p fox -o " + out, "model-00001-of-00002.safetensors", out);
 }

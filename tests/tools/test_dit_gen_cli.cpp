@@ -23,10 +23,10 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string gen(const std::string& args) { return bin("dit-gen") + " --progress none " + args; }
-const std::string kTiny = " -m " + data_path("dit-tiny");
+const std::string kTinyGen = " -m " + data_path("dit-tiny");
 
 // Expects a failed run: non-zero exit, a one-line "error" message mentioning `needle`, and no output file.
-void expect_failure(const std::string& args, const std::string& needle, const std::string& output) {
+void expect_gen_failure(const std::string& args, const std::string& needle, const std::string& output) {
   RunResult r = run(gen(args));
   INFO("args: " << args << "\nstderr: " << r.err);
   CHECK(r.code != 0);
@@ -41,7 +41,7 @@ void expect_failure(const std::string& args, const std::string& needle, const st
 TEST_CASE("dit-gen writes a PNG of the right size with the parameters chunk", "[cli]") {
   Scratch s;
   const std::string png = s.file("a.png"), npy = s.file("a.npy");
-  RunResult r = run(gen(kTiny + " -p \"tiger shark\" --steps 3 -s 5 -o " + png + " --save-latents " + npy));
+  RunResult r = run(gen(kTinyGen + " -p \"tiger shark\" --steps 3 -s 5 -o " + png + " --save-latents " + npy));
   INFO(r.err);
   REQUIRE(r.code == 0);
   int w = 0, h = 0, c = 0;
@@ -58,7 +58,7 @@ TEST_CASE("dit-gen writes a PNG of the right size with the parameters chunk", "[
   dit::Tensor lat = dit::read_npy(npy);
   CHECK(lat.shape() == dit::Shape{1, 4, 8, 8});
   CHECK(r.err.find("times:") == std::string::npos);  // the phase times only with -v
-  r = run(gen(kTiny + " -p 3 --steps 2 -v -o " + png));
+  r = run(gen(kTinyGen + " -p 3 --steps 2 -v -o " + png));
   INFO(r.err);
   REQUIRE(r.code == 0);
   for (const char* phase : {"times: connect ", ", load ", ", encode ", ", denoise ", "(step 1 ", ", decode ", ", write "})
@@ -73,10 +73,10 @@ TEST_CASE("dit-gen --vae-dtype: the decoder's convolution type, in the parameter
     return;
   }
   Scratch s;
-  const std::string base = kTiny + " -p 3 --steps 2 -s 9 --dtype bf16";
+  const std::string base = kTinyGen + " -p 3 --steps 2 -s 9 --dtype bf16";
   RunResult a = run(gen(base + " -v -o " + s.file("a.png") + " --save-latents " + s.file("a.npy")));
   RunResult b = run(gen(base + " --vae-dtype f32 -o " + s.file("b.png") + " --save-latents " + s.file("b.npy")));
-  RunResult c = run(gen(kTiny + " -p 3 --steps 2 -s 9 --vae-dtype bf16 -o " + s.file("c.png")));
+  RunResult c = run(gen(kTinyGen + " -p 3 --steps 2 -s 9 --vae-dtype bf16 -o " + s.file("c.png")));
   INFO(a.err << b.err << c.err);
   REQUIRE(a.code == 0);
   REQUIRE(b.code == 0);
@@ -94,9 +94,9 @@ TEST_CASE("dit-gen --vae-dtype: the decoder's convolution type, in the parameter
 
 TEST_CASE("dit-gen: same seed, identical files - another seed, another image", "[cli]") {
   Scratch s;
-  REQUIRE(run(gen(kTiny + " -p 7 --steps 2 -s 11 -o " + s.file("a.png"))).code == 0);
-  REQUIRE(run(gen(kTiny + " -p 7 --steps 2 -s 11 -o " + s.file("b.png"))).code == 0);
-  REQUIRE(run(gen(kTiny + " -p 7 --steps 2 -s 12 -o " + s.file("c.png"))).code == 0);
+  REQUIRE(run(gen(kTinyGen + " -p 7 --steps 2 -s 11 -o " + s.file("a.png"))).code == 0);
+  REQUIRE(run(gen(kTinyGen + " -p 7 --steps 2 -s 11 -o " + s.file("b.png"))).code == 0);
+  REQUIRE(run(gen(kTinyGen + " -p 7 --steps 2 -s 12 -o " + s.file("c.png"))).code == 0);
   CHECK(slurp(s.file("a.png")) == slurp(s.file("b.png")));
   CHECK(slurp(s.file("a.png")) != slurp(s.file("c.png")));
 }
@@ -105,24 +105,24 @@ TEST_CASE("dit-gen: bad input gives a one-line error, a non-zero exit and no out
   Scratch s;
   const std::string png = s.file("out.png");
   const std::string o = " -o " + png;
-  expect_failure("-m " + s.file("nope") + " -p 1" + o, "does not exist", png);
+  expect_gen_failure("-m " + s.file("nope") + " -p 1" + o, "does not exist", png);
   // A parallel run refuses a missing model before starting any rank: one line, as above.
-  expect_failure("-m " + s.file("nope") + " -p 1 --ulysses 2" + o, "does not exist", png);
-  expect_failure(kTiny + " -p zebra" + o, "closest labels", png);
-  expect_failure(kTiny + " -p 10" + o, "out of range", png);
-  expect_failure(kTiny + " -p 1 -W 17" + o, "multiples of", png);
-  expect_failure(kTiny + " -p 1 --sampler lms" + o, "lms", png);
-  expect_failure(kTiny + " -p 1 --dtype f16" + o, "dtype", png);
-  expect_failure(kTiny + " -p 1 --vae-dtype f16" + o, "--vae-dtype", png);
-  expect_failure(kTiny + " -p 1 --cfg-parallel --vae-parallel all" + o, "--vae-parallel: 'all' is not one of", png);
+  expect_gen_failure("-m " + s.file("nope") + " -p 1 --ulysses 2" + o, "does not exist", png);
+  expect_gen_failure(kTinyGen + " -p zebra" + o, "closest labels", png);
+  expect_gen_failure(kTinyGen + " -p 10" + o, "out of range", png);
+  expect_gen_failure(kTinyGen + " -p 1 -W 17" + o, "multiples of", png);
+  expect_gen_failure(kTinyGen + " -p 1 --sampler lms" + o, "lms", png);
+  expect_gen_failure(kTinyGen + " -p 1 --dtype f16" + o, "dtype", png);
+  expect_gen_failure(kTinyGen + " -p 1 --vae-dtype f16" + o, "--vae-dtype", png);
+  expect_gen_failure(kTinyGen + " -p 1 --cfg-parallel --vae-parallel all" + o, "--vae-parallel: 'all' is not one of", png);
   // A bad request in a parallel run: every rank refuses it alike after loading; one line says
   // so (rank 0's), not one per rank and the launcher's account of it.
   struct Parallel {
     std::string args, needle;
   };
-  for (const Parallel& p : {Parallel{kTiny + " -p zebra --cfg-parallel", "unknown class 'zebra'"},
-                            Parallel{kTiny + " -p 1 -W 17 --cfg-parallel --ulysses 2", "multiples of"},
-                            Parallel{kTiny + " -p 1 --sampler lms --ring 3", "unknown sampler 'lms'"},
+  for (const Parallel& p : {Parallel{kTinyGen + " -p zebra --cfg-parallel", "unknown class 'zebra'"},
+                            Parallel{kTinyGen + " -p 1 -W 17 --cfg-parallel --ulysses 2", "multiples of"},
+                            Parallel{kTinyGen + " -p 1 --sampler lms --ring 3", "unknown sampler 'lms'"},
                             // --vae-parallel ranks: a latent row per rank (4 rows, 6 ranks).
                             Parallel{"-m " + data_path("dit-small") +
                                          " -p 1 -W 32 -H 16 --cfg-parallel --ring 3 --vae-parallel ranks",
@@ -144,10 +144,10 @@ TEST_CASE("dit-gen: bad input gives a one-line error, a non-zero exit and no out
   }
   // bf16 where oneDNN cannot compute it (AVX2-only CPUs): refused before anything starts.
   if (!dit::compute_supported(dit::DType::BF16)) {
-    expect_failure(kTiny + " -p 1 --dtype bf16 --cfg-parallel" + o, "--dtype: bf16 compute is not available", png);
-    expect_failure(kTiny + " -p 1 --vae-dtype bf16" + o, "--vae-dtype: bf16 compute is not available", png);
+    expect_gen_failure(kTinyGen + " -p 1 --dtype bf16 --cfg-parallel" + o, "--dtype: bf16 compute is not available", png);
+    expect_gen_failure(kTinyGen + " -p 1 --vae-dtype bf16" + o, "--vae-dtype: bf16 compute is not available", png);
   }
-  expect_failure(kTiny + " -p 1 -o " + s.file("no/such/dir/x.png"), "does not exist", s.file("no/such/dir/x.png"));
+  expect_gen_failure(kTinyGen + " -p 1 -o " + s.file("no/such/dir/x.png"), "does not exist", s.file("no/such/dir/x.png"));
 
   // A checkpoint with a tensor missing, and a truncated one.
   const std::string broken = s.file("broken");
@@ -161,11 +161,11 @@ TEST_CASE("dit-gen: bad input gives a one-line error, a non-zero exit and no out
     fs::remove(st);
     dit::write_safetensors(st, keep);
   }
-  expect_failure("-m " + broken + " -p 1" + o, "transformer_blocks.1.attn1.to_k.weight", png);
+  expect_gen_failure("-m " + broken + " -p 1" + o, "transformer_blocks.1.attn1.to_k.weight", png);
   fs::remove(st);
   fs::copy_file(data_path("dit-tiny/transformer/diffusion_pytorch_model.safetensors"), st);
   fs::resize_file(st, fs::file_size(st) / 2);
-  expect_failure("-m " + broken + " -p 1" + o, "diffusion_pytorch_model.safetensors", png);
+  expect_gen_failure("-m " + broken + " -p 1" + o, "diffusion_pytorch_model.safetensors", png);
   {
     // The same over four ranks: each finds it while loading; one line says so.
     RunResult r = run(gen("-m " + broken + " -p 1 --cfg-parallel --ulysses 2" + o));
@@ -211,7 +211,7 @@ std::string kill_worker_script(const std::string& args, const std::string& err_f
 // ranks cannot see the victim's exit status, the one line is the abort its launcher posted.
 TEST_CASE("dit-gen: a killed rank is reported in one line, the ranks it stopped stay quiet", "[cli]") {
   Scratch s;
-  const std::string long_run = kTiny + " -p 3 --steps 1000 -t 1 --no-decode ";
+  const std::string long_run = kTinyGen + " -p 3 --steps 1000 -t 1 --no-decode ";
   {
     write_text(s.file("one.sh"), kill_worker_script("--progress json" + long_run + "--cfg-parallel --ulysses 2",
                                                s.file("one.err"), 2, s.file("one.err")));
@@ -312,7 +312,7 @@ TEST_CASE("dit-gen --help shows every default - --version", "[cli]") {
 
 TEST_CASE("dit-gen --progress json emits one parsable event per step", "[cli]") {
   Scratch s;
-  RunResult r = run(bin("dit-gen") + " --progress json" + kTiny + " -p 1 --steps 4 --no-decode");
+  RunResult r = run(bin("dit-gen") + " --progress json" + kTinyGen + " -p 1 --steps 4 --no-decode");
   REQUIRE(r.code == 0);
   int steps = 0;
   std::istringstream lines(r.err);
@@ -373,19 +373,19 @@ TEST_CASE("dit-gen refuses values it used to accept silently, before starting an
   Scratch s;
   const std::string png = s.file("out.png"), o = " -o " + png;
   // Seeds are 0..2^64-1 as written: -1 and 2^64 used to wrap to 2^64-1.
-  expect_failure(kTiny + " -p 1 -s -1" + o, "'-1' is not a seed", png);
-  expect_failure(kTiny + " -p 1 -s 18446744073709551616" + o, "is not a seed", png);
+  expect_gen_failure(kTinyGen + " -p 1 -s -1" + o, "'-1' is not a seed", png);
+  expect_gen_failure(kTinyGen + " -p 1 -s 18446744073709551616" + o, "is not a seed", png);
   // Negative thread and rank counts used to mean "the default".
-  expect_failure(kTiny + " -p 1 -t -3" + o, "--threads must be in 1..4096", png);
-  expect_failure(kTiny + " -p 1 -t 100000" + o, "--threads must be in 1..4096", png);
-  expect_failure(kTiny + " -p 1 --cfg-parallel --nproc-per-node -1" + o, "--nproc-per-node must be in", png);
-  expect_failure(kTiny + " -p 1 --node-rank 3" + o, "--node-rank 3", png);
+  expect_gen_failure(kTinyGen + " -p 1 -t -3" + o, "--threads must be in 1..4096", png);
+  expect_gen_failure(kTinyGen + " -p 1 -t 100000" + o, "--threads must be in 1..4096", png);
+  expect_gen_failure(kTinyGen + " -p 1 --cfg-parallel --nproc-per-node -1" + o, "--nproc-per-node must be in", png);
+  expect_gen_failure(kTinyGen + " -p 1 --node-rank 3" + o, "--node-rank 3", png);
   // Layouts the model or the machine cannot run are refused before any rank starts (one line,
   // no "starting ranks"): more Ulysses ranks than heads; a thousand local processes.
-  expect_failure(kTiny + " -p 1 --ulysses 8" + o, "the model has 4 attention heads", png);
-  expect_failure(kTiny + " -p 1 --ring 1000" + o, "ranks on this machine are too many", png);
-  expect_failure(kTiny + " -p 1 --ulysses 5000" + o, "--ulysses and --ring must be in 1..1024", png);
-  expect_failure(kTiny + " --tp 2" + o, "--prompt is required", png);  // no prompt: refused by the launcher
+  expect_gen_failure(kTinyGen + " -p 1 --ulysses 8" + o, "the model has 4 attention heads", png);
+  expect_gen_failure(kTinyGen + " -p 1 --ring 1000" + o, "ranks on this machine are too many", png);
+  expect_gen_failure(kTinyGen + " -p 1 --ulysses 5000" + o, "--ulysses and --ring must be in 1..1024", png);
+  expect_gen_failure(kTinyGen + " --tp 2" + o, "--prompt is required", png);  // no prompt: refused by the launcher
   // A configuration with out-of-range integers is refused, not truncated (2^32 + 2 layers).
   const std::string m = s.file("m");
   fs::copy(data_path("dit-tiny"), m, fs::copy_options::recursive);
@@ -396,7 +396,7 @@ TEST_CASE("dit-gen refuses values it used to accept silently, before starting an
     cfg.replace(at, 15, "\"num_layers\": 4294967298");
     std::ofstream(m + "/transformer/config.json") << cfg;
   }
-  expect_failure("-m " + m + " -p 1" + o, "'num_layers' = 4294967298 is out of range", png);
+  expect_gen_failure("-m " + m + " -p 1" + o, "'num_layers' = 4294967298 is out of range", png);
 }
 
 TEST_CASE("dit-gen: non-finite weights are reported, not written as a black image", "[cli]") {
@@ -415,12 +415,12 @@ TEST_CASE("dit-gen: non-finite weights are reported, not written as a black imag
     fs::remove(st);
     dit::write_safetensors(st, all);
   }
-  expect_failure("-m " + m + " -p 1 --steps 2 -o " + png, "not finite", png);
+  expect_gen_failure("-m " + m + " -p 1 --steps 2 -o " + png, "not finite", png);
 }
 
 // Local ranks run on disjoint cores by default (parallel/placement.h); -v prints them.
 TEST_CASE("dit-gen pins local ranks to their own cores, -v says which, --no-pin opts out", "[cli]") {
-  const std::string args = kTiny + " -p 1 --steps 1 --no-decode --cfg-parallel -t 1 -v";
+  const std::string args = kTinyGen + " -p 1 --steps 1 --no-decode --cfg-parallel -t 1 -v";
   RunResult r = run(gen(args));
   INFO(r.err);
   REQUIRE(r.code == 0);
@@ -439,7 +439,7 @@ TEST_CASE("dit-gen warns once when this machine's ranks x threads exceed its all
   cpu_set_t set;
   REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);
   const int cores = CPU_COUNT(&set);
-  const std::string args = kTiny + " -p 1 --steps 1 --no-decode --cfg-parallel";
+  const std::string args = kTinyGen + " -p 1 --steps 1 --no-decode --cfg-parallel";
   const std::string t = std::to_string(cores + 1);
   RunResult over = run(gen(args + " -t " + t));
   INFO(over.err);
@@ -464,7 +464,7 @@ TEST_CASE("dit-gen ranks started by another launcher: the machine's first rank w
   Scratch s;
   std::filesystem::create_directory(s.file("rdzv"));
   const std::string env = "DIT_WORLD_SIZE=2 DIT_LOCAL_WORLD_SIZE=2 DIT_RENDEZVOUS=file:" + s.file("rdzv") + " ";
-  const std::string args = kTiny + " -p 1 --steps 1 --no-decode --cfg-parallel --timeout 60 -t " + std::to_string(cores + 1);
+  const std::string args = kTinyGen + " -p 1 --steps 1 --no-decode --cfg-parallel --timeout 60 -t " + std::to_string(cores + 1);
   const std::string cmd = "( (DIT_RANK=1 DIT_LOCAL_RANK=1 " + env + bin("dit-gen") + args + " 2> " + s.file("r1.err") +
                           ") & DIT_RANK=0 DIT_LOCAL_RANK=0 " + env + bin("dit-gen") + args + "; rc=$?; wait; exit $rc )";
   RunResult r = run(cmd);
@@ -488,7 +488,7 @@ TEST_CASE("dit-gen: linear weights packed into the weight cache once, mapped by 
     return out;
   };
   auto latents = [&](const std::string& flags, const std::string& name) {
-    RunResult r = run(gen(kTiny + " -p 3 --steps 2 " + flags + " -o " + s.file(name + ".png") + " --save-latents " +
+    RunResult r = run(gen(kTinyGen + " -p 3 --steps 2 " + flags + " -o " + s.file(name + ".png") + " --save-latents " +
                           s.file(name + ".npy")));
     INFO(flags << "\n" << r.err);
     REQUIRE(r.code == 0);
