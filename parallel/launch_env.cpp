@@ -8,19 +8,15 @@
 #include <string>
 
 #include "parallel/launcher.h"
+#include "runtime/environment.h"
 #include "runtime/error.h"
 
 namespace dit {
 
 namespace {
 
-const char* env_str(const char* name) {
-  const char* v = std::getenv(name);
-  return (v && *v) ? v : nullptr;
-}
-
 int env_int(const char* name, int fallback) {
-  const char* v = env_str(name);
+  const char* v = env_nonempty(name);
   if (!v) return fallback;
   char* end = nullptr;
   long x = std::strtol(v, &end, 10);
@@ -31,8 +27,8 @@ int env_int(const char* name, int fallback) {
 // The world size of an srun step: SLURM_STEP_NUM_TASKS, or SLURM_NTASKS inside a step
 // (SLURM_STEP_ID set). A batch script itself (no step) is not a rank of a parallel run.
 const char* slurm_world_var() {
-  if (env_str("SLURM_STEP_NUM_TASKS")) return "SLURM_STEP_NUM_TASKS";
-  if (env_str("SLURM_NTASKS") && env_str("SLURM_STEP_ID")) return "SLURM_NTASKS";
+  if (env_nonempty("SLURM_STEP_NUM_TASKS")) return "SLURM_STEP_NUM_TASKS";
+  if (env_nonempty("SLURM_NTASKS") && env_nonempty("SLURM_STEP_ID")) return "SLURM_NTASKS";
   return nullptr;
 }
 
@@ -40,8 +36,8 @@ const char* slurm_world_var() {
 // "2(x3),1": counts per node of the step, in node order) at this node's index
 // SLURM_NODEID. Unparsable or absent: every task is on this node.
 int slurm_tasks_on_this_node(int world) {
-  const char* v = env_str("SLURM_STEP_TASKS_PER_NODE");
-  if (!v) v = env_str("SLURM_TASKS_PER_NODE");
+  const char* v = env_nonempty("SLURM_STEP_TASKS_PER_NODE");
+  if (!v) v = env_nonempty("SLURM_TASKS_PER_NODE");
   if (!v) return world;
   const int node = env_int("SLURM_NODEID", 0);
   int index = 0;
@@ -78,29 +74,29 @@ int threads_per_rank(int threads_flag, int local_ranks) {
 
 LaunchEnv detect_launch_env(const LaunchOptions& opts) {
   LaunchEnv env;
-  if (env_str("DIT_RANK") || env_str("DIT_WORLD_SIZE")) {
-    DIT_CHECK(env_str("DIT_RANK") && env_str("DIT_WORLD_SIZE"), "DIT_RANK and DIT_WORLD_SIZE must be set together");
+  if (env_nonempty("DIT_RANK") || env_nonempty("DIT_WORLD_SIZE")) {
+    DIT_CHECK(env_nonempty("DIT_RANK") && env_nonempty("DIT_WORLD_SIZE"), "DIT_RANK and DIT_WORLD_SIZE must be set together");
     env.rank = env_int("DIT_RANK", 0);
     env.world = env_int("DIT_WORLD_SIZE", 1);
     env.local_rank = env_int("DIT_LOCAL_RANK", env.rank);
     env.local_world = env_int("DIT_LOCAL_WORLD_SIZE", env.world);
-    env.local_known = env_str("DIT_LOCAL_RANK") && env_str("DIT_LOCAL_WORLD_SIZE");
+    env.local_known = env_nonempty("DIT_LOCAL_RANK") && env_nonempty("DIT_LOCAL_WORLD_SIZE");
     env.source = "DIT_RANK";
-    env.supervised = env_str("DIT_RENDEZVOUS_GENERATION") != nullptr;
-  } else if (env_str("OMPI_COMM_WORLD_RANK") && env_str("OMPI_COMM_WORLD_SIZE")) {
+    env.supervised = env_nonempty("DIT_RENDEZVOUS_GENERATION") != nullptr;
+  } else if (env_nonempty("OMPI_COMM_WORLD_RANK") && env_nonempty("OMPI_COMM_WORLD_SIZE")) {
     env.rank = env_int("OMPI_COMM_WORLD_RANK", 0);
     env.world = env_int("OMPI_COMM_WORLD_SIZE", 1);
     env.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", env.rank);
     env.local_world = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", env.world);
-    env.local_known = env_str("OMPI_COMM_WORLD_LOCAL_RANK") && env_str("OMPI_COMM_WORLD_LOCAL_SIZE");
+    env.local_known = env_nonempty("OMPI_COMM_WORLD_LOCAL_RANK") && env_nonempty("OMPI_COMM_WORLD_LOCAL_SIZE");
     env.source = "OMPI_COMM_WORLD_RANK";
-  } else if (env_str("SLURM_PROCID") && slurm_world_var()) {
+  } else if (env_nonempty("SLURM_PROCID") && slurm_world_var()) {
     env.rank = env_int("SLURM_PROCID", 0);
     env.world = env_int(slurm_world_var(), 1);
     env.local_rank = env_int("SLURM_LOCALID", env.rank);
     env.local_world = slurm_tasks_on_this_node(env.world);
-    env.local_known = env_str("SLURM_LOCALID") &&
-                      (env_str("SLURM_STEP_TASKS_PER_NODE") || env_str("SLURM_TASKS_PER_NODE"));
+    env.local_known = env_nonempty("SLURM_LOCALID") &&
+                      (env_nonempty("SLURM_STEP_TASKS_PER_NODE") || env_nonempty("SLURM_TASKS_PER_NODE"));
     env.source = "SLURM_PROCID";
   } else {
     return env;  // a single process; maybe_launch decides whether to start workers
@@ -108,7 +104,7 @@ LaunchEnv detect_launch_env(const LaunchOptions& opts) {
   env.external = true;
   DIT_CHECK(env.world >= 1 && env.rank < env.world,
             env.source << ": rank " << env.rank << " is not in a world of size " << env.world);
-  const char* r = env_str("DIT_RENDEZVOUS");
+  const char* r = env_nonempty("DIT_RENDEZVOUS");
   env.rendezvous = r ? r : opts.rendezvous;
   DIT_CHECK(env.world == 1 || !env.rendezvous.empty(),
             "rank " << env.rank << " of " << env.world << " (from " << env.source

@@ -13,16 +13,12 @@
 
 #include "parallel/placement.h"
 #include "parallel/worker_processes.h"
+#include "runtime/environment.h"
 #include "runtime/error.h"
 
 namespace dit {
 
 namespace {
-
-const char* env_str(const char* name) {
-  const char* v = std::getenv(name);
-  return (v && *v) ? v : nullptr;
-}
 
 void announce(const LaunchOptions& opts, int first_rank, int nproc, int world, int threads,
               const std::string& rendezvous) {
@@ -96,9 +92,9 @@ std::shared_ptr<ProcessGroup> connect_world(const LaunchEnv& env, CommOptions op
     auto store = RendezvousStore::wrap(std::make_shared<MemoryStore>(), 1, opts.timeout);
     return ProcessGroup::create_world(store, 0, 1, opts);
   }
-  if (const char* iface = env_str("DIT_IFACE")) {
+  if (const char* iface = env_nonempty("DIT_IFACE")) {
     opts.iface = iface;
-  } else if (const char* addr = env_str("DIT_ADDR")) {
+  } else if (const char* addr = env_nonempty("DIT_ADDR")) {
     opts.hostname = addr;
   } else if (parse_rendezvous(env.rendezvous).kind == RendezvousSpec::Kind::Redis || env.local_world < env.world) {
     // Ranks on other machines must reach this one: listen on the address of our host name.
@@ -109,7 +105,7 @@ std::shared_ptr<ProcessGroup> connect_world(const LaunchEnv& env, CommOptions op
   // started otherwise joins here, and again if its generation is superseded while forming.
   for (;;) {
     std::shared_ptr<RendezvousStore> store;
-    if (const char* g = env_str("DIT_RENDEZVOUS_GENERATION"))
+    if (const char* g = env_nonempty("DIT_RENDEZVOUS_GENERATION"))
       store = RendezvousStore::attach(env.rendezvous, env.world, std::atoll(g), opts.timeout);
     else
       store = RendezvousStore::join(env.rendezvous, env.world, {env.rank}, opts.timeout);

@@ -12,6 +12,7 @@
 
 #include "runtime/atomic_file.h"
 #include "runtime/dtype.h"
+#include "runtime/environment.h"
 #include "runtime/error.h"
 #include "runtime/file_lock.h"
 #include "runtime/packed_weights.h"
@@ -252,10 +253,8 @@ WeightCacheOption weight_cache_option(const std::string& flag_value) {
 }
 
 std::string default_weight_cache_dir() {
-  if (const char* d = std::getenv("DIT_WEIGHT_CACHE"); d && *d) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/dit-gen/weights";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/dit-gen/weights";
-  return "";
+  if (const char* d = env_nonempty("DIT_WEIGHT_CACHE")) return d;
+  return user_cache_dir("weights");  // "" without a home: no cache
 }
 
 }  // namespace dit

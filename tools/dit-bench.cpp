@@ -54,6 +54,7 @@
 #include "parallel/placement.h"
 #include "parallel/rendezvous.h"
 #include "runtime/engine.h"
+#include "runtime/environment.h"
 #include "runtime/error.h"
 #include "runtime/json_config.h"
 #include "runtime/tensor.h"
@@ -70,10 +71,9 @@ namespace {
 
 // ---------------------------------------------------------------------------------- driver
 std::string default_cache_dir() {
-  if (const char* c = std::getenv("DIT_BENCH_CACHE"); c && *c) return c;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/dit-gen/bench";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/dit-gen/bench";
-  return (fs::temp_directory_path() / "dit-gen-bench").string();
+  if (const char* c = env_nonempty("DIT_BENCH_CACHE")) return c;
+  const std::string d = user_cache_dir("bench");
+  return d.empty() ? (fs::temp_directory_path() / "dit-gen-bench").string() : d;
 }
 
 std::string ensure_model(const Opts& o) {

@@ -33,6 +33,7 @@
 #include "models/t5/make_t5.h"
 #include "models/t5/t5_encoder.h"
 #include "runtime/engine.h"
+#include "runtime/environment.h"
 #include "runtime/error.h"
 #include "runtime/gemm_probe.h"
 #include "runtime/profile.h"
@@ -95,10 +96,9 @@ double peak_rss_mb() {
 }
 
 std::string default_cache_dir() {
-  if (const char* c = std::getenv("DIT_BENCH_CACHE"); c && *c) return c;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/dit-gen/bench";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/dit-gen/bench";
-  return (fs::temp_directory_path() / "dit-gen-bench").string();
+  if (const char* c = env_nonempty("DIT_BENCH_CACHE")) return c;
+  const std::string d = user_cache_dir("bench");
+  return d.empty() ? (fs::temp_directory_path() / "dit-gen-bench").string() : d;
 }
 
 MakeT5Options preset(const Opts& o) {

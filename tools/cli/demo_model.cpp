@@ -5,21 +5,18 @@
 #include <filesystem>
 
 #include "models/make_model.h"
+#include "runtime/environment.h"
 #include "runtime/error.h"
 
 namespace dit::cli {
 
 namespace {
 
-std::string cache_base() {
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return x;
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache";
-  return "/tmp";
-}
-
-std::string env_or(const char* var, const std::string& fallback) {
-  const char* v = std::getenv(var);
-  return v && *v ? v : fallback;
+// $var, else the user's cache directory for `what`, else /tmp/dit-gen/<what>.
+std::string demo_dir(const char* var, const std::string& what) {
+  if (const char* v = env_nonempty(var)) return v;
+  const std::string d = user_cache_dir(what);
+  return d.empty() ? "/tmp/dit-gen/" + what : d;
 }
 
 }  // namespace
@@ -29,8 +26,8 @@ bool is_demo_name(const std::string& model) {
 }
 
 std::string demo_model_dir(const std::string& name) {
-  if (name == "pixart-demo") return env_or("DIT_PIXART_DEMO_MODEL", cache_base() + "/dit-gen/pixart-demo");
-  return env_or("DIT_DEMO_MODEL", cache_base() + "/dit-gen/demo-model");
+  if (name == "pixart-demo") return demo_dir("DIT_PIXART_DEMO_MODEL", "pixart-demo");
+  return demo_dir("DIT_DEMO_MODEL", "demo-model");
 }
 
 std::string ensure_demo_model(const std::string& name) {

@@ -1,0 +1,18 @@
+#include "runtime/environment.h"
+
+#include <cstdlib>
+
+namespace dit {
+
+const char* env_nonempty(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+std::string user_cache_dir(const std::string& what) {
+  if (const char* x = env_nonempty("XDG_CACHE_HOME")) return std::string(x) + "/dit-gen/" + what;
+  if (const char* h = env_nonempty("HOME")) return std::string(h) + "/.cache/dit-gen/" + what;
+  return "";
+}
+
+}  // namespace dit

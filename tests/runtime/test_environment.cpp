@@ -1,0 +1,59 @@
+// runtime/environment.h: empty variables count as unset; the cache directory's precedence.
+#include <stdlib.h>
+
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "runtime/environment.h"
+
+namespace {
+
+// Sets (or with null unsets) a variable for one scope, then puts back what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = getenv(name)) old_ = old, had_ = true;
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_.c_str(), old_.c_str(), 1);
+    else unsetenv(name_.c_str());
+  }
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
+}  // namespace
+
+TEST_CASE("environment: an empty variable counts as unset", "[environment]") {
+  {
+    ScopedEnv e("DIT_TEST_ENV_VALUE", "x y");
+    REQUIRE(dit::env_nonempty("DIT_TEST_ENV_VALUE") == std::string("x y"));
+  }
+  {
+    ScopedEnv e("DIT_TEST_ENV_VALUE", "");
+    CHECK(dit::env_nonempty("DIT_TEST_ENV_VALUE") == nullptr);
+  }
+  ScopedEnv e("DIT_TEST_ENV_VALUE", nullptr);
+  CHECK(dit::env_nonempty("DIT_TEST_ENV_VALUE") == nullptr);
+}
+
+TEST_CASE("environment: the cache directory is XDG_CACHE_HOME's, else HOME's .cache, else none",
+          "[environment]") {
+  ScopedEnv home("HOME", "/home/someone");
+  {
+    ScopedEnv xdg("XDG_CACHE_HOME", "/var/cache/someone");
+    CHECK(dit::user_cache_dir("weights") == "/var/cache/someone/dit-gen/weights");
+  }
+  {
+    ScopedEnv xdg("XDG_CACHE_HOME", "");
+    CHECK(dit::user_cache_dir("bench") == "/home/someone/.cache/dit-gen/bench");
+  }
+  ScopedEnv xdg("XDG_CACHE_HOME", nullptr);
+  CHECK(dit::user_cache_dir("demo-model") == "/home/someone/.cache/dit-gen/demo-model");
+  ScopedEnv no_home("HOME", "");
+  CHECK(dit::user_cache_dir("weights").empty());
+}
