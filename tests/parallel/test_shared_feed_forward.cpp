@@ -18,7 +18,7 @@
 
 using namespace dit;
 
-namespace {
+namespace shared_feed_forward_test {  // the whole file: its names stay apart from other test files' in a unity build
 
 using dit_test::randn;
 using dit_test::same_bits;
@@ -140,7 +140,6 @@ SharedRun shared_results(const Weights& w, const std::vector<int64_t>& rows, DTy
   return run;
 }
 
-}  // namespace
 
 TEST_CASE("shared feed-forward: every rank's rows are the local form's, bit for bit, and a slow rank is helped",
           "[parallel][ffn]") {
@@ -210,3 +209,5 @@ TEST_CASE("shared feed-forward: a rank failing in the middle of a use becomes di
     CHECK(errors[size_t(r)].find("rank 1 failed: rank 1 gave up") != std::string::npos);
   }
 }
+
+}  // namespace shared_feed_forward_test

@@ -19,7 +19,7 @@
 
 using namespace dit;
 
-namespace {
+namespace shared_projection_test {  // the whole file: its names stay apart from other test files' in a unity build
 
 using dit_test::randn;
 using dit_test::same_bits;
@@ -172,7 +172,6 @@ SharedRun shared_results(const Weights& w, const std::vector<int64_t>& rows, DTy
   return run;
 }
 
-}  // namespace
 
 TEST_CASE("shared projection: every rank's q, k, v rows are the local form's, bit for bit, and a slow rank is helped",
           "[parallel][projection]") {
@@ -207,3 +206,5 @@ TEST_CASE("shared projection: off, or with split weights, each rank runs its own
     }
   }
 }
+
+}  // namespace shared_projection_test

@@ -13,6 +13,8 @@ namespace dit_test {
 
 inline std::string data_path(const std::string& rel) { return std::string(DIT_TEST_DATA) + "/" + rel; }
 inline std::string bin(const std::string& name) { return std::string(DIT_BIN_DIR) + "/" + name; }
+// The dit-gen command line with `args`, without the progress bar.
+inline std::string gen(const std::string& args) { return bin("dit-gen") + " --progress none " + args; }
 
 struct RunResult {
   int code = -1;

@@ -22,7 +22,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string gen(const std::string& args) { return bin("dit-gen") + " --progress none " + args; }
 const std::string kTinyGen = " -m " + data_path("dit-tiny");
 
 // Expects a failed run: non-zero exit, a one-line "error" message mentioning `needle`, and no output file.

@@ -20,7 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string gen(const std::string& args) { return bin("dit-gen") + " --progress none " + args; }
 const std::string kSigma = " -m " + data_path("pixart-tiny");
 const std::string kAlpha = " -m " + data_path("pixart-alpha-tiny");
 
