@@ -59,16 +59,6 @@ Graveyard& graveyard() {
 
 }  // namespace
 
-std::string clean_gloo_message(std::string msg) {
-  while (!msg.empty() && msg[0] == '[') {  // "[/build/.../pair.cc:589] Connection closed..."
-    auto end = msg.find("] ");
-    if (end == std::string::npos) break;
-    msg = msg.substr(end + 2);
-  }
-  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
-  return msg;
-}
-
 struct P2PHandle::Slot {
   std::unique_ptr<gloo::transport::UnboundBuffer> buf;  // TCP
   uint64_t shm_op = 0;                                  // shared memory: the pending operation

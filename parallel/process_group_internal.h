@@ -13,6 +13,7 @@
 #include <gloo/common/error.h>
 
 #include "parallel/gloo_loop_waker.h"
+#include "parallel/gloo_message.h"
 #include "parallel/process_group.h"
 #include "parallel/stall_watchdog.h"
 #include "runtime/error.h"
@@ -22,9 +23,6 @@ class Device;
 }
 
 namespace dit {
-
-// A Gloo error message without its "[file:line] " prefixes and trailing newline.
-std::string clean_gloo_message(std::string msg);
 
 // The state every group of this process shares (the world and its sub-groups).
 struct ProcessGroup::Shared {

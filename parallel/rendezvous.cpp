@@ -10,6 +10,7 @@
 #include <cstring>
 #include <thread>
 
+#include "parallel/gloo_message.h"
 #include "parallel/rendezvous_backend.h"
 #include "runtime/error.h"
 #include "runtime/process_identity.h"
@@ -17,16 +18,6 @@
 namespace dit {
 
 namespace {
-
-std::string strip_gloo_location(std::string msg) {
-  // "[/build/gloo/.../file_store.cc:123] Wait timeout..." -> "Wait timeout..."
-  while (!msg.empty() && msg[0] == '[') {
-    auto end = msg.find("] ");
-    if (end == std::string::npos) break;
-    msg = msg.substr(end + 2);
-  }
-  return msg;
-}
 
 std::atomic<bool> g_peer_failure_seen{false};
 
@@ -101,7 +92,7 @@ void RendezvousStore::set(const std::string& key, const std::vector<char>& data)
     backend_->set(key, data);
   } catch (const std::exception& e) {
     DIT_FAIL("rendezvous '" << description_ << "': cannot set key '" << key
-                            << "': " << strip_gloo_location(e.what()));
+                            << "': " << clean_gloo_message(e.what()));
   }
 }
 
@@ -112,7 +103,7 @@ bool RendezvousStore::check(const std::vector<std::string>& keys) {
       if (!backend_->has(k)) return false;
     return true;
   } catch (const std::exception& e) {
-    DIT_FAIL("rendezvous '" << description_ << "': " << strip_gloo_location(e.what()));
+    DIT_FAIL("rendezvous '" << description_ << "': " << clean_gloo_message(e.what()));
   }
 }
 
@@ -174,7 +165,7 @@ std::vector<char> RendezvousStore::get(const std::string& key) {
     return backend_->get(key);
   } catch (const std::exception& e) {
     DIT_FAIL("rendezvous '" << description_ << "': cannot get key '" << key
-                            << "': " << strip_gloo_location(e.what()));
+                            << "': " << clean_gloo_message(e.what()));
   }
 }
 

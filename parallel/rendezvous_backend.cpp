@@ -18,6 +18,7 @@
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/redis_store.h>
 
+#include "parallel/gloo_message.h"
 #include "parallel/rendezvous.h"
 #include "runtime/error.h"
 #include "runtime/process_identity.h"
@@ -26,16 +27,6 @@ namespace dit {
 namespace detail {
 
 namespace {
-
-std::string strip_gloo_location(std::string msg) {
-  // "[/build/gloo/.../file_store.cc:123] Wait timeout..." -> "Wait timeout..."
-  while (!msg.empty() && msg[0] == '[') {
-    auto end = msg.find("] ");
-    if (end == std::string::npos) break;
-    msg = msg.substr(end + 2);
-  }
-  return msg;
-}
 
 // Gloo's FileStore keeps check() protected; this makes it usable without blocking.
 class CheckableFileStore : public gloo::rendezvous::FileStore {
@@ -302,7 +293,7 @@ std::unique_ptr<RendezvousBackend> make_redis_backend(const std::string& host, i
   } catch (const dit::Error&) {
     throw;
   } catch (const std::exception& e) {
-    DIT_FAIL("rendezvous '" << spec << "': cannot open the store: " << strip_gloo_location(e.what()));
+    DIT_FAIL("rendezvous '" << spec << "': cannot open the store: " << clean_gloo_message(e.what()));
   }
 }
 
