@@ -122,4 +122,11 @@ void report_rank_failure(const LaunchEnv& env, const std::string& message) noexc
   report_rank_failure(env.rendezvous, env.rank, env.world, message);
 }
 
+void fail_rank(ProcessGroup* world, const LaunchEnv& env, const std::string& message) noexcept {
+  if (world)
+    world->abort(message);
+  else
+    report_rank_failure(env, message);
+}
+
 }  // namespace dit

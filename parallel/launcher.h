@@ -27,7 +27,7 @@
 //     dit::DeviceMesh mesh(world, degrees); ... run ...
 //   } catch (const std::exception& e) {
 //     std::fprintf(stderr, "error: %s\n", e.what());
-//     if (world) world->abort(e.what()); else dit::report_rank_failure(env, e.what());
+//     dit::fail_rank(world.get(), env, e.what());  // the other ranks stop too
 //     return 1;
 //   }
 #pragma once
@@ -100,6 +100,10 @@ std::shared_ptr<ProcessGroup> connect_world(const LaunchEnv& env, CommOptions op
 
 // For a rank that fails before connect_world returned: posts its abort to the store.
 void report_rank_failure(const LaunchEnv& env, const std::string& message) noexcept;
+
+// A failed rank makes the others stop: through its world where connected (world->abort),
+// else through the rendezvous store (report_rank_failure). Never throws.
+void fail_rank(ProcessGroup* world, const LaunchEnv& env, const std::string& message) noexcept;
 
 // Threads per rank the launcher sets: opts.threads, or cores available / local ranks.
 int threads_per_rank(int threads_flag, int local_ranks);

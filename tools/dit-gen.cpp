@@ -77,10 +77,7 @@ int main(int argc, char** argv) {
     }
     // On a terminal, clear a progress bar's line first; elsewhere the error is the only line.
     std::fprintf(stderr, "%sdit-gen: error: %s\n", ::isatty(STDERR_FILENO) ? "\r\033[K" : "", e.what());
-    if (s.world)
-      s.world->abort(e.what());
-    else if (s.env.world > 1)
-      dit::report_rank_failure(s.env, e.what());
+    dit::fail_rank(s.world.get(), s.env, e.what());
     return 1;
   }
 }

@@ -109,10 +109,7 @@ int run_rank(const dit::LaunchEnv& env) {
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
-    if (world)
-      world->abort(e.what());
-    else
-      dit::report_rank_failure(env, e.what());
+    dit::fail_rank(world.get(), env, e.what());
     return 1;
   }
 }

@@ -292,10 +292,7 @@ int run_worker(const Opts& o) {
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dit-bench: error: %s\n", e.what());
-    if (world)
-      world->abort(e.what());
-    else if (env.world > 1)
-      report_rank_failure(env, e.what());
+    fail_rank(world.get(), env, e.what());
     return 1;
   }
 }
