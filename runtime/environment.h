@@ -1,4 +1,4 @@
-// What the process's environment says, read in one place:
+// Two readings of the environment that several parts of dit-gen share:
 //
 //   if (const char* v = dit::env_nonempty("DIT_IFACE")) use(v);   // set and not empty
 //   std::string d = dit::user_cache_dir("weights");                 // "" when there is no home

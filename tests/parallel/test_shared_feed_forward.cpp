@@ -140,7 +140,6 @@ SharedRun shared_results(const Weights& w, const std::vector<int64_t>& rows, DTy
   return run;
 }
 
-
 TEST_CASE("shared feed-forward: every rank's rows are the local form's, bit for bit, and a slow rank is helped",
           "[parallel][ffn]") {
   // Uneven rows (a task's rows: 32 × threads or more; 200 rows make several tasks an item),

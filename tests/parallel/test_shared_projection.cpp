@@ -172,7 +172,6 @@ SharedRun shared_results(const Weights& w, const std::vector<int64_t>& rows, DTy
   return run;
 }
 
-
 TEST_CASE("shared projection: every rank's q, k, v rows are the local form's, bit for bit, and a slow rank is helped",
           "[parallel][projection]") {
   const std::vector<int64_t> rows = {37, 200, 0};  // uneven, one shorter than a task, one without any
