@@ -9,10 +9,11 @@ const char* env_nonempty(const char* name) {
   return v && *v ? v : nullptr;
 }
 
-std::string user_cache_dir(const std::string& what) {
+std::string cache_dir(const char* override_var, const std::string& what, const std::string& fallback) {
+  if (const char* v = env_nonempty(override_var)) return v;
   if (const char* x = env_nonempty("XDG_CACHE_HOME")) return std::string(x) + "/dit-gen/" + what;
   if (const char* h = env_nonempty("HOME")) return std::string(h) + "/.cache/dit-gen/" + what;
-  return "";
+  return fallback;
 }
 
 }  // namespace dit

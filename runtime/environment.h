@@ -1,7 +1,7 @@
 // Two readings of the environment that several parts of dit-gen share:
 //
 //   if (const char* v = dit::env_nonempty("DIT_IFACE")) use(v);   // set and not empty
-//   std::string d = dit::user_cache_dir("weights");                 // "" when there is no home
+//   std::string d = dit::cache_dir("DIT_WEIGHT_CACHE", "weights");  // "" when there is no home
 #pragma once
 
 #include <string>
@@ -12,9 +12,9 @@ namespace dit {
 // value means "not given", as in a shell's `VAR= dit-gen ...`).
 const char* env_nonempty(const char* name);
 
-// dit-gen's cache directory for `what` ("weights", "bench", "demo-model"):
-// $XDG_CACHE_HOME/dit-gen/<what>, else $HOME/.cache/dit-gen/<what>; "" where neither is set
-// (the caller decides: no cache, or a temporary directory).
-std::string user_cache_dir(const std::string& what);
+// Where dit-gen keeps its cache of `what` ("weights", "bench", "demo-model"): $override_var
+// where given, else $XDG_CACHE_HOME/dit-gen/<what>, else $HOME/.cache/dit-gen/<what>, else
+// `fallback` ("": no cache; or a temporary directory).
+std::string cache_dir(const char* override_var, const std::string& what, const std::string& fallback = "");
 
 }  // namespace dit

@@ -252,9 +252,6 @@ WeightCacheOption weight_cache_option(const std::string& flag_value) {
   return {flag_value, false};
 }
 
-std::string default_weight_cache_dir() {
-  if (const char* d = env_nonempty("DIT_WEIGHT_CACHE")) return d;
-  return user_cache_dir("weights");  // "" without a home: no cache
-}
+std::string default_weight_cache_dir() { return cache_dir("DIT_WEIGHT_CACHE", "weights"); }  // "": no cache
 
 }  // namespace dit

@@ -70,16 +70,12 @@ namespace fs = std::filesystem;
 namespace {
 
 // ---------------------------------------------------------------------------------- driver
-std::string default_cache_dir() {
-  if (const char* c = env_nonempty("DIT_BENCH_CACHE")) return c;
-  const std::string d = user_cache_dir("bench");
-  return d.empty() ? (fs::temp_directory_path() / "dit-gen-bench").string() : d;
-}
-
 std::string ensure_model(const Opts& o) {
   if (!o.model.empty()) return o.model;
-  const std::string dir = (o.cache_dir.empty() ? default_cache_dir() : o.cache_dir) + "/" + o.preset +
-                          (o.layers > 0 ? "-L" + std::to_string(o.layers) : "") +
+  const std::string base = o.cache_dir.empty()
+                               ? cache_dir("DIT_BENCH_CACHE", "bench", fs::temp_directory_path() / "dit-gen-bench")
+                               : o.cache_dir;
+  const std::string dir = base + "/" + o.preset + (o.layers > 0 ? "-L" + std::to_string(o.layers) : "") +
                           (o.text_layers > 0 ? "-T" + std::to_string(o.text_layers) : "");
   if (fs::exists(dir + "/model_index.json")) return dir;
   fs::create_directories(fs::path(dir).parent_path());

@@ -95,12 +95,6 @@ double peak_rss_mb() {
   return double(ru.ru_maxrss) / 1024.0;
 }
 
-std::string default_cache_dir() {
-  if (const char* c = env_nonempty("DIT_BENCH_CACHE")) return c;
-  const std::string d = user_cache_dir("bench");
-  return d.empty() ? (fs::temp_directory_path() / "dit-gen-bench").string() : d;
-}
-
 MakeT5Options preset(const Opts& o) {
   DIT_CHECK(o.preset == "xxl" || o.preset == "tiny", "--preset: expected xxl or tiny, found '" << o.preset << "'");
   MakeT5Options m = o.preset == "xxl" ? MakeT5Options::xxl() : MakeT5Options::tiny();
@@ -111,8 +105,10 @@ MakeT5Options preset(const Opts& o) {
 
 std::string ensure_model(const Opts& o) {
   MakeT5Options m = preset(o);
-  const std::string dir = (o.cache_dir.empty() ? default_cache_dir() : o.cache_dir) + "/t5-" + o.preset + "-L" +
-                          std::to_string(o.layers);
+  const std::string base = o.cache_dir.empty()
+                               ? cache_dir("DIT_BENCH_CACHE", "bench", fs::temp_directory_path() / "dit-gen-bench")
+                               : o.cache_dir;
+  const std::string dir = base + "/t5-" + o.preset + "-L" + std::to_string(o.layers);
   if (fs::exists(dir + "/text_encoder/config.json")) return dir;
   std::fprintf(stderr, "dit-t5-bench: creating the random T5-%s encoder (%d layers) in %s\n", o.preset.c_str(),
                o.layers, dir.c_str());

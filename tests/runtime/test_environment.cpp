@@ -41,19 +41,24 @@ TEST_CASE("environment: an empty variable counts as unset", "[environment]") {
   CHECK(dit::env_nonempty("DIT_TEST_ENV_VALUE") == nullptr);
 }
 
-TEST_CASE("environment: the cache directory is XDG_CACHE_HOME's, else HOME's .cache, else none",
+TEST_CASE("environment: the cache directory is the override's, else XDG_CACHE_HOME's, else HOME's .cache, "
+          "else the fallback",
           "[environment]") {
   ScopedEnv home("HOME", "/home/someone");
+  ScopedEnv over("DIT_TEST_ENV_CACHE", "/srv/cache");
+  CHECK(dit::cache_dir("DIT_TEST_ENV_CACHE", "weights") == "/srv/cache");
+  ScopedEnv no_over("DIT_TEST_ENV_CACHE", "");
   {
     ScopedEnv xdg("XDG_CACHE_HOME", "/var/cache/someone");
-    CHECK(dit::user_cache_dir("weights") == "/var/cache/someone/dit-gen/weights");
+    CHECK(dit::cache_dir("DIT_TEST_ENV_CACHE", "weights") == "/var/cache/someone/dit-gen/weights");
   }
   {
     ScopedEnv xdg("XDG_CACHE_HOME", "");
-    CHECK(dit::user_cache_dir("bench") == "/home/someone/.cache/dit-gen/bench");
+    CHECK(dit::cache_dir("DIT_TEST_ENV_CACHE", "bench") == "/home/someone/.cache/dit-gen/bench");
   }
   ScopedEnv xdg("XDG_CACHE_HOME", nullptr);
-  CHECK(dit::user_cache_dir("demo-model") == "/home/someone/.cache/dit-gen/demo-model");
+  CHECK(dit::cache_dir("DIT_TEST_ENV_CACHE", "demo-model") == "/home/someone/.cache/dit-gen/demo-model");
   ScopedEnv no_home("HOME", "");
-  CHECK(dit::user_cache_dir("weights").empty());
+  CHECK(dit::cache_dir("DIT_TEST_ENV_CACHE", "weights").empty());
+  CHECK(dit::cache_dir("DIT_TEST_ENV_CACHE", "bench", "/tmp/dit-gen-bench") == "/tmp/dit-gen-bench");
 }

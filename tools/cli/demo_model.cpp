@@ -10,24 +10,13 @@
 
 namespace dit::cli {
 
-namespace {
-
-// $var, else the user's cache directory for `what`, else /tmp/dit-gen/<what>.
-std::string demo_dir(const char* var, const std::string& what) {
-  if (const char* v = env_nonempty(var)) return v;
-  const std::string d = user_cache_dir(what);
-  return d.empty() ? "/tmp/dit-gen/" + what : d;
-}
-
-}  // namespace
-
 bool is_demo_name(const std::string& model) {
   return (model == "dit-demo" || model == "pixart-demo") && !std::filesystem::exists(model);
 }
 
 std::string demo_model_dir(const std::string& name) {
-  if (name == "pixart-demo") return demo_dir("DIT_PIXART_DEMO_MODEL", "pixart-demo");
-  return demo_dir("DIT_DEMO_MODEL", "demo-model");
+  if (name == "pixart-demo") return cache_dir("DIT_PIXART_DEMO_MODEL", "pixart-demo", "/tmp/dit-gen/pixart-demo");
+  return cache_dir("DIT_DEMO_MODEL", "demo-model", "/tmp/dit-gen/demo-model");
 }
 
 std::string ensure_demo_model(const std::string& name) {
