@@ -7,8 +7,10 @@
 #include <cstdio>
 #include <cstring>
 #include <set>
+#include <stdexcept>
 
 #include "parallel/process_group.h"
+#include "runtime/environment.h"
 #include "runtime/error.h"
 #include "runtime/profile.h"
 
@@ -26,7 +28,7 @@ constexpr size_t kHeaderAt = 0, kClaimedAt = kLine, kFinishedAt = 2 * kLine, kRo
 
 // What each rank says about an op when it is planned (all-gathered).
 struct RankShape {
-  int64_t rows = 0, batch = 0, threads = 1, whole = 0;
+  int64_t rows = 0, batch = 0, threads = 1, whole = 0, block = 0;  // block: DIT_SHARE_ROWS_BLOCK (0: none)
 };
 
 struct Header {
@@ -50,6 +52,33 @@ bool share_rows_wanted(ShareRows mode, int threads) {
   return mode == ShareRows::On || (mode == ShareRows::Auto && threads <= kAutoShareMaxThreads);
 }
 
+int64_t share_rows_block(int64_t rows, int64_t override_rows) {
+  if (override_rows > 0) return override_rows;
+  // On the 16-core machine (docs/benchmarks.md, twenty-fifth session), 8 ranks of 2 threads at
+  // 1024 tokens: tasks of 64 rows (4 a rank) ran 1.05-1.12x one process, of 128 (2 a rank; the
+  // earlier floor of 64 rows a thread) 0.91-1.01x; 8 ranks of one thread with tasks of 32 rows
+  // waited less than with 64 but did not step faster.
+  return std::clamp<int64_t>((rows / 4 + 15) / 16 * 16, 64, 1024);
+}
+
+int64_t parse_share_rows_block(const std::string& what, const std::string& value) {
+  int64_t v = 0;
+  size_t used = 0;
+  try {
+    v = std::stoll(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != value.size() || v < 16 || v > 4096)
+    DIT_FAIL(what << ": '" << value << "' (expected rows a task, 16 to 4096)");
+  return v;
+}
+
+int64_t share_rows_block_override() {
+  const char* v = env_nonempty("DIT_SHARE_ROWS_BLOCK");
+  return v ? parse_share_rows_block("DIT_SHARE_ROWS_BLOCK", v) : 0;
+}
+
 RowSharing::RowSharing(std::shared_ptr<ProcessGroup> g, ShareRows mode, std::function<void()> before_own_task)
     : g_(std::move(g)), mode_(mode), before_own_task_(std::move(before_own_task)) {}
 
@@ -59,15 +88,16 @@ bool RowSharing::plan(const RowsShape& s, RowsPlan* P) {
     warn_once(s, "its ranks do not share one machine's memory");
     return false;
   }
-  RankShape mine{s.rows, s.batch, omp_get_max_threads(), s.whole ? 1 : 0};
+  RankShape mine{s.rows, s.batch, omp_get_max_threads(), s.whole ? 1 : 0, share_rows_block_override()};
   std::vector<RankShape> all(size_t(g_->size()));
   g_->all_gather_bytes(&mine, all.data(), sizeof(RankShape));
-  int64_t max_rows = 0, batch = 0, threads = 1;
+  int64_t max_rows = 0, batch = 0, threads = 1, block = 0;
   bool whole = true;
   for (const RankShape& r : all) {
     max_rows = std::max(max_rows, r.rows);
     batch = std::max(batch, r.batch);
     threads = std::max(threads, r.threads);
+    block = std::max(block, r.block);
     whole = whole && r.whole;
   }
   if (!share_rows_wanted(mode_, int(threads))) return false;
@@ -75,10 +105,7 @@ bool RowSharing::plan(const RowsShape& s, RowsPlan* P) {
     warn_once(s, whole ? "no rank has token rows" : "its weights are split by tensor parallelism");
     return false;
   }
-  // About 4 tasks a rank, of at least 64 rows a thread, at most 1024: bf16 matmuls of 128 rows
-  // on one thread took 4% longer than of 1024, of 256 no longer (docs/benchmarks.md).
-  const int64_t per_rank = batch * max_rows;
-  P->block = std::clamp<int64_t>((per_rank / 4 + 15) / 16 * 16, 64 * threads, 1024);
+  P->block = share_rows_block(batch * max_rows, block);
   P->in_at = kRowsAt;
   P->out_at = P->in_at + round_up(size_t(batch * max_rows) * s.in_row);
   P->item_at = P->out_at + round_up(size_t(batch * max_rows) * s.out_row);

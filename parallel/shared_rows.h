@@ -49,6 +49,14 @@ ShareRows parse_share_rows(const std::string& v);  // "auto" | "on" | "off"; thr
 // Whether `mode` shares the rows of ranks with `threads` threads each (the most of any rank),
 // where the weights, the machine and the windows allow it.
 bool share_rows_wanted(ShareRows mode, int threads);
+// Rows a task of a shared op, for ranks of at most `rows` rows each (batch x rows per element):
+// about 4 tasks a rank, at least 64 rows, at most 1024, a multiple of 16 (whatever the ranks'
+// threads: oneDNN splits a matmul's columns among them); `override_rows` > 0 replaces the rule.
+int64_t share_rows_block(int64_t rows, int64_t override_rows = 0);
+// The environment's DIT_SHARE_ROWS_BLOCK (a measurement knob: rows a task, 16 to 4096, in place
+// of the rule; docs/benchmarks.md), parsed by parse_share_rows_block; 0 where unset or empty.
+int64_t share_rows_block_override();
+int64_t parse_share_rows_block(const std::string& what, const std::string& value);  // throws naming `what`
 
 // One row-wise op as this rank has it, the same kind on every rank.
 struct RowsShape {

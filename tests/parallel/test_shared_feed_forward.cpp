@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -142,7 +143,7 @@ SharedRun shared_results(const Weights& w, const std::vector<int64_t>& rows, DTy
 
 TEST_CASE("shared feed-forward: every rank's rows are the local form's, bit for bit, and a slow rank is helped",
           "[parallel][ffn]") {
-  // Uneven rows (a task's rows: 32 × threads or more; 200 rows make several tasks an item),
+  // Uneven rows (a task: 64 rows or more; 200 rows make several tasks an item),
   // a rank with fewer rows than a task, one without any.
   const std::vector<int64_t> rows = {37, 200, 0};
   for (const DType compute : dit_test::compute_types()) {
@@ -158,6 +159,38 @@ TEST_CASE("shared feed-forward: every rank's rows are the local form's, bit for 
     CHECK(got.helped[0] + got.helped[2] > 0);
     CHECK(got.helped[1] == 0);
   }
+}
+
+TEST_CASE("shared feed-forward: DIT_SHARE_ROWS_BLOCK's tasks of 16 rows give the local form's bits", "[parallel][ffn]") {
+  const std::vector<int64_t> rows = {37, 200, 0};
+  const Weights w = weights(DType::F32);
+  const std::vector<Tensor> want = local_results(w, rows, DType::F32);
+  REQUIRE(setenv("DIT_SHARE_ROWS_BLOCK", "16", 1) == 0);
+  SharedRun got;
+  try {
+    got = shared_results(w, rows, DType::F32, ShareRows::On, /*slow=*/1);
+  } catch (...) {
+    unsetenv("DIT_SHARE_ROWS_BLOCK");
+    throw;
+  }
+  unsetenv("DIT_SHARE_ROWS_BLOCK");
+  for (size_t r = 0; r < 2; ++r) CHECK(same_bits(got.x[r], want[r]));
+  // Rank 1 (200 rows: 13 tasks an item) is slow: the others take some of its tasks.
+  CHECK(got.helped[0] + got.helped[2] > 0);
+}
+
+TEST_CASE("shared feed-forward: rows a task", "[parallel][ffn]") {
+  CHECK(share_rows_block(256) == 64);      // 8 ranks of 1024 tokens x 2: 4 tasks a rank
+  CHECK(share_rows_block(1024) == 256);
+  CHECK(share_rows_block(1000) == 256);    // 250, rounded up to 16 rows
+  CHECK(share_rows_block(100) == 64);      // at least 64 rows
+  CHECK(share_rows_block(16384) == 1024);  // at most 1024
+  CHECK(share_rows_block(256, 32) == 32);  // the override
+  CHECK(parse_share_rows_block("DIT_SHARE_ROWS_BLOCK", "48") == 48);
+  for (const char* bad : {"", "8", "4097", "64x", "-64", "abc"})
+    CHECK_THROWS_WITH(parse_share_rows_block("DIT_SHARE_ROWS_BLOCK", bad),
+                      Catch::Contains("DIT_SHARE_ROWS_BLOCK: '" + std::string(bad) + "'") &&
+                          Catch::Contains("16 to 4096"));
 }
 
 TEST_CASE("shared feed-forward: off, or with split weights, each rank runs its own rows", "[parallel][ffn]") {
