@@ -25,6 +25,10 @@
 // size, the median step and the median of the speedups each round measured against its own
 // serial run (machines are noisy: ratios within a round, medians over rounds).
 //
+// Ctrl-C, kill or a time limit (`timeout`) stops the runs: the document still comes, with the
+// runs that finished and "interrupted_at" naming the run stopped; the exit code is 128 + the
+// signal.
+//
 // Per run: step time (median of --steps after --warmup untimed steps), model FLOPs per step
 // (matmuls and attention, the whole model), achieved GFLOP/s, a oneDNN f32/bf16 GEMM
 // (--gemm M,K,N, prepacked weights) timed in the same processes on the same threads (all
@@ -37,6 +41,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -134,6 +139,19 @@ double all_machines_meet(const Opts& o, const std::string& name) {
 
 bool interrupted(int rc) { return rc == 128 + SIGINT || rc == 128 + SIGTERM || rc == 128 + SIGHUP; }
 
+// A stop signal that reached the driver between runs (the launcher relays those that come
+// while a run's ranks are up, and its run then exits with 128 + the signal).
+volatile std::sig_atomic_t g_stop_signal = 0;
+void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+void catch_stop_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+}
+
 // Launches the plan's local ranks and reads their results into the run's JSON (nothing that
 // compares it with other runs) and rank 0's final latents. rc: the workers' exit code (the
 // JSON then says only what failed).
@@ -202,14 +220,84 @@ json measure(const Opts& o, const char* argv0, const RunPlan& p, std::vector<flo
   return run;
 }
 
+// What a driver's runs gave: each run's JSON, the exit code (a failed run's, or 128 + the signal
+// that stopped them) and, where a signal stopped them, the run it stopped or came before.
+struct Runs {
+  json list = json::array();
+  int rc = 0;
+  std::string stopped;
+
+  Runs stop(const std::string& which, int code) {
+    stopped = which;
+    rc = code;
+    return *this;
+  }
+};
+
+// Every size, dtype, round and layout in turn, each run against its round's baselines. Ctrl-C,
+// kill or a time limit (`timeout`) stops them: the runs before are kept.
+Runs run_layouts(const Opts& o, const char* argv0, const std::string& model, const std::vector<int>& sizes,
+                 const fs::path& tmp) {
+  const std::vector<std::string> layouts = split_list(o.layouts), dtypes = split_list(o.dtypes);
+  Runs out;
+  std::map<std::string, std::vector<float>> latents_of;  // "layout size round" -> f32 run's final latents
+  catch_stop_signals();
+  for (int size : sizes)
+    for (const std::string& dtype : dtypes)
+      for (int round = 0; round < o.rounds; ++round) {  // rounds alternate the layouts in time
+        std::vector<float> serial_latents;
+        double serial_step = 0, serial_pss = 0, all_step = 0, each_step = 0;
+        for (const std::string& lname : layouts) {
+          const Layout lay = parse_layout(lname);
+          if (lay.deg.world() == 1 && !lay.every_node && o.node_rank != 0) continue;  // serial: machine 0 alone
+          const std::string which = lname + ", " + dtype + ", size " + (size > 0 ? std::to_string(size) : "default") +
+                                    ", round " + std::to_string(round + 1) + " of " + std::to_string(o.rounds);
+          if (g_stop_signal != 0) return out.stop(which, 128 + int(g_stop_signal));  // came between runs
+          std::vector<float> lat;
+          int rc = 0;
+          json run = measure(o, argv0, {model, lname, dtype, size, round, tmp}, lat, rc);
+          if (interrupted(rc)) return out.stop(which, rc);  // came while its ranks ran
+          if (rc != 0) {
+            out.rc = rc;
+          } else if (o.load_only) {  // PSS against the first serial run of this dtype and round
+            if (lname == "serial" && serial_pss == 0) serial_pss = run["pss_mb_sum"].get<double>();
+            else if (serial_pss > 0) run["pss_sum_vs_serial"] = run["pss_mb_sum"].get<double>() / serial_pss;
+          } else {
+            // A baseline's first run this round sets `step` (true); the runs after it get `field`.
+            const double step_s = run["step_s"].get<double>();
+            auto against = [&](const char* baseline, double& step, const char* field) {
+              if (lname == baseline && step == 0) {
+                step = step_s;
+                return true;
+              }
+              if (step > 0) run[field] = step / step_s;
+              return false;
+            };
+            if (against("serial", serial_step, "speedup_vs_serial")) serial_latents = lat;
+            else if (serial_step > 0) run["latents_rel_diff_vs_serial"] = rel_diff(lat, serial_latents);
+            // One process with all cores: the same total threads as a layout of one-thread ranks
+            // on every core (the issue-14 comparison).
+            against("serial-all", all_step, "speedup_vs_serial_all");
+            // One machine's step while every machine runs its own (serial-each).
+            against("serial-each", each_step, "speedup_vs_serial_each");
+            // bf16 vs the f32 run of the same layout, size and round, when both were asked for.
+            const std::string key = lname + " " + std::to_string(size) + " " + std::to_string(round);
+            if (dtype == "f32") latents_of[key] = lat;
+            else if (latents_of.count(key)) run["latents_rel_diff_vs_f32"] = rel_diff(lat, latents_of[key]);
+          }
+          out.list.push_back(run);
+        }
+      }
+  return out;
+}
+
 int run_driver(const Opts& o, const char* argv0) {
   const std::string model = ensure_model(o);
   const Config tcfg = Config::load(model + "/transformer/config.json");
   std::vector<int> sizes;
   for (auto& s : split_list(o.sizes)) sizes.push_back(std::stoi(s));
   if (sizes.empty()) sizes.push_back(0);  // the model's default
-  const std::vector<std::string> layouts = split_list(o.layouts), dtypes = split_list(o.dtypes);
-  for (auto& l : layouts) {  // fail early
+  for (auto& l : split_list(o.layouts)) {  // fail early
     const int w = parse_layout(l).deg.world();
     DIT_CHECK(w == 1 || w % o.nnodes == 0, "layout '" << l << "' has " << w << " ranks, which --nnodes " << o.nnodes
                                                       << " machines cannot share evenly");
@@ -242,56 +330,13 @@ int run_driver(const Opts& o, const char* argv0) {
   doc["guidance_scale"] = o.guidance;
   doc["gemm_mkn"] = o.gemm;
   doc["qkv"] = o.qkv;
-  json runs = json::array();
-  std::map<std::string, std::vector<float>> latents_of;  // "layout size round" -> f32 run's final latents
-  int rc_all = 0;
-  for (int size : sizes)
-    for (const std::string& dtype : dtypes)
-      for (int round = 0; round < o.rounds; ++round) {  // rounds alternate the layouts in time
-        std::vector<float> serial_latents;
-        double serial_step = 0, serial_pss = 0, all_step = 0, each_step = 0;
-        for (const std::string& lname : layouts) {
-          const Layout lay = parse_layout(lname);
-          if (lay.deg.world() == 1 && !lay.every_node && o.node_rank != 0) continue;  // serial: machine 0 alone
-          std::vector<float> lat;
-          int rc = 0;
-          json run = measure(o, argv0, {model, lname, dtype, size, round, tmp}, lat, rc);
-          if (interrupted(rc)) {  // Ctrl-C or kill: stop here
-            fs::remove_all(tmp);
-            std::fprintf(stderr, "dit-bench: interrupted during %s\n", lname.c_str());
-            return rc;
-          }
-          if (rc != 0) {
-            rc_all = rc;
-          } else if (o.load_only) {  // PSS against the first serial run of this dtype and round
-            if (lname == "serial" && serial_pss == 0) serial_pss = run["pss_mb_sum"].get<double>();
-            else if (serial_pss > 0) run["pss_sum_vs_serial"] = run["pss_mb_sum"].get<double>() / serial_pss;
-          } else {
-            // A baseline's first run this round sets `step` (true); the runs after it get `field`.
-            const double step_s = run["step_s"].get<double>();
-            auto against = [&](const char* baseline, double& step, const char* field) {
-              if (lname == baseline && step == 0) {
-                step = step_s;
-                return true;
-              }
-              if (step > 0) run[field] = step / step_s;
-              return false;
-            };
-            if (against("serial", serial_step, "speedup_vs_serial")) serial_latents = lat;
-            else if (serial_step > 0) run["latents_rel_diff_vs_serial"] = rel_diff(lat, serial_latents);
-            // One process with all cores: the same total threads as a layout of one-thread ranks
-            // on every core (the issue-14 comparison).
-            against("serial-all", all_step, "speedup_vs_serial_all");
-            // One machine's step while every machine runs its own (serial-each).
-            against("serial-each", each_step, "speedup_vs_serial_each");
-            // bf16 vs the f32 run of the same layout, size and round, when both were asked for.
-            const std::string key = lname + " " + std::to_string(size) + " " + std::to_string(round);
-            if (dtype == "f32") latents_of[key] = lat;
-            else if (latents_of.count(key)) run["latents_rel_diff_vs_f32"] = rel_diff(lat, latents_of[key]);
-          }
-          runs.push_back(run);
-        }
-      }
+  Runs done = run_layouts(o, argv0, model, sizes, tmp);
+  json& runs = done.list;
+  if (!done.stopped.empty()) {
+    doc["interrupted_at"] = done.stopped;
+    std::fprintf(stderr, "dit-bench: interrupted at %s; the %zu run(s) before it are reported\n",
+                 done.stopped.c_str(), runs.size());
+  }
   // Pair bf16 runs with the f32 run of the same layout, size and round (timed runs only: a
   // const json's operator[] on a missing key is undefined behaviour, so every key read is there).
   for (json& r : runs) {
@@ -310,7 +355,7 @@ int run_driver(const Opts& o, const char* argv0) {
     f << text << "\n";
   }
   std::printf("%s\n", text.c_str());
-  return rc_all;
+  return done.rc;
 }
 
 }  // namespace

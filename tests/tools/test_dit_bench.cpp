@@ -176,6 +176,29 @@ TEST_CASE("dit-bench --rounds alternates the layouts and reports medians of per-
   CHECK(bad.err == "dit-bench: error: --rounds must be in 1..1000\n");
 }
 
+TEST_CASE("dit-bench stopped by a signal reports the runs before it and which run it stopped", "[tools][bench]") {
+  Scratch s;
+  const std::string bench = bin("dit-bench") + " --preset tiny --cache " + s.path() +
+                            " --steps 1 --warmup 0 --gemm 64,64,64 --gemm-runs 1 --layouts serial,cfg2";
+  REQUIRE(run(bench).code == 0);  // the preset model made before the clock starts
+  // More rounds than 10 s hold: `timeout` sends SIGTERM to the driver and its ranks mid-run
+  // (or between runs), as a time limit on a lent machine does.
+  RunResult r = run("timeout --preserve-status -s TERM 10 " + bench + " --rounds 1000");
+  INFO(r.err);
+  CHECK(r.code == 128 + 15);  // still the signal's exit code
+  const auto doc = nlohmann::json::parse(r.out);
+  const std::string at = doc["interrupted_at"].get<std::string>();
+  CHECK((at.rfind("serial, f32, size default, round ", 0) == 0 || at.rfind("cfg2, f32, size default, round ", 0) == 0));
+  CHECK(at.find(" of 1000") != std::string::npos);
+  const auto& runs = doc["runs"];
+  REQUIRE(runs.size() >= 1);
+  CHECK(runs.size() < 2000);
+  for (const auto& run : runs) CHECK(run["step_s"].get<double>() > 0);
+  CHECK(doc["summary"].size() == (runs.size() >= 2 ? 2u : 1u));
+  CHECK(r.err.find("dit-bench: interrupted at " + at + "; the " + std::to_string(runs.size()) +
+                   " run(s) before it are reported\n") != std::string::npos);
+}
+
 TEST_CASE("dit-bench rejects a bad layout", "[tools][bench]") {
   RunResult r = run(bin("dit-bench") + " --preset tiny --layouts cfg3");
   CHECK(r.code != 0);
