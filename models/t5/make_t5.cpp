@@ -10,6 +10,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "models/common/random_weights.h"
 #include "runtime/atomic_file.h"
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
@@ -97,64 +98,24 @@ const char* const kCorpus[] = {
     "a cabin in the woods with smoke from the chimney",
 };
 
-// Normal samples: xoshiro256** + Box-Muller, seeded per 1M-element chunk so that the
-// output depends only on (seed, tensor index), never on the thread count.
-class Normal {
- public:
-  explicit Normal(uint64_t seed) {
-    uint64_t z = seed;
-    for (auto& v : s_) {
-      z += 0x9e3779b97f4a7c15ull;
-      uint64_t x = z;
-      x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-      x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-      v = x ^ (x >> 31);
-    }
-  }
-  void pair(float* a, float* b) {
-    const double u1 = (double(next() >> 11) + 1.0) * 0x1.0p-53, u2 = double(next() >> 11) * 0x1.0p-53;
-    const double r = std::sqrt(-2.0 * std::log(u1)), th = 2.0 * M_PI * u2;
-    *a = float(r * std::cos(th));
-    *b = float(r * std::sin(th));
-  }
-
- private:
-  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-  uint64_t next() {
-    const uint64_t result = rotl(s_[1] * 5, 7) * 9, t = s_[1] << 17;
-    s_[2] ^= s_[0];
-    s_[3] ^= s_[1];
-    s_[1] ^= s_[2];
-    s_[0] ^= s_[3];
-    s_[2] ^= t;
-    s_[3] = rotl(s_[3], 45);
-    return result;
-  }
-  uint64_t s_[4];
-};
-
-// offset + scale · randn(shape), in `dtype`.
+// offset + scale · randn(shape), in `dtype`; each 1M-element chunk seeded on its own, so the
+// output depends only on (seed, tensor), never on the thread count.
 Tensor random_tensor(const Shape& shape, uint64_t seed, double scale, double offset, DType dtype) {
   Tensor t = Tensor::empty(shape);
   float* p = t.f32();
   const int64_t n = t.numel(), chunk = int64_t(1) << 20, chunks = (n + chunk - 1) / chunk;
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t c = 0; c < chunks; ++c) {
-    Normal rng(seed * 0x100000001b3ull + uint64_t(c) * 0x9e3779b97f4a7c15ull);
+    Xoshiro256 rng(seed * 0x100000001b3ull + uint64_t(c) * 0x9e3779b97f4a7c15ull);
     const int64_t b = c * chunk, e = std::min(n, b + chunk);
     for (int64_t i = b; i < e; i += 2) {
       float x, y;
-      rng.pair(&x, &y);
+      normal_pair(rng, &x, &y);
       p[i] = float(offset + scale * x);
       if (i + 1 < e) p[i + 1] = float(offset + scale * y);
     }
   }
   return dtype == DType::F32 ? t : t.to(dtype);
-}
-
-void write_json(const fs::path& path, const nlohmann::ordered_json& j) {
-  const std::string text = j.dump(2) + "\n";
-  write_file_atomic(path.string(), text.data(), text.size());
 }
 
 nlohmann::ordered_json t5_config_json(const MakeT5Options& o, int64_t layers) {
