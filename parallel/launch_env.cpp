@@ -8,6 +8,7 @@
 #include <string>
 
 #include "parallel/launcher.h"
+#include "parallel/placement.h"
 #include "runtime/environment.h"
 #include "runtime/error.h"
 
@@ -65,9 +66,7 @@ int slurm_tasks_on_this_node(int world) {
 
 int threads_per_rank(int threads_flag, int local_ranks) {
   if (threads_flag > 0) return threads_flag;
-  cpu_set_t set;
-  int cores = 0;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) cores = CPU_COUNT(&set);
+  int cores = int(startup_cpus().size());  // OpenMP's binding may have narrowed this thread's set
   if (cores <= 0) cores = int(sysconf(_SC_NPROCESSORS_ONLN));
   return std::max(1, cores / std::max(1, local_ranks));
 }

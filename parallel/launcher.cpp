@@ -30,6 +30,14 @@ void announce(const LaunchOptions& opts, int first_rank, int nproc, int world, i
   // More threads than cores: the ranks time-share cores (pinned sets wrap and overlap).
   const std::string warn = oversubscription_warning(opts.program, nproc, threads, opts.threads > 0);
   (void)!write(2, warn.data(), warn.size());
+  // The workers start without OpenMP's binding (worker_processes.cpp, plan_workers): say so.
+  std::string vars;
+  for (const std::string& v : openmp_binding_vars()) vars += (vars.empty() ? "" : ", ") + v;
+  if (!vars.empty()) {
+    const std::string note = opts.program + ": note: " + vars +
+                             " not passed to the ranks: each rank is placed on its own cores instead\n";
+    (void)!write(2, note.data(), note.size());
+  }
 }
 
 }  // namespace

@@ -1,9 +1,11 @@
 #include "parallel/placement.h"
 
+#include <omp.h>
 #include <sched.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -38,6 +40,27 @@ std::vector<int> allowed_cpus() {
       if (CPU_ISSET(c, &set)) cpus.push_back(c);
   if (cpus.empty()) cpus.push_back(0);
   return cpus;
+}
+
+std::vector<int> startup_cpus() {
+  std::vector<int> cpus = allowed_cpus();
+  const int places = omp_get_num_places();  // 0 unless OpenMP binds threads
+  for (int p = 0; p < places; ++p) {
+    std::vector<int> ids(size_t(std::max(0, omp_get_place_num_procs(p))));
+    if (!ids.empty()) omp_get_place_proc_ids(p, ids.data());
+    for (int c : ids)
+      if (c >= 0 && c < CPU_SETSIZE) cpus.push_back(c);
+  }
+  std::sort(cpus.begin(), cpus.end());
+  cpus.erase(std::unique(cpus.begin(), cpus.end()), cpus.end());
+  return cpus;
+}
+
+std::vector<std::string> openmp_binding_vars() {
+  std::vector<std::string> set;
+  for (const char* name : kOpenMPBindingVars)
+    if (const char* v = std::getenv(name)) set.push_back(std::string(name) + "=" + v);
+  return set;
 }
 
 namespace {
@@ -164,7 +187,7 @@ std::string cpu_list_string(const std::vector<int>& cpus) {
 
 std::string oversubscription_warning(const std::string& program, int local_ranks, int threads,
                                      bool threads_from_flag) {
-  const size_t cores = allowed_cpus().size(), need = size_t(local_ranks) * size_t(threads);
+  const size_t cores = startup_cpus().size(), need = size_t(local_ranks) * size_t(threads);
   if (cores == 0 || need <= cores) return "";
   const auto count = [](size_t n, const char* what) {
     return std::to_string(n) + " " + what + (n == 1 ? "" : "s");

@@ -41,6 +41,19 @@ Placement rank_cores(const std::vector<int>& allowed, int local_rank, int local_
 // This process's allowed CPUs (sched_getaffinity), ascending.
 std::vector<int> allowed_cpus();
 
+// The CPUs this process was started on, ascending: allowed_cpus(), and where OpenMP binds
+// threads (OMP_PROC_BIND, OMP_PLACES, GOMP_CPU_AFFINITY) the CPUs of all its places too. With
+// binding on, libgomp binds the first thread to one place before main, so allowed_cpus() then
+// says one core; its places are made from the set the process started with. What a launcher
+// shares out among its ranks and gives its workers to start on.
+std::vector<int> startup_cpus();
+
+inline constexpr const char* kOpenMPBindingVars[] = {"OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY"};
+// The OpenMP binding variables set in this process's environment ("OMP_PROC_BIND=true", ...),
+// which a launcher does not pass to the ranks it places itself (they would bind every rank's
+// threads to the same first cores).
+std::vector<std::string> openmp_binding_vars();
+
 // `allowed` by physical core: each core's allowed CPUs (its SMT siblings) together, cores in
 // the order of their first CPU. From <sysfs>/cpuN/topology/core_cpus_list (or
 // thread_siblings_list, its older name); a CPU whose topology cannot be read is a core of its

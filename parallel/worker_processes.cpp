@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -11,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "parallel/placement.h"
 #include "runtime/error.h"
 
 extern char** environ;
@@ -105,12 +107,19 @@ WorkerPlan plan_workers(int argc, char** argv, int nproc, int first_rank, int wo
   static const char* kOurs[] = {"DIT_RANK=", "DIT_WORLD_SIZE=", "DIT_LOCAL_RANK=", "DIT_LOCAL_WORLD_SIZE=",
                                 "DIT_RENDEZVOUS=", "DIT_RENDEZVOUS_GENERATION=", "DIT_THREADS=",
                                 "OMP_NUM_THREADS="};
+  // Every worker's own value above; OpenMP's binding not at all: each rank places itself on
+  // its own cores (placement.h), and libgomp would bind every rank's threads from the first.
+  const auto ours = [](const char* e) {
+    for (const char* p : kOurs)
+      if (std::strncmp(e, p, std::strlen(p)) == 0) return true;
+    for (const char* v : kOpenMPBindingVars)
+      if (std::strncmp(e, v, std::strlen(v)) == 0 && e[std::strlen(v)] == '=') return true;
+    return false;
+  };
   std::vector<std::string> base_env;
-  for (char** e = environ; *e; e++) {
-    bool ours = false;
-    for (const char* p : kOurs) ours = ours || std::strncmp(*e, p, std::strlen(p)) == 0;
-    if (!ours) base_env.push_back(*e);
-  }
+  for (char** e = environ; *e; e++)
+    if (!ours(*e)) base_env.push_back(*e);
+  plan.cpus = startup_cpus();
   for (int i = 0; i < nproc; i++) {
     plan.ranks.push_back(first_rank + i);
     auto e = base_env;
@@ -175,6 +184,11 @@ int spawn_workers(const WorkerPlan& plan, bool forward_stdout, std::vector<Worke
     for (auto& s : envs[i]) cenvs[i].push_back(s.data());
     cenvs[i].push_back(nullptr);
   }
+  // The workers start on every CPU this process started on, not on the one core OpenMP's
+  // binding may have left this thread (placement.h, startup_cpus).
+  cpu_set_t start_cpus;
+  CPU_ZERO(&start_cpus);
+  for (int c : plan.cpus) CPU_SET(c, &start_cpus);
   const int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
   const pid_t launcher_pid = getpid();
   int spawn_error = 0;
@@ -198,6 +212,7 @@ int spawn_workers(const WorkerPlan& plan, bool forward_stdout, std::vector<Worke
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != launcher_pid) _exit(127);
       for (int s : kRelayed) signal(s, SIG_DFL);
+      if (!plan.cpus.empty()) sched_setaffinity(0, sizeof(start_cpus), &start_cpus);
       if (!inherit) {
         dup2(devnull, 0);
         dup2(errp[1], 2);

@@ -27,6 +27,7 @@ struct WorkerPlan {
   std::vector<std::string> argv;
   std::vector<int> ranks;                      // global rank of each worker
   std::vector<std::vector<std::string>> envs;  // per worker
+  std::vector<int> cpus;                       // what the workers start on (startup_cpus)
 };
 WorkerPlan plan_workers(int argc, char** argv, int nproc, int first_rank, int world, const std::string& rendezvous,
                         int64_t generation, int threads);

@@ -185,7 +185,7 @@ json measure(const Opts& o, const char* argv0, const RunPlan& p, std::vector<flo
   av.push_back(nullptr);
   LaunchOptions lo;
   lo.world_size = world;
-  lo.threads = lay.all_cores ? int(allowed_cpus().size()) : o.threads;
+  lo.threads = lay.all_cores ? int(startup_cpus().size()) : o.threads;
   lo.announce = false;
   lo.program = "dit-bench";
   std::fprintf(stderr, "dit-bench: %s, %s, size %s, %d rank(s)%s...\n", p.layout.c_str(), p.dtype.c_str(),
@@ -313,7 +313,7 @@ int run_driver(const Opts& o, const char* argv0) {
                          {"heads", tcfg.get_int("num_attention_heads", 16)},
                          {"head_dim", tcfg.get_int("attention_head_dim", 72)},
                          {"patch", tcfg.get_int("patch_size", 2)}};
-  doc["cpus"] = allowed_cpus().size();
+  doc["cpus"] = startup_cpus().size();
   doc["pinning"] = o.no_pin ? "none (--no-pin)"
                             : "local rank r on allowed cores r*threads .. r*threads+threads-1 in placement order "
                               "(one CPU per physical core while they suffice)";

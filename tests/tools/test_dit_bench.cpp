@@ -236,6 +236,19 @@ TEST_CASE("dit-bench pins each rank to its own cores, and --no-pin does not", "[
   const auto nd = nlohmann::json::parse(n.out);
   CHECK(nd["runs"][0]["pinned"] == false);
   CHECK(nd["runs"][0]["per_rank"][0]["cpus"].size() == size_t(cores));
+
+  // With OpenMP's binding set (libgomp binds the driver's first thread to one core before
+  // main) serial-all still has every core and the ranks their own.
+  RunResult b = run("env OMP_PROC_BIND=true " + bin("dit-bench") + " --preset tiny --cache " + s.path() +
+                    " --steps 1 --warmup 0 --gemm 64,64,64 --gemm-runs 1 --layouts serial-all,cfg2");
+  INFO(b.err);
+  REQUIRE(b.code == 0);
+  const auto bd = nlohmann::json::parse(b.out);
+  CHECK(bd["cpus"] == cores);
+  CHECK(bd["runs"][0]["threads_per_rank"] == cores);
+  const auto& bper = bd["runs"][1]["per_rank"];
+  REQUIRE(bper.size() == 2);
+  if (cores >= 2) CHECK(bper[0]["cpus"] != bper[1]["cpus"]);
 }
 
 // Several machines, simulated by two drivers on this one sharing a file: rendezvous. Node 1's

@@ -3,6 +3,8 @@
 
 #include <catch2/catch.hpp>
 #include <sched.h>
+
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -432,6 +434,36 @@ TEST_CASE("dit-gen pins local ranks to their own cores, -v says which, --no-pin 
   REQUIRE(n.code == 0);
   CHECK(n.err.find("(not pinned: --no-pin)") != std::string::npos);
   CHECK(n.err.find("(pinned") == std::string::npos);
+}
+
+// OMP_PROC_BIND (or OMP_PLACES) makes libgomp bind the launcher's first thread to one core
+// before main: the ranks used to start there, all on that core, one thread each.
+TEST_CASE("dit-gen with OpenMP's binding set still places its ranks on their own cores", "[cli]") {
+  cpu_set_t set;
+  REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);
+  const int cores = CPU_COUNT(&set);
+  for (const char* var : {"OMP_PROC_BIND=true", "OMP_PLACES=cores"}) {
+    RunResult r = run(std::string("env ") + var + " " + gen(kTinyGen + " -p 1 --steps 1 --no-decode --cfg-parallel -v"));
+    INFO(var << "\n" << r.err);
+    REQUIRE(r.code == 0);
+    CHECK(r.err.find(std::string("dit-gen: note: ") + var +
+                     " not passed to the ranks: each rank is placed on its own cores instead\n") != std::string::npos);
+    const std::string each = std::to_string(std::max(1, cores / 2)) + " thread";
+    CHECK(r.err.find("starting ranks 0..1 of 2 on this machine, " + each) != std::string::npos);
+    CHECK(r.err.find("allowed core") == std::string::npos);  // no oversubscription warning
+    if (cores >= 2) {
+      CHECK(r.err.find("rank 0 (local 0 of 2): " + each) != std::string::npos);
+      const size_t p0 = r.err.find("rank 0 (local 0 of 2): "), p1 = r.err.find("rank 1 (local 1 of 2): ");
+      REQUIRE(p0 != std::string::npos);
+      REQUIRE(p1 != std::string::npos);
+      const auto cores_of = [&](size_t at) {
+        const size_t a = r.err.find(" on core", at), b = r.err.find(" (pinned)", at);
+        return a == std::string::npos || b == std::string::npos ? std::string() : r.err.substr(a, b - a);
+      };
+      CHECK_FALSE(cores_of(p0).empty());
+      CHECK(cores_of(p0) != cores_of(p1));
+    }
+  }
 }
 
 TEST_CASE("dit-gen warns once when this machine's ranks x threads exceed its allowed cores", "[cli]") {
