@@ -185,6 +185,17 @@ std::string cpu_list_string(const std::vector<int>& cpus) {
   return s;
 }
 
+std::string openmp_binding_warning(const std::string& program, const LaunchEnv& env, int threads) {
+  const std::vector<std::string> vars = openmp_binding_vars();
+  const size_t cores = startup_cpus().size();
+  if (!env.external || env.supervised || env.local_world <= 1 || vars.empty() || cores <= size_t(threads)) return "";
+  std::string names;
+  for (const std::string& v : vars) names += (names.empty() ? "" : ", ") + v;
+  return program + ": warning: " + names + ": OpenMP binds this rank's threads from the first of the " +
+         std::to_string(cores) + " cores it was started on, as it does every local rank started on them; start "
+         "each rank on its own cores (mpirun --bind-to core, srun --cpu-bind=cores) or unset it\n";
+}
+
 std::string oversubscription_warning(const std::string& program, int local_ranks, int threads,
                                      bool threads_from_flag) {
   const size_t cores = startup_cpus().size(), need = size_t(local_ranks) * size_t(threads);

@@ -83,4 +83,10 @@ std::string cpu_list_string(const std::vector<int>& cpus);
 std::string oversubscription_warning(const std::string& program, int local_ranks, int threads,
                                      bool threads_from_flag);
 
+// The one-line warning (with its newline), or "": a rank started by another launcher (mpirun,
+// srun, a script) alongside other local ranks, with OpenMP's binding set and more cores to
+// start on than its `threads`. libgomp then binds its threads from the first of those cores,
+// as it does every other local rank's started on the same set, and dit-gen cannot move them.
+std::string openmp_binding_warning(const std::string& program, const LaunchEnv& env, int threads);
+
 }  // namespace dit

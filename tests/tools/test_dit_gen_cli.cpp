@@ -466,6 +466,28 @@ TEST_CASE("dit-gen with OpenMP's binding set still places its ranks on their own
   }
 }
 
+TEST_CASE("dit-gen ranks started by another launcher with OpenMP's binding: the first rank warns", "[cli]") {
+  cpu_set_t set;
+  REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);
+  const int cores = CPU_COUNT(&set);
+  Scratch s;
+  std::filesystem::create_directory(s.file("rdzv"));
+  const std::string env = "OMP_PROC_BIND=true DIT_WORLD_SIZE=2 DIT_LOCAL_WORLD_SIZE=2 DIT_RENDEZVOUS=file:" +
+                          s.file("rdzv") + " ";
+  const std::string args = kTinyGen + " -p 1 --steps 1 --no-decode --cfg-parallel --timeout 60";
+  const std::string cmd = "( (DIT_RANK=1 DIT_LOCAL_RANK=1 " + env + bin("dit-gen") + args + " 2> " + s.file("r1.err") +
+                          ") & DIT_RANK=0 DIT_LOCAL_RANK=0 " + env + bin("dit-gen") + args + "; rc=$?; wait; exit $rc )";
+  RunResult r = run(cmd);
+  const std::string r1 = slurp(s.file("r1.err"));
+  INFO(r.err << "\nrank 1: " << r1);
+  REQUIRE(r.code == 0);
+  // Both ranks started on all the cores: each has cores / 2 threads, bound from the first core.
+  const std::string line = "dit-gen: warning: OMP_PROC_BIND=true: OpenMP binds this rank's threads from the first of "
+                           "the " + std::to_string(cores) + " cores it was started on";
+  CHECK((r.err.find(line) != std::string::npos) == (cores >= 2));
+  CHECK(r1.find("warning") == std::string::npos);  // once a machine
+}
+
 TEST_CASE("dit-gen warns once when this machine's ranks x threads exceed its allowed cores", "[cli]") {
   cpu_set_t set;
   REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);

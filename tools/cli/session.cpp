@@ -41,8 +41,10 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
   // Local ranks on disjoint cores (parallel/placement.h), before any OpenMP thread exists.
   const Placement place = place_rank(s.env, num_threads(), !o.no_pin);
   // Our launcher said it already; ranks started by mpirun/srun/a script say it here, once a machine.
-  if (s.env.external && !s.env.supervised && s.env.local_known && s.env.local_rank == 0)
+  if (s.env.external && !s.env.supervised && s.env.local_known && s.env.local_rank == 0) {
     std::fputs(oversubscription_warning("dit-gen", s.env.local_world, num_threads(), o.threads > 0).c_str(), stderr);
+    std::fputs(openmp_binding_warning("dit-gen", s.env, num_threads()).c_str(), stderr);
+  }
   if (o.verbose && s.env.world > 1)
     std::fprintf(stderr, "dit-gen: rank %d (local %d of %d): %d thread%s on core%s %s%s\n", s.env.rank,
                  s.env.local_rank, s.env.local_world, num_threads(), num_threads() == 1 ? "" : "s",
