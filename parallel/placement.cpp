@@ -44,7 +44,9 @@ std::vector<int> allowed_cpus() {
 
 std::vector<int> startup_cpus() {
   std::vector<int> cpus = allowed_cpus();
-  const int places = omp_get_num_places();  // 0 unless OpenMP binds threads
+  // OpenMP's places only where its binding is asked for: the query starts the OpenMP runtime,
+  // and LLVM's aborts in a pid namespace without its own /proc (it reads /proc/<pid>/maps).
+  const int places = openmp_binding_vars().empty() ? 0 : omp_get_num_places();
   for (int p = 0; p < places; ++p) {
     std::vector<int> ids(size_t(std::max(0, omp_get_place_num_procs(p))));
     if (!ids.empty()) omp_get_place_proc_ids(p, ids.data());
