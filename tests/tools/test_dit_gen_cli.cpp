@@ -466,19 +466,28 @@ TEST_CASE("dit-gen with OpenMP's binding set still places its ranks on their own
   }
 }
 
+// Two dit-gen ranks of one machine started by hand, as another launcher (mpirun, srun, a
+// script) would: `vars` go before both; rank 1's stderr comes back in `rank1_err`.
+namespace {
+RunResult run_external_pair(const std::string& vars, const std::string& args, std::string& rank1_err) {
+  Scratch s;
+  std::filesystem::create_directory(s.file("rdzv"));
+  const std::string env = vars + "DIT_WORLD_SIZE=2 DIT_LOCAL_WORLD_SIZE=2 DIT_RENDEZVOUS=file:" + s.file("rdzv") + " ";
+  const std::string cmd = "( (DIT_RANK=1 DIT_LOCAL_RANK=1 " + env + bin("dit-gen") + args + " 2> " + s.file("r1.err") +
+                          ") & DIT_RANK=0 DIT_LOCAL_RANK=0 " + env + bin("dit-gen") + args + "; rc=$?; wait; exit $rc )";
+  RunResult r = run(cmd);
+  rank1_err = slurp(s.file("r1.err"));
+  return r;
+}
+}  // namespace
+
 TEST_CASE("dit-gen ranks started by another launcher with OpenMP's binding: the first rank warns", "[cli]") {
   cpu_set_t set;
   REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);
   const int cores = CPU_COUNT(&set);
-  Scratch s;
-  std::filesystem::create_directory(s.file("rdzv"));
-  const std::string env = "OMP_PROC_BIND=true DIT_WORLD_SIZE=2 DIT_LOCAL_WORLD_SIZE=2 DIT_RENDEZVOUS=file:" +
-                          s.file("rdzv") + " ";
-  const std::string args = kTinyGen + " -p 1 --steps 1 --no-decode --cfg-parallel --timeout 60";
-  const std::string cmd = "( (DIT_RANK=1 DIT_LOCAL_RANK=1 " + env + bin("dit-gen") + args + " 2> " + s.file("r1.err") +
-                          ") & DIT_RANK=0 DIT_LOCAL_RANK=0 " + env + bin("dit-gen") + args + "; rc=$?; wait; exit $rc )";
-  RunResult r = run(cmd);
-  const std::string r1 = slurp(s.file("r1.err"));
+  std::string r1;
+  RunResult r =
+      run_external_pair("OMP_PROC_BIND=true ", kTinyGen + " -p 1 --steps 1 --no-decode --cfg-parallel --timeout 60", r1);
   INFO(r.err << "\nrank 1: " << r1);
   REQUIRE(r.code == 0);
   // Both ranks started on all the cores: each has cores / 2 threads, bound from the first core.
@@ -514,14 +523,9 @@ TEST_CASE("dit-gen ranks started by another launcher: the machine's first rank w
   cpu_set_t set;
   REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);
   const int cores = CPU_COUNT(&set);
-  Scratch s;
-  std::filesystem::create_directory(s.file("rdzv"));
-  const std::string env = "DIT_WORLD_SIZE=2 DIT_LOCAL_WORLD_SIZE=2 DIT_RENDEZVOUS=file:" + s.file("rdzv") + " ";
-  const std::string args = kTinyGen + " -p 1 --steps 1 --no-decode --cfg-parallel --timeout 60 -t " + std::to_string(cores + 1);
-  const std::string cmd = "( (DIT_RANK=1 DIT_LOCAL_RANK=1 " + env + bin("dit-gen") + args + " 2> " + s.file("r1.err") +
-                          ") & DIT_RANK=0 DIT_LOCAL_RANK=0 " + env + bin("dit-gen") + args + "; rc=$?; wait; exit $rc )";
-  RunResult r = run(cmd);
-  const std::string r1 = slurp(s.file("r1.err"));
+  std::string r1;
+  RunResult r = run_external_pair(
+      "", kTinyGen + " -p 1 --steps 1 --no-decode --cfg-parallel --timeout 60 -t " + std::to_string(cores + 1), r1);
   INFO(r.err << "\nrank 1: " << r1);
   REQUIRE(r.code == 0);
   const std::string line = "dit-gen: warning: 2 ranks x " + std::to_string(cores + 1) + " threads on this machine's ";
