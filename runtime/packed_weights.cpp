@@ -171,8 +171,13 @@ Tensor PackedWeightDir::get(const std::string& key, const dnnl::memory::desc& pa
                             const std::function<void(void*)>& fill, const std::function<size_t()>& release_plain,
                             const FileIdentity& source) const {
   if (failed_) return Tensor();  // an optional directory that failed once is not tried again
+  const std::string id = key + "|" + describe_layout(packed);
+  std::lock_guard<std::mutex> hold(mu_);
+  if (auto it = mapped_.find(id); it != mapped_.end())
+    if (std::shared_ptr<Tensor> t = it->second.lock()) return Tensor::view(t->data(), t->shape(), t->dtype(), t);
+  Tensor t;
   try {
-    return get_or_throw(key, packed, fill, release_plain, source);
+    t = get_or_throw(key, packed, fill, release_plain, source);
   } catch (const Error& e) {
     if (!optional_) throw;
     std::fprintf(stderr, "warning: %s; reading the weights in place (--weight-cache off silences this)\n",
@@ -180,6 +185,10 @@ Tensor PackedWeightDir::get(const std::string& key, const dnnl::memory::desc& pa
     failed_ = true;
     return Tensor();
   }
+  if (!t.defined()) return t;
+  auto keep = std::make_shared<Tensor>(std::move(t));  // the mapping, while a view of it lives
+  mapped_[id] = keep;
+  return Tensor::view(keep->data(), keep->shape(), keep->dtype(), keep);
 }
 
 Tensor PackedWeightDir::get_or_throw(const std::string& key, const dnnl::memory::desc& packed,

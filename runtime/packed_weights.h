@@ -20,7 +20,9 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "runtime/engine.h"
@@ -44,6 +46,8 @@ class PackedWeightDir {
   // only in parts: LinearWeight::row_blocks); then `release_plain` (when given) gives the plain
   // weight's pages back.
   // `source` (optional): the checkpoint file the weight comes from, recorded in the entry.
+  // An entry already mapped by this object (another Linear of the same weight: the tasks of
+  // another row count, parallel/shared_rows.h) is given again, not mapped a second time.
   Tensor get(const std::string& key, const dnnl::memory::desc& packed, const std::function<void(void*)>& fill,
              const std::function<size_t()>& release_plain = {}, const FileIdentity& source = {}) const;
 
@@ -54,6 +58,8 @@ class PackedWeightDir {
   Tensor get_or_throw(const std::string& key, const dnnl::memory::desc& packed, const std::function<void(void*)>& fill,
                       const std::function<size_t()>& release_plain, const FileIdentity& source) const;
   std::string dir_;
+  mutable std::mutex mu_;
+  mutable std::map<std::string, std::weak_ptr<Tensor>> mapped_;  // by key and layout, while read
   bool optional_ = false;
   mutable int made_ = 0;
   mutable size_t made_bytes_ = 0;

@@ -331,6 +331,44 @@ TEST_CASE("packed weights: made once per key, mapped by the next user, remade wh
   CHECK(entries(pd) == 3);
 }
 
+// Lines of /proc/self/maps that map a file of `dir` (an entry mapped twice shows twice).
+size_t mappings_of(const std::string& dir) {
+  const std::string maps = dit_test::read_bytes("/proc/self/maps");
+  size_t n = 0;
+  for (size_t at = maps.find(dir + "/"); at != std::string::npos; at = maps.find(dir + "/", at + 1)) ++n;
+  return n;
+}
+
+TEST_CASE("packed weights: Linears of one weight with other row counts read one mapping of its entry",
+          "[runtime][packed]") {
+  if (!__builtin_cpu_supports("avx512f")) return;  // (where plain layouts are preferred nothing is packed)
+  dit_test::TempDir d;
+  const std::string pd = fs::canonical(d.path()).string() + "/packed";
+  const LinearWeight w = LinearWeight::prepare(random_tensor({64, 48}, 3), Tensor(), DType::F32);
+  auto dir = std::make_shared<PackedWeightDir>(pd, false);
+  bool p9 = false, p5 = false;
+  {
+    LinearWeight wp = w;
+    wp.packed = PackedSource(dir, "a");
+    Linear l9(spec_of(1, 9, 48, 64), wp), l5(spec_of(2, 5, 48, 64), wp);  // e.g. a task and a shorter last one
+    p9 = packed_in(l9);
+    p5 = packed_in(l5);
+    CHECK(dir->made() == 1);
+    CHECK(mappings_of(pd) == 1);  // was 2: each Linear mapped the entry again
+  }
+  CHECK(p9);
+  CHECK(p5);
+  CHECK(mappings_of(pd) == 0);  // unmapped with its last reader
+  // Mapped again (not packed again) by the next reader, which gives the bits of the weight in place.
+  const LinearSpec s = spec_of(1, 9, 48, 64);
+  bool packed = false;
+  const std::vector<float> got = run_linear(s, w, {dir, "a"}, &packed);
+  CHECK(packed);
+  CHECK(dir->made() == 1);
+  const std::vector<float> want = run_linear(s, w, {});
+  CHECK(std::memcmp(want.data(), got.data(), want.size() * 4) == 0);
+}
+
 TEST_CASE("packed weights: an unusable directory falls back when optional, names itself when required",
           "[runtime][packed]") {
   if (!__builtin_cpu_supports("avx512f")) return;
