@@ -28,7 +28,8 @@ constexpr size_t kHeaderAt = 0, kClaimedAt = kLine, kFinishedAt = 2 * kLine, kRo
 
 // What each rank says about an op when it is planned (all-gathered).
 struct RankShape {
-  int64_t rows = 0, batch = 0, threads = 1, whole = 0, block = 0;  // block: DIT_SHARE_ROWS_BLOCK (0: none)
+  int64_t rows = 0, batch = 0, threads = 1, whole = 0;
+  int64_t block = 0, tail = -1;  // DIT_SHARE_ROWS_BLOCK (0: none), DIT_SHARE_ROWS_TAIL (-1: none)
 };
 
 struct Header {
@@ -37,9 +38,45 @@ struct Header {
 
 std::atomic<uint64_t>& counter(char* win, size_t at) { return *reinterpret_cast<std::atomic<uint64_t>*>(win + at); }
 
-int64_t tasks_of(int64_t rows, int64_t batch, int64_t block) { return batch * ((rows + block - 1) / block); }
-
 }  // namespace
+
+int RowTaskList::tail(int64_t block, int halvings, int64_t* pieces) {
+  int n = 0;
+  int64_t left = block;
+  for (int i = 0; i < std::min(halvings, 6) && left > 16; ++i) {
+    const int64_t p = (left / 2 + 15) / 16 * 16;  // half of what is left, rounded up to 16 rows
+    if (p >= left) break;
+    pieces[n++] = p;
+    left -= p;
+  }
+  if (n > 0) pieces[n++] = left;
+  return n;
+}
+
+RowTaskList::RowTaskList(int64_t rows, int64_t batch, int64_t block, int halvings)
+    : rows_(rows), batch_(batch), block_(block), per_item_((rows + block - 1) / block), count_(batch * per_item_) {
+  if (batch > 0 && rows >= block) npieces_ = tail(block, halvings, pieces_);
+  if (npieces_ > 0) count_ += npieces_ - 1;
+}
+
+// Items 0 .. batch-2 and, unsplit, the last: task k of an item is rows [k·block, ...). Split, the
+// last item's tasks are its whole ones but the last (f - 1 of them), its shorter one (if any),
+// then the pieces of rows [(f - 1)·block, f·block), in order.
+RowTask RowTaskList::at(int64_t t) const {
+  const int64_t last = (batch_ - 1) * per_item_;  // the last item's first task
+  if (npieces_ == 0 || t < last) {
+    const int64_t k = t % per_item_;
+    return RowTask{t / per_item_, k * block_, std::min(block_, rows_ - k * block_)};
+  }
+  const int64_t b = batch_ - 1, f = rows_ / block_, rem = rows_ % block_;
+  int64_t j = t - last;  // the task's place in the last item
+  if (j < f - 1) return RowTask{b, j * block_, block_};
+  j -= f - 1;
+  if (rem > 0 && j-- == 0) return RowTask{b, f * block_, rem};
+  int64_t row0 = (f - 1) * block_;
+  for (int i = 0; i < j; ++i) row0 += pieces_[i];
+  return RowTask{b, row0, pieces_[j]};
+}
 
 ShareRows parse_share_rows(const std::string& v) {
   if (v == "auto") return ShareRows::Auto;
@@ -74,6 +111,17 @@ int64_t parse_share_rows_block(const std::string& what, const std::string& value
   return v;
 }
 
+int parse_share_rows_tail(const std::string& what, const std::string& value) {
+  if (value.size() != 1 || value[0] < '0' || value[0] > '6')
+    DIT_FAIL(what << ": '" << value << "' (expected halvings of the last task, 0 to 6)");
+  return value[0] - '0';
+}
+
+int share_rows_tail_override() {
+  const char* v = env_nonempty("DIT_SHARE_ROWS_TAIL");
+  return v ? parse_share_rows_tail("DIT_SHARE_ROWS_TAIL", v) : -1;
+}
+
 int64_t share_rows_block_override() {
   const char* v = env_nonempty("DIT_SHARE_ROWS_BLOCK");
   return v ? parse_share_rows_block("DIT_SHARE_ROWS_BLOCK", v) : 0;
@@ -88,16 +136,18 @@ bool RowSharing::plan(const RowsShape& s, RowsPlan* P) {
     warn_once(s, "its ranks do not share one machine's memory");
     return false;
   }
-  RankShape mine{s.rows, s.batch, omp_get_max_threads(), s.whole ? 1 : 0, share_rows_block_override()};
+  RankShape mine{s.rows, s.batch, omp_get_max_threads(), s.whole ? 1 : 0, share_rows_block_override(),
+                 share_rows_tail_override()};
   std::vector<RankShape> all(size_t(g_->size()));
   g_->all_gather_bytes(&mine, all.data(), sizeof(RankShape));
-  int64_t max_rows = 0, batch = 0, threads = 1, block = 0;
+  int64_t max_rows = 0, batch = 0, threads = 1, block = 0, tail = -1;
   bool whole = true;
   for (const RankShape& r : all) {
     max_rows = std::max(max_rows, r.rows);
     batch = std::max(batch, r.batch);
     threads = std::max(threads, r.threads);
     block = std::max(block, r.block);
+    tail = std::max(tail, r.tail);
     whole = whole && r.whole;
   }
   if (!share_rows_wanted(mode_, int(threads))) return false;
@@ -106,18 +156,22 @@ bool RowSharing::plan(const RowsShape& s, RowsPlan* P) {
     return false;
   }
   P->block = share_rows_block(batch * max_rows, block);
+  P->tail = tail >= 0 ? int(tail) : kTailHalvings;
   P->in_at = kRowsAt;
   P->out_at = P->in_at + round_up(size_t(batch * max_rows) * s.in_row);
   P->item_at = P->out_at + round_up(size_t(batch * max_rows) * s.out_row);
   P->helped_at = P->item_at + round_up(size_t(batch) * s.item);
-  const size_t bytes = P->helped_at + round_up(size_t(tasks_of(max_rows, batch, P->block)));
+  const size_t bytes = P->helped_at + round_up(size_t(RowTaskList(max_rows, batch, P->block, P->tail).count()));
   if (!g_->ensure_window(bytes)) {  // collective
     warn_once(s, g_->window_note());
     return false;
   }
   std::set<int64_t> counts{P->block};
-  for (const RankShape& r : all)  // each rank's last task of an item (all of it when shorter than a block)
+  for (const RankShape& r : all) {  // each rank's last task of an item (all of it when shorter than a block)
     if (r.rows % P->block != 0) counts.insert(r.rows % P->block);
+    const RowTaskList list(r.rows, r.batch, P->block, P->tail);  // and its tail's pieces
+    for (int64_t t = 0; t < list.count(); ++t) counts.insert(list.at(t).rows);
+  }
   P->task_rows.assign(counts.begin(), counts.end());
   return true;
 }
@@ -140,7 +194,9 @@ struct RowSharing::Rows {
 // mine.
 void RowSharing::run(const RowsShape& s, const RowsPlan& P, RowTasks& tasks, const void* in, void* out,
                      const void* item) {
-  const int64_t B = s.batch, T = s.rows, total = tasks_of(T, B, P.block);
+  const int64_t B = s.batch, T = s.rows;
+  const RowTaskList list(T, B, P.block, P.tail);
+  const int64_t total = list.count();
   char* me;
   {
     profile::Scope pw(profile::Cat::Waiting);  // until every rank has released the window's last use
@@ -173,12 +229,11 @@ void RowSharing::run(const RowsShape& s, const RowsPlan& P, RowTasks& tasks, con
       g_->window_wait(counter(me, kFinishedAt), uint64_t(total));
     }
     profile::Scope pc(profile::Cat::Communication);
-    const int64_t per_item = (T + P.block - 1) / P.block;
     for (int64_t t = 0; t < total; ++t) {
       if (!me[P.helped_at + size_t(t)]) continue;
-      const int64_t r0 = (t % per_item) * P.block, row = (t / per_item) * T + r0;
-      const size_t at = size_t(row) * s.out_row;
-      std::memcpy(static_cast<char*>(out) + at, me + P.out_at + at, size_t(std::min(P.block, T - r0)) * s.out_row);
+      const RowTask k = list.at(t);
+      const size_t at = size_t(k.item * T + k.row0) * s.out_row;
+      std::memcpy(static_cast<char*>(out) + at, me + P.out_at + at, size_t(k.rows) * s.out_row);
     }
   }
   g_->window_release();
@@ -189,19 +244,20 @@ void RowSharing::run(const RowsShape& s, const RowsPlan& P, RowTasks& tasks, con
 void RowSharing::run_tasks(const RowsShape& s, const RowsPlan& P, RowTasks& tasks, char* win, const Rows& at,
                            bool helping) {
   const Header hd = *reinterpret_cast<const Header*>(win + kHeaderAt);
-  const int64_t per_item = (hd.rows + P.block - 1) / P.block, total = hd.batch * per_item;
+  const RowTaskList list(hd.rows, hd.batch, P.block, P.tail);
+  const int64_t total = list.count();
   std::atomic<uint64_t>& claimed = counter(win, kClaimedAt);
   std::atomic<uint64_t>& finished = counter(win, kFinishedAt);
   for (;;) {
     const uint64_t t = claimed.fetch_add(1, std::memory_order_relaxed);
     if (t >= uint64_t(total)) return;
     if (!helping && before_own_task_) before_own_task_();
-    const int64_t b = int64_t(t) / per_item, r0 = (int64_t(t) % per_item) * P.block;
-    const int64_t n = std::min(P.block, hd.rows - r0), row = b * hd.rows + r0;
+    const RowTask k = list.at(int64_t(t));
+    const int64_t n = k.rows, row = k.item * hd.rows + k.row0;
     DIT_CHECK(std::binary_search(P.task_rows.begin(), P.task_rows.end(), n),
               "shared rows (" << s.what << "): no linears for a task of " << n << " rows");
     tasks.task(n, at.in + size_t(row) * s.in_row, at.out + size_t(row) * s.out_row,
-               s.item ? at.item + size_t(b) * s.item : nullptr);
+               s.item ? at.item + size_t(k.item) * s.item : nullptr);
     if (helping) {
       win[P.helped_at + t] = 1;
       rows_for_others_ += uint64_t(n);

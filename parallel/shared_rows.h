@@ -5,13 +5,14 @@
 //
 // Every rank does the same arithmetic on its own rows, yet ranks finish at different times: the
 // cores of a virtual machine run at different speeds (vCPUs sharing a host core), a machine is
-// busy with other work. A row-wise op is split into tasks of `block` rows of one batch element;
-// each rank copies its rows (the op's input, the output rows when the op adds to them, a vector
-// per batch element such as a gate) into its shared-memory window, takes its own tasks one at a
-// time from a counter there and computes them on its own memory, then takes those left in the
-// other ranks' windows, computing them with linears of its own over the same whole weights and
-// writing the output rows in their windows (and marking the task there). A rank waits only for
-// tasks of its own that another rank has taken, then copies their output rows back.
+// busy with other work. A row-wise op is split into tasks of `block` rows of one batch element
+// (DIT_SHARE_ROWS_TAIL: the last few shorter, RowTaskList); each rank copies its rows (the op's
+// input, the output rows when the op adds to them, a vector per batch element such as a gate)
+// into its shared-memory window, takes its own tasks one at a time from a counter there and
+// computes them on its own memory, then takes those left in the other ranks' windows, computing
+// them with linears of its own over the same whole weights and writing the output rows in their
+// windows (and marking the task there). A rank waits only for tasks of its own that another rank
+// has taken, then copies their output rows back.
 //
 //   one use of the group's window per op:
 //   window_begin -> input, output (if added to), vector, header, counters, marks -> publish ->
@@ -53,6 +54,39 @@ bool share_rows_wanted(ShareRows mode, int threads);
 // about 4 tasks a rank, at least 64 rows, at most 1024, a multiple of 16 (whatever the ranks'
 // threads: oneDNN splits a matmul's columns among them); `override_rows` > 0 replaces the rule.
 int64_t share_rows_block(int64_t rows, int64_t override_rows = 0);
+// Halvings of the tail (RowTaskList): the last whole task of a rank's rows split into about a
+// half, a quarter, ... of it (multiples of 16 rows), so that the ranks' last tasks, whose end
+// the others wait for, are short. None by default: on the 2-core VM two halvings cut the waiting
+// (cfg2 1.1 -> 0.4% of the step) without a faster step (docs/benchmarks.md, twenty-sixth
+// session); unmeasured where it waits most, 8 ranks of one thread on many cores.
+constexpr int kTailHalvings = 0;
+// The environment's DIT_SHARE_ROWS_TAIL (a measurement knob: halvings, 0 to 6, in place of
+// kTailHalvings; 0: no split), parsed by parse_share_rows_tail; -1 where unset or empty.
+int share_rows_tail_override();
+int parse_share_rows_tail(const std::string& what, const std::string& value);  // throws naming `what`
+
+// The tasks of one rank's rows for one use of a shared op, in the order they are claimed: each
+// batch item's tasks of `block` rows and its shorter last one; in the last item, its last task of
+// `block` rows comes last instead, split into the tail (tail()). Computed, not stored.
+struct RowTask {
+  int64_t item = 0, row0 = 0, rows = 0;  // rows [row0, row0 + rows) of batch item `item`
+};
+class RowTaskList {
+ public:
+  RowTaskList(int64_t rows, int64_t batch, int64_t block, int halvings);
+  int64_t count() const { return count_; }
+  RowTask at(int64_t t) const;  // 0 <= t < count()
+  // The tail's task sizes for `block`, in the order they are claimed, into `pieces` (room for 8):
+  // `halvings` times half of what is left rounded up to 16 rows, then the rest (64: 32, 16, 16;
+  // 112: 64, 32, 16); their number, 0 where `block` is not split (16 rows, or 0 halvings).
+  static int tail(int64_t block, int halvings, int64_t* pieces);
+
+ private:
+  int64_t rows_, batch_, block_, per_item_, count_;
+  int64_t pieces_[8] = {};
+  int npieces_ = 0;  // 0: no tail (not split, or no task of `block` rows in the last item)
+};
+
 // The environment's DIT_SHARE_ROWS_BLOCK (a measurement knob: rows a task, 16 to 4096, in place
 // of the rule; docs/benchmarks.md), parsed by parse_share_rows_block; 0 where unset or empty.
 int64_t share_rows_block_override();
@@ -73,6 +107,7 @@ struct RowsShape {
 struct RowsPlan {
   size_t in_at = 0, out_at = 0, item_at = 0, helped_at = 0;
   int64_t block = 0;  // rows a task
+  int tail = 0;       // halvings of the tail (RowTaskList)
   std::vector<int64_t> task_rows;  // every count of rows a task can have, ascending
 };
 

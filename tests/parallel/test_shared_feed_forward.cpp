@@ -4,6 +4,7 @@
 // the weights are split.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -191,6 +192,86 @@ TEST_CASE("shared feed-forward: rows a task", "[parallel][ffn]") {
     CHECK_THROWS_WITH(parse_share_rows_block("DIT_SHARE_ROWS_BLOCK", bad),
                       Catch::Contains("DIT_SHARE_ROWS_BLOCK: '" + std::string(bad) + "'") &&
                           Catch::Contains("16 to 4096"));
+}
+
+TEST_CASE("shared feed-forward: DIT_SHARE_ROWS_TAIL's last tasks in halves give the local form's bits",
+          "[parallel][ffn]") {
+  // Rank 1: 200 rows an item, tasks of 112 rows; the last item's last whole task is claimed
+  // last, as 64, 32 and 16 rows (two halvings).
+  const std::vector<int64_t> rows = {37, 200, 0};
+  for (const DType compute : dit_test::compute_types()) {
+    INFO(dtype_name(compute));
+    const Weights w = weights(compute);
+    const std::vector<Tensor> want = local_results(w, rows, compute);
+    REQUIRE(setenv("DIT_SHARE_ROWS_TAIL", "2", 1) == 0);
+    SharedRun got;
+    try {
+      got = shared_results(w, rows, compute, ShareRows::On, /*slow=*/1);
+    } catch (...) {
+      unsetenv("DIT_SHARE_ROWS_TAIL");
+      throw;
+    }
+    unsetenv("DIT_SHARE_ROWS_TAIL");
+    for (size_t r = 0; r < 2; ++r) CHECK(same_bits(got.x[r], want[r]));
+    CHECK(got.helped[0] + got.helped[2] > 0);
+  }
+}
+
+TEST_CASE("shared rows: the tail's pieces", "[parallel][ffn]") {
+  auto pieces = [](int64_t block, int halvings) {
+    int64_t p[8];
+    const int n = RowTaskList::tail(block, halvings, p);
+    return std::vector<int64_t>(p, p + n);
+  };
+  CHECK(pieces(64, 2) == std::vector<int64_t>{32, 16, 16});
+  CHECK(pieces(64, 6) == std::vector<int64_t>{32, 16, 16});  // not below 16 rows
+  CHECK(pieces(112, 2) == std::vector<int64_t>{64, 32, 16});
+  CHECK(pieces(256, 2) == std::vector<int64_t>{128, 64, 64});
+  CHECK(pieces(1024, 6) == std::vector<int64_t>{512, 256, 128, 64, 32, 16, 16});
+  CHECK(pieces(256, 0).empty());
+  CHECK(pieces(16, 2).empty());
+  CHECK(pieces(48, 2) == std::vector<int64_t>{32, 16});
+  CHECK(parse_share_rows_tail("DIT_SHARE_ROWS_TAIL", "0") == 0);
+  CHECK(parse_share_rows_tail("DIT_SHARE_ROWS_TAIL", "6") == 6);
+  for (const char* bad : {"", "7", "-1", "2x", "10"})
+    CHECK_THROWS_WITH(parse_share_rows_tail("DIT_SHARE_ROWS_TAIL", bad),
+                      Catch::Contains("DIT_SHARE_ROWS_TAIL: '" + std::string(bad) + "'") && Catch::Contains("0 to 6"));
+}
+
+TEST_CASE("shared rows: the tasks cover every row once, the tail's pieces last", "[parallel][ffn]") {
+  for (const int64_t block : {16, 48, 64, 112, 256})
+    for (const int halvings : {0, 1, 2, 6})
+      for (const int64_t batch : {1, 2, 3})
+        for (int64_t rows = 0; rows <= 600; rows += 37) {
+          INFO("block " << block << " halvings " << halvings << " batch " << batch << " rows " << rows);
+          const RowTaskList list(rows, batch, block, halvings);
+          int64_t p[8];
+          const int tail = rows >= block ? RowTaskList::tail(block, halvings, p) : 0;
+          // Naive: the items' tasks of `block` rows and the shorter last, one after another.
+          const int64_t per_item = (rows + block - 1) / block;
+          REQUIRE(list.count() == batch * per_item + std::max(tail - 1, 0));
+          std::vector<int> seen(size_t(batch * rows), 0);
+          for (int64_t t = 0; t < list.count(); ++t) {
+            const RowTask k = list.at(t);
+            REQUIRE(k.item >= 0);
+            REQUIRE(k.item < batch);
+            REQUIRE(k.rows > 0);
+            REQUIRE(k.row0 >= 0);
+            REQUIRE(k.row0 + k.rows <= rows);
+            for (int64_t r = k.row0; r < k.row0 + k.rows; ++r) ++seen[size_t(k.item * rows + r)];
+            const int64_t from_end = list.count() - 1 - t;
+            if (from_end < tail) {
+              CHECK(k.item == batch - 1);
+              CHECK(k.rows == p[tail - 1 - from_end]);
+            } else if (t < (batch - 1) * per_item || tail == 0) {
+              CHECK(k.item == t / per_item);  // the plain order
+              CHECK(k.row0 == t % per_item * block);
+            } else {
+              CHECK(k.rows <= block);
+            }
+          }
+          CHECK(std::count(seen.begin(), seen.end(), 1) == int64_t(seen.size()));
+        }
 }
 
 TEST_CASE("shared feed-forward: off, or with split weights, each rank runs its own rows", "[parallel][ffn]") {
