@@ -170,9 +170,9 @@ PackedWeightDir::PackedWeightDir(std::string dir, bool optional) : dir_(std::mov
 Tensor PackedWeightDir::get(const std::string& key, const dnnl::memory::desc& packed,
                             const std::function<void(void*)>& fill, const std::function<size_t()>& release_plain,
                             const FileIdentity& source) const {
-  if (failed_) return Tensor();  // an optional directory that failed once is not tried again
   const std::string id = key + "|" + describe_layout(packed);
   std::lock_guard<std::mutex> hold(mu_);
+  if (failed_) return Tensor();  // an optional directory that failed once is not tried again
   if (auto it = mapped_.find(id); it != mapped_.end())
     if (std::shared_ptr<Tensor> t = it->second.lock()) return Tensor::view(t->data(), t->shape(), t->dtype(), t);
   Tensor t;

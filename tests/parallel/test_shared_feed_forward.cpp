@@ -142,6 +142,18 @@ SharedRun shared_results(const Weights& w, const std::vector<int64_t>& rows, DTy
   return run;
 }
 
+// shared_results with sharing on and rank 1 slow, the environment variable `var` set to
+// `value` (unset after, however it ends).
+SharedRun shared_results_with(const char* var, const char* value, const Weights& w, const std::vector<int64_t>& rows,
+                              DType compute) {
+  struct Unset {
+    const char* var;
+    ~Unset() { unsetenv(var); }
+  } unset{var};
+  REQUIRE(setenv(var, value, 1) == 0);
+  return shared_results(w, rows, compute, ShareRows::On, /*slow=*/1);
+}
+
 TEST_CASE("shared feed-forward: every rank's rows are the local form's, bit for bit, and a slow rank is helped",
           "[parallel][ffn]") {
   // Uneven rows (a task: 64 rows or more; 200 rows make several tasks an item),
@@ -166,15 +178,7 @@ TEST_CASE("shared feed-forward: DIT_SHARE_ROWS_BLOCK's tasks of 16 rows give the
   const std::vector<int64_t> rows = {37, 200, 0};
   const Weights w = weights(DType::F32);
   const std::vector<Tensor> want = local_results(w, rows, DType::F32);
-  REQUIRE(setenv("DIT_SHARE_ROWS_BLOCK", "16", 1) == 0);
-  SharedRun got;
-  try {
-    got = shared_results(w, rows, DType::F32, ShareRows::On, /*slow=*/1);
-  } catch (...) {
-    unsetenv("DIT_SHARE_ROWS_BLOCK");
-    throw;
-  }
-  unsetenv("DIT_SHARE_ROWS_BLOCK");
+  const SharedRun got = shared_results_with("DIT_SHARE_ROWS_BLOCK", "16", w, rows, DType::F32);
   for (size_t r = 0; r < 2; ++r) CHECK(same_bits(got.x[r], want[r]));
   // Rank 1 (200 rows: 13 tasks an item) is slow: the others take some of its tasks.
   CHECK(got.helped[0] + got.helped[2] > 0);
@@ -203,15 +207,7 @@ TEST_CASE("shared feed-forward: DIT_SHARE_ROWS_TAIL's last tasks in halves give 
     INFO(dtype_name(compute));
     const Weights w = weights(compute);
     const std::vector<Tensor> want = local_results(w, rows, compute);
-    REQUIRE(setenv("DIT_SHARE_ROWS_TAIL", "2", 1) == 0);
-    SharedRun got;
-    try {
-      got = shared_results(w, rows, compute, ShareRows::On, /*slow=*/1);
-    } catch (...) {
-      unsetenv("DIT_SHARE_ROWS_TAIL");
-      throw;
-    }
-    unsetenv("DIT_SHARE_ROWS_TAIL");
+    const SharedRun got = shared_results_with("DIT_SHARE_ROWS_TAIL", "2", w, rows, compute);
     for (size_t r = 0; r < 2; ++r) CHECK(same_bits(got.x[r], want[r]));
     CHECK(got.helped[0] + got.helped[2] > 0);
   }
