@@ -143,7 +143,7 @@ SharedRun shared_results(const Weights& w, const std::vector<int64_t>& rows, DTy
 }
 
 // shared_results with sharing on and rank 1 slow, the environment variable `var` set to
-// `value` (unset after, however it ends).
+// `value` ("": as if unset; unset after, however it ends).
 SharedRun shared_results_with(const char* var, const char* value, const Weights& w, const std::vector<int64_t>& rows,
                               DType compute) {
   struct Unset {
@@ -157,21 +157,23 @@ SharedRun shared_results_with(const char* var, const char* value, const Weights&
 TEST_CASE("shared feed-forward: every rank's rows are the local form's, bit for bit, and a slow rank is helped",
           "[parallel][ffn]") {
   // Uneven rows (a task: 64 rows or more; 200 rows make several tasks an item),
-  // a rank with fewer rows than a task, one without any.
+  // a rank with fewer rows than a task, one without any. Then with DIT_SHARE_ROWS_TAIL=2:
+  // rank 1's last whole task (of 112 rows) is claimed last as 64, 32 and 16 rows.
   const std::vector<int64_t> rows = {37, 200, 0};
-  for (const DType compute : dit_test::compute_types()) {
-    INFO(dtype_name(compute));
-    const Weights w = weights(compute);
-    const std::vector<Tensor> want = local_results(w, rows, compute);
-    const SharedRun got = shared_results(w, rows, compute, ShareRows::On, /*slow=*/1);
-    for (size_t r = 0; r < rows.size(); ++r) {
-      INFO("rank " << r);
-      if (rows[r] > 0) CHECK(same_bits(got.x[r], want[r]));
+  for (const char* tail : {"", "2"})
+    for (const DType compute : dit_test::compute_types()) {
+      INFO(dtype_name(compute) << ", DIT_SHARE_ROWS_TAIL '" << tail << "'");
+      const Weights w = weights(compute);
+      const std::vector<Tensor> want = local_results(w, rows, compute);
+      const SharedRun got = shared_results_with("DIT_SHARE_ROWS_TAIL", tail, w, rows, compute);
+      for (size_t r = 0; r < rows.size(); ++r) {
+        INFO("rank " << r);
+        if (rows[r] > 0) CHECK(same_bits(got.x[r], want[r]));
+      }
+      // Rank 1 sleeps before each task of its own: the others take some of them.
+      CHECK(got.helped[0] + got.helped[2] > 0);
+      CHECK(got.helped[1] == 0);
     }
-    // Rank 1 sleeps before each task of its own: the others take some of them.
-    CHECK(got.helped[0] + got.helped[2] > 0);
-    CHECK(got.helped[1] == 0);
-  }
 }
 
 TEST_CASE("shared feed-forward: DIT_SHARE_ROWS_BLOCK's tasks of 16 rows give the local form's bits", "[parallel][ffn]") {
@@ -196,21 +198,6 @@ TEST_CASE("shared feed-forward: rows a task", "[parallel][ffn]") {
     CHECK_THROWS_WITH(parse_share_rows_block("DIT_SHARE_ROWS_BLOCK", bad),
                       Catch::Contains("DIT_SHARE_ROWS_BLOCK: '" + std::string(bad) + "'") &&
                           Catch::Contains("16 to 4096"));
-}
-
-TEST_CASE("shared feed-forward: DIT_SHARE_ROWS_TAIL's last tasks in halves give the local form's bits",
-          "[parallel][ffn]") {
-  // Rank 1: 200 rows an item, tasks of 112 rows; the last item's last whole task is claimed
-  // last, as 64, 32 and 16 rows (two halvings).
-  const std::vector<int64_t> rows = {37, 200, 0};
-  for (const DType compute : dit_test::compute_types()) {
-    INFO(dtype_name(compute));
-    const Weights w = weights(compute);
-    const std::vector<Tensor> want = local_results(w, rows, compute);
-    const SharedRun got = shared_results_with("DIT_SHARE_ROWS_TAIL", "2", w, rows, compute);
-    for (size_t r = 0; r < 2; ++r) CHECK(same_bits(got.x[r], want[r]));
-    CHECK(got.helped[0] + got.helped[2] > 0);
-  }
 }
 
 TEST_CASE("shared rows: the tail's pieces", "[parallel][ffn]") {
