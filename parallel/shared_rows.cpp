@@ -167,9 +167,8 @@ bool RowSharing::plan(const RowsShape& s, RowsPlan* P) {
     return false;
   }
   std::set<int64_t> counts{P->block};
-  for (const RankShape& r : all) {  // each rank's last task of an item (all of it when shorter than a block)
-    if (r.rows % P->block != 0) counts.insert(r.rows % P->block);
-    const RowTaskList list(r.rows, r.batch, P->block, P->tail);  // and its tail's pieces
+  for (const RankShape& r : all) {  // each rank's shorter last task of an item, and its tail's pieces
+    const RowTaskList list(r.rows, r.batch, P->block, P->tail);
     for (int64_t t = 0; t < list.count(); ++t) counts.insert(list.at(t).rows);
   }
   P->task_rows.assign(counts.begin(), counts.end());
