@@ -5,6 +5,7 @@
 
 #include "runtime/engine.h"
 #include "runtime/error.h"
+#include "runtime/packed_weights.h"
 
 namespace dit {
 
@@ -16,7 +17,8 @@ struct Conv2d::Impl {
   Conv2dSpec spec;
   std::string what, impl_name;
   dnnl::convolution_forward prim;
-  Tensor weight, bias;  // weight in the primitive's layout (owned), bias f32
+  Tensor weight, bias;  // weight in the primitive's layout (private, or its packed entry mapped), bias f32
+  bool weight_shared = false;
   memory user_src, user_dst, src, dst, scratch;
   bool reorder_src = false, reorder_dst = false;
   std::shared_ptr<Conv2dWorkspace> ws;
@@ -49,8 +51,26 @@ Conv2d::Conv2d(Conv2d&&) noexcept = default;
 Conv2d& Conv2d::operator=(Conv2d&&) noexcept = default;
 Conv2d::~Conv2d() = default;
 
+// The weight in the primitive's layout `want`: mapped from its packed entry (made there from
+// `weight` when missing), or, without one or where an optional directory failed, a private
+// reorder. *shared says which.
+static Tensor weight_in_layout(const Tensor& weight, const memory::desc& user, const memory::desc& want,
+                               const PackedSource& packed, bool* shared) {
+  auto fill = [&](void* dst) {
+    const Tensor wf = weight.dtype() == DType::F32 ? weight : weight.to(DType::F32);
+    pack_weight(user, wf.data(), want, dst);
+  };
+  if (packed) {
+    Tensor t = packed.dir->get(packed.key, want, fill, packed.release_plain, packed.source);
+    if ((*shared = t.defined())) return t;
+  }
+  Tensor t = Tensor::empty({int64_t((want.get_size() + 3) / 4)});
+  fill(t.data());
+  return t;
+}
+
 Conv2d::Conv2d(const Conv2dSpec& spec, const Tensor& weight, const Tensor& bias,
-               std::shared_ptr<Conv2dWorkspace> workspace)
+               std::shared_ptr<Conv2dWorkspace> workspace, const PackedSource& packed)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.spec = spec;
@@ -74,7 +94,6 @@ Conv2d::Conv2d(const Conv2dSpec& spec, const Tensor& weight, const Tensor& bias,
   const tag act = s.nhwc ? tag::nhwc : tag::nchw;
   DIT_CHECK(weight.defined() && weight.shape() == Shape({s.out_channels, s.in_channels, s.kernel, s.kernel}),
             m.what << ": weight is " << shape_str(weight.shape()));
-  Tensor wf = weight.dtype() == DType::F32 ? weight : weight.to(DType::F32);
   if (bias.defined()) {
     DIT_CHECK(bias.numel() == s.out_channels, m.what << ": bias has " << bias.numel() << " elements");
     m.bias = bias.dtype() == DType::F32 ? bias : bias.to(DType::F32);
@@ -82,7 +101,6 @@ Conv2d::Conv2d(const Conv2dSpec& spec, const Tensor& weight, const Tensor& bias,
   const int64_t OH = s.out_height(), OW = s.out_width();
   dnnl_call(m.what.c_str(), [&] {
     auto& eng = Engine::get().engine;
-    auto& st = Engine::get().stream;
     memory::desc src_user({s.batch, s.in_channels, s.height, s.width}, idt, act);
     memory::desc dst_user({s.batch, s.out_channels, OH, OW}, dt::f32, act);
     memory::desc w_user({s.out_channels, s.in_channels, s.kernel, s.kernel}, dt::f32, tag::oihw);
@@ -109,14 +127,9 @@ Conv2d::Conv2d(const Conv2dSpec& spec, const Tensor& weight, const Tensor& bias,
     dnnl::convolution_forward::primitive_desc pd(d, attr, eng);
     m.impl_name = pd.impl_info_str();
     m.prim = dnnl::convolution_forward(pd);
-    // Weights: reorder once into the primitive's layout and type (an owned copy).
-    m.weight = Tensor::empty({int64_t((pd.weights_desc().get_size() + 3) / 4)});
+    // Weights in the primitive's layout and type, once: mapped from the machine's entry, or a private copy.
+    m.weight = weight_in_layout(weight, w_user, pd.weights_desc(), packed, &m.weight_shared);
     memory w_mem(pd.weights_desc(), eng, m.weight.data());
-    {
-      memory w_src(w_user, eng, const_cast<void*>(wf.data()));
-      dnnl::reorder(w_src, w_mem).execute(st, w_src, w_mem);
-      st.wait();
-    }
     m.user_src = memory(src_user, eng, nullptr);
     m.user_dst = memory(dst_user, eng, nullptr);
     m.reorder_src = pd.src_desc() != src_user;
@@ -180,5 +193,6 @@ void Conv2d::run_any(const void* x, float* y) const {
 
 const Conv2dSpec& Conv2d::spec() const { return impl_->spec; }
 const std::string& Conv2d::impl_info() const { return impl_->impl_name; }
+bool Conv2d::weight_shared() const { return impl_->weight_shared; }
 
 }  // namespace dit

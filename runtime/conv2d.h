@@ -7,6 +7,7 @@
 #include <string>
 
 #include "runtime/dtype.h"
+#include "runtime/packed_source.h"
 #include "runtime/tensor.h"
 
 namespace dit {
@@ -56,8 +57,12 @@ class Conv2d {
   // weight [out, in, k, k] f32 (or bf16, converted), bias [out] or undefined. With a
   // workspace the convolution borrows its buffers (it must outlive the convolution and
   // not be used by two convolutions at once); without one it owns its buffers.
+  // packed (optional): where the weight in the primitive's layout is kept (runtime/packed_weights.h,
+  // WeightStore::packed_source): made there once per machine and layout, then mapped by every
+  // convolution of every process that reads it (no reorder, no private copy). Without one, or
+  // where an optional directory failed, the weight is reordered into a private copy.
   Conv2d(const Conv2dSpec& spec, const Tensor& weight, const Tensor& bias,
-         std::shared_ptr<Conv2dWorkspace> workspace = nullptr);
+         std::shared_ptr<Conv2dWorkspace> workspace = nullptr, const PackedSource& packed = {});
   Conv2d(Conv2d&&) noexcept;
   Conv2d& operator=(Conv2d&&) noexcept;
   ~Conv2d();
@@ -66,6 +71,7 @@ class Conv2d {
   void run(const uint16_t* x, float* y) const;  // spec.input BF16
   const Conv2dSpec& spec() const;
   const std::string& impl_info() const;  // oneDNN implementation name, for diagnostics
+  bool weight_shared() const;             // whether the weight is read from its packed entry
 
  private:
   struct Impl;

@@ -133,7 +133,7 @@ size_t remove_stale_entries(const std::string& dir) noexcept {
 }
 
 void pack_weight(const dnnl::memory::desc& user, const void* plain, const dnnl::memory::desc& packed, void* dst) {
-  dnnl_call("packing a linear weight", [&] {
+  dnnl_call("packing a weight", [&] {
     auto& eng = Engine::get();
     dnnl::memory from(user, eng.engine, const_cast<void*>(plain)), to(packed, eng.engine, dst);
     dnnl::reorder(from, to).execute(eng.stream, from, to);
@@ -228,12 +228,12 @@ Tensor PackedWeightDir::get_or_throw(const std::string& key, const dnnl::memory:
     }
   }
   // One line, from a process that packs enough for it to take a while (a first run of a large
-  // model writes every linear weight once).
+  // model writes every linear and convolution weight once).
   made_bytes_ += e.bytes;
   if (!told_ && made_bytes_ >= kTellFrom) {
     told_ = true;
     std::fprintf(stderr,
-                 "weight cache: packing the linear weights into the matmul's layout once (a copy on disk, %.0f MB so "
+                 "weight cache: packing the weights into the kernels' layout once (a copy on disk, %.0f MB so "
                  "far), into %s; later runs map them\n",
                  double(made_bytes_) / 1e6, printable(dir_).c_str());
   }

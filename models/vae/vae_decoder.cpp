@@ -56,6 +56,7 @@ namespace {
 struct ConvW {
   Tensor w, b;
   int64_t out = 0, in = 0, k = 0;
+  PackedSource packed;  // where its weight in the convolution's layout is kept (none: a private reorder)
 };
 struct NormW {
   Tensor gamma, beta;
@@ -78,20 +79,22 @@ struct UpBlockW {
 
 Tensor f32(const Tensor& t) { return t.dtype() == DType::F32 ? t : t.to(DType::F32); }
 
-ConvW load_conv(const WeightStore& s, const std::string& name, int64_t out, int64_t in, int64_t k) {
-  return {f32(s.get(name + ".weight", {out, in, k, k})), f32(s.get(name + ".bias", {out})), out, in, k};
+// compute: the convolution's type, which its packed weight is kept in.
+ConvW load_conv(const WeightStore& s, const std::string& name, int64_t out, int64_t in, int64_t k, DType compute) {
+  return {f32(s.get(name + ".weight", {out, in, k, k})), f32(s.get(name + ".bias", {out})), out, in, k,
+          s.packed_source(name + ".weight", compute)};
 }
 NormW load_norm(const WeightStore& s, const std::string& name, int64_t c) {
   return {f32(s.get(name + ".weight", {c})), f32(s.get(name + ".bias", {c}))};
 }
-ResnetW load_resnet(const WeightStore& s, const std::string& name, int64_t in, int64_t out) {
+ResnetW load_resnet(const WeightStore& s, const std::string& name, int64_t in, int64_t out, DType compute) {
   ResnetW r;
   r.n1 = load_norm(s, name + ".norm1", in);
-  r.c1 = load_conv(s, name + ".conv1", out, in, 3);
+  r.c1 = load_conv(s, name + ".conv1", out, in, 3, compute);
   r.n2 = load_norm(s, name + ".norm2", out);
-  r.c2 = load_conv(s, name + ".conv2", out, out, 3);
+  r.c2 = load_conv(s, name + ".conv2", out, out, 3, compute);
   r.has_shortcut = in != out;
-  if (r.has_shortcut) r.shortcut = load_conv(s, name + ".conv_shortcut", out, in, 1);
+  if (r.has_shortcut) r.shortcut = load_conv(s, name + ".conv_shortcut", out, in, 1, compute);
   return r;
 }
 
@@ -211,7 +214,7 @@ struct VaeDecoder::Impl {
     s.nhwc = true;
     s.compute = compute;
     s.input = input;
-    return Conv2d(s, cw.w, cw.b, conv_ws);
+    return Conv2d(s, cw.w, cw.b, conv_ws, cw.packed);
   }
   // Runs c on the band at `band` (halo row first, in c's input type) into buffer `out`'s rows
   // (f32); a 3×3 convolution fetches the halo rows first.
@@ -302,12 +305,12 @@ VaeDecoder::VaeDecoder(const VaeConfig& cfg, const WeightStore& s, DType compute
   const std::vector<int>& C = cfg.block_out_channels;
   const int64_t top = C.back(), lat = cfg.latent_channels;
   m.has_post_quant = cfg.use_post_quant_conv;
-  if (m.has_post_quant) m.post_quant = load_conv(s, "post_quant_conv", lat, lat, 1);
-  m.conv_in = load_conv(s, "decoder.conv_in", top, lat, 3);
-  m.mid0 = load_resnet(s, "decoder.mid_block.resnets.0", top, top);
+  if (m.has_post_quant) m.post_quant = load_conv(s, "post_quant_conv", lat, lat, 1, compute);
+  m.conv_in = load_conv(s, "decoder.conv_in", top, lat, 3, compute);
+  m.mid0 = load_resnet(s, "decoder.mid_block.resnets.0", top, top, compute);
   m.has_attn = cfg.mid_block_add_attention;
   if (m.has_attn) m.mid_attn = load_attn(s, "decoder.mid_block.attentions.0.", top, compute);
-  m.mid1 = load_resnet(s, "decoder.mid_block.resnets.1", top, top);
+  m.mid1 = load_resnet(s, "decoder.mid_block.resnets.1", top, top, compute);
   int64_t prev = top;
   const int nb = int(C.size());
   for (int bi = 0; bi < nb; ++bi) {
@@ -315,16 +318,16 @@ VaeDecoder::VaeDecoder(const VaeConfig& cfg, const WeightStore& s, DType compute
     UpBlockW ub;
     for (int r = 0; r <= cfg.layers_per_block; ++r) {
       const std::string name = "decoder.up_blocks." + std::to_string(bi) + ".resnets." + std::to_string(r);
-      ub.resnets.push_back(load_resnet(s, name, r == 0 ? prev : co, co));
+      ub.resnets.push_back(load_resnet(s, name, r == 0 ? prev : co, co, compute));
     }
     ub.has_upsampler = bi != nb - 1;
     if (ub.has_upsampler)
-      ub.upsampler = load_conv(s, "decoder.up_blocks." + std::to_string(bi) + ".upsamplers.0.conv", co, co, 3);
+      ub.upsampler = load_conv(s, "decoder.up_blocks." + std::to_string(bi) + ".upsamplers.0.conv", co, co, 3, compute);
     m.ups.push_back(std::move(ub));
     prev = co;
   }
   m.norm_out = load_norm(s, "decoder.conv_norm_out", C[0]);
-  m.conv_out = load_conv(s, "decoder.conv_out", cfg.out_channels, C[0], 3);
+  m.conv_out = load_conv(s, "decoder.conv_out", cfg.out_channels, C[0], 3, compute);
 }
 
 VaeDecoder::~VaeDecoder() = default;

@@ -44,6 +44,14 @@ inline std::string read_bytes(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
+// Lines of /proc/self/maps that map a file of directory `dir` (a file mapped twice shows twice).
+inline size_t mappings_of(const std::string& dir) {
+  const std::string maps = read_bytes("/proc/self/maps");
+  size_t n = 0;
+  for (size_t at = maps.find(dir + "/"); at != std::string::npos; at = maps.find(dir + "/", at + 1)) ++n;
+  return n;
+}
+
 }  // namespace dit_test
 
 #include <functional>

@@ -331,14 +331,6 @@ TEST_CASE("packed weights: made once per key, mapped by the next user, remade wh
   CHECK(entries(pd) == 3);
 }
 
-// Lines of /proc/self/maps that map a file of `dir` (an entry mapped twice shows twice).
-size_t mappings_of(const std::string& dir) {
-  const std::string maps = dit_test::read_bytes("/proc/self/maps");
-  size_t n = 0;
-  for (size_t at = maps.find(dir + "/"); at != std::string::npos; at = maps.find(dir + "/", at + 1)) ++n;
-  return n;
-}
-
 TEST_CASE("packed weights: Linears of one weight with other row counts read one mapping of its entry",
           "[runtime][packed]") {
   if (!__builtin_cpu_supports("avx512f")) return;  // (where plain layouts are preferred nothing is packed)
@@ -354,11 +346,11 @@ TEST_CASE("packed weights: Linears of one weight with other row counts read one 
     p9 = packed_in(l9);
     p5 = packed_in(l5);
     CHECK(dir->made() == 1);
-    CHECK(mappings_of(pd) == 1);  // was 2: each Linear mapped the entry again
+    CHECK(dit_test::mappings_of(pd) == 1);  // was 2: each Linear mapped the entry again
   }
   CHECK(p9);
   CHECK(p5);
-  CHECK(mappings_of(pd) == 0);  // unmapped with its last reader
+  CHECK(dit_test::mappings_of(pd) == 0);  // unmapped with its last reader
   // Mapped again (not packed again) by the next reader, which gives the bits of the weight in place.
   const LinearSpec s = spec_of(1, 9, 48, 64);
   bool packed = false;

@@ -533,7 +533,8 @@ TEST_CASE("dit-gen ranks started by another launcher: the machine's first rank w
   CHECK(r1.find("warning") == std::string::npos);
 }
 
-TEST_CASE("dit-gen: linear weights packed into the weight cache once, mapped by later runs, the same latents",
+TEST_CASE("dit-gen: linear and convolution weights packed into the weight cache once, mapped by later runs, the "
+          "same latents and image",
           "[cli][cache]") {
   Scratch s;
   const std::string wc = s.file("wc"), packed = wc + "/packed";
@@ -559,6 +560,13 @@ TEST_CASE("dit-gen: linear weights packed into the weight cache once, mapped by 
   CHECK(latents("--weight-cache " + wc, "b") == a);
   CHECK(entries() == made);  // mapped, not rewritten
   CHECK(latents("--weight-cache off", "c") == a);
+  // The VAE decoder's convolutions read their weights from entries too (one per weight and
+  // layout): the same image bytes as from private reorders (--weight-cache off).
+  size_t conv_entries = 0;
+  for (const auto& [name, when] : made) conv_entries += slurp(packed + "/" + name).find(".conv_in.weight|") != std::string::npos;
+  CHECK(conv_entries == 1);
+  CHECK(slurp(s.file("b.png")) == slurp(s.file("a.png")));
+  CHECK(slurp(s.file("c.png")) == slurp(s.file("a.png")));
   // Tensor parallelism packs each rank's shard under its own key: the same latents again.
   const std::string tp = latents("--tp 2 --weight-cache " + wc, "d");
   CHECK(tp == latents("--tp 2 --weight-cache off", "e"));
