@@ -79,10 +79,13 @@ struct UpBlockW {
 
 Tensor f32(const Tensor& t) { return t.dtype() == DType::F32 ? t : t.to(DType::F32); }
 
-// compute: the convolution's type, which its packed weight is kept in.
+// compute: the convolution's type, which its packed weight is kept in (made from the plain
+// weight's mapped pages, which are given back once the entry is made).
 ConvW load_conv(const WeightStore& s, const std::string& name, int64_t out, int64_t in, int64_t k, DType compute) {
-  return {f32(s.get(name + ".weight", {out, in, k, k})), f32(s.get(name + ".bias", {out})), out, in, k,
+  ConvW c{f32(s.get(name + ".weight", {out, in, k, k})), f32(s.get(name + ".bias", {out})), out, in, k,
           s.packed_source(name + ".weight", compute)};
+  if (c.packed) c.packed.release_plain = s.releaser(c.w);  // (a no-op for a private copy)
+  return c;
 }
 NormW load_norm(const WeightStore& s, const std::string& name, int64_t c) {
   return {f32(s.get(name + ".weight", {c})), f32(s.get(name + ".bias", {c}))};
