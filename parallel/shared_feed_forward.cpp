@@ -13,7 +13,7 @@ class SharedFeedForward final : public FeedForward, RowTasks {
   SharedFeedForward(std::shared_ptr<RowSharing> sh, const FeedForwardParts& p, const RowsShape& rs,
                     const RowsPlan& plan)
       : sh_(std::move(sh)), s_(p.shape), rs_(rs), plan_(plan),
-        hidden_(sh_->scratch(s_.hidden, plan.block * s_.hidden_dim)) {
+        hidden_(sh_->scratch(s_.hidden, plan.task_rows.back() * s_.hidden_dim)) {
     DIT_CHECK(s_.hidden == DType::BF16 || s_.input == DType::F32,
               "shared feed-forward: bf16 rows for an f32 hidden layer");
     for (const int64_t n : plan.task_rows) {
@@ -43,7 +43,7 @@ class SharedFeedForward final : public FeedForward, RowTasks {
     Linear fc1, fc2;
   };
 
-  // x += gate ⊙ (GELU-tanh(h·W1ᵀ + b1)·W2ᵀ + b2) over one task's n rows.
+  // x += gate ⊙ (GELU-tanh(h·W1ᵀ + b1)·W2ᵀ + b2) over one task's (or chunk's) n rows.
   void task(int64_t n, const char* h, char* xb, const char* gate_b) override {
     const Ops& o = ops_.at(n);
     float* x = reinterpret_cast<float*>(xb);
@@ -64,7 +64,7 @@ class SharedFeedForward final : public FeedForward, RowTasks {
   FeedForwardShape s_;
   RowsShape rs_;
   RowsPlan plan_;
-  Tensor hidden_;  // one task's hidden rows (shared by the feed-forwards: one runs at a time)
+  Tensor hidden_;  // one task's (or chunk's) hidden rows (shared by the feed-forwards: one runs at a time)
   std::map<int64_t, Ops> ops_;  // by a task's rows
 };
 

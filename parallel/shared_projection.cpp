@@ -1,7 +1,6 @@
 #include "parallel/shared_projection.h"
 
 #include <map>
-#include <vector>
 
 #include "runtime/error.h"
 
@@ -14,37 +13,29 @@ class SharedProjection final : public Projection, RowTasks {
   SharedProjection(std::shared_ptr<RowSharing> sh, const ProjectionParts& p, const RowsShape& rs,
                    const RowsPlan& plan)
       : sh_(std::move(sh)), s_(p.shape), rs_(rs), plan_(plan) {
+    DIT_CHECK(p.whole.size() == 1, "shared projection: " << p.whole.size() << " weights (one is shared)");
     for (const int64_t n : plan.task_rows) {
-      std::vector<Linear>& ops = ops_[n];
-      for (const LinearWeight* w : p.whole) {
-        LinearSpec spec;
-        spec.rows = n;
-        spec.in = s_.in;
-        spec.out = w->out();
-        spec.out_stride = p.whole.size() > 1 ? s_.out : 0;  // side by side in a row
-        spec.input = s_.input;
-        spec.output = s_.output;
-        ops.emplace_back(spec, *w);
-      }
+      LinearSpec spec;
+      spec.rows = n;
+      spec.in = s_.in;
+      spec.out = s_.out;
+      spec.input = s_.input;
+      spec.output = s_.output;
+      ops_.emplace(n, Linear(spec, *p.whole[0]));
     }
   }
   void run(const void* x, void* y) override { sh_->run(rs_, plan_, *this, x, y, nullptr); }
 
  private:
-  // y = x·Wᵀ + b over one task's n rows, each weight into its columns.
+  // y = x·Wᵀ + b over one task's n rows.
   void task(int64_t n, const char* x, char* y, const char*) override {
-    const size_t esz = dtype_size(s_.output);
-    size_t col = 0;
-    for (const Linear& op : ops_.at(n)) {
-      char* yc = y + col * esz;
-      if (s_.input == DType::BF16) {
-        const uint16_t* xb = reinterpret_cast<const uint16_t*>(x);
-        if (s_.output == DType::BF16) op.run(xb, reinterpret_cast<uint16_t*>(yc)); else op.run(xb, reinterpret_cast<float*>(yc));
-      } else {
-        const float* xf = reinterpret_cast<const float*>(x);
-        if (s_.output == DType::BF16) op.run(xf, reinterpret_cast<uint16_t*>(yc)); else op.run(xf, reinterpret_cast<float*>(yc));
-      }
-      col += size_t(op.spec().out);
+    const Linear& op = ops_.at(n);
+    if (s_.input == DType::BF16) {
+      const uint16_t* xb = reinterpret_cast<const uint16_t*>(x);
+      if (s_.output == DType::BF16) op.run(xb, reinterpret_cast<uint16_t*>(y)); else op.run(xb, reinterpret_cast<float*>(y));
+    } else {
+      const float* xf = reinterpret_cast<const float*>(x);
+      if (s_.output == DType::BF16) op.run(xf, reinterpret_cast<uint16_t*>(y)); else op.run(xf, reinterpret_cast<float*>(y));
     }
   }
 
@@ -52,7 +43,7 @@ class SharedProjection final : public Projection, RowTasks {
   ProjectionShape s_;
   RowsShape rs_;
   RowsPlan plan_;
-  std::map<int64_t, std::vector<Linear>> ops_;  // by a task's rows: one a weight
+  std::map<int64_t, Linear> ops_;  // by a task's rows
 };
 
 }  // namespace
@@ -74,6 +65,16 @@ std::unique_ptr<Projection> make_shared_projection(const std::shared_ptr<RowShar
   rs.in_row = size_t(s.in) * dtype_size(s.input);
   rs.out_row = size_t(s.out) * dtype_size(s.output);
   rs.whole = !parts.whole.empty() && whole_out == s.out;
+  // Q, K and V as three matmuls (weights read in place, without the weight cache) write strided
+  // output, which oneDNN serves with gemm:jit; that kernel gives a row other bits in a task of 8
+  // or 64 rows than among all of a rank's rows (tests/parallel/test_shared_projection.cpp), so
+  // that form stays each rank's own. The fused form (one packed weight) takes brgemm, whose rows
+  // do not depend on how many there are.
+  if (parts.whole.size() > 1) {
+    rs.whole = false;
+    rs.not_whole = "Q, K and V are three matmuls without the weight cache, whose kernel does not give a row the same "
+                   "bits in tasks of other sizes";
+  }
   RowsPlan plan;
   if (!sharing->plan(rs, &plan)) return std::move(parts.local);
   return std::make_unique<SharedProjection>(sharing, parts, rs, plan);

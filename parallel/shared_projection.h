@@ -1,7 +1,9 @@
 // The blocks' Q, K, V projection with its token rows shared among the ranks of a replica that
 // are on one machine (runtime/projection.h; how rows are shared: parallel/shared_rows.h). A
-// task runs each whole weight over its rows into its columns of the output rows (the owner's
-// own, or in its window when another rank computes them).
+// task runs the whole weight (Q, K and V stacked into one) over its rows into the output rows
+// (the owner's own, or in its window when another rank computes them). Given three weights (Q,
+// K and V read in place without the weight cache) the local form runs: their strided output's
+// kernel gives a row other bits in tasks of other sizes.
 #pragma once
 
 #include <memory>

@@ -30,6 +30,7 @@ constexpr size_t kHeaderAt = 0, kClaimedAt = kLine, kFinishedAt = 2 * kLine, kRo
 struct RankShape {
   int64_t rows = 0, batch = 0, threads = 1, whole = 0;
   int64_t block = 0, tail = -1;  // DIT_SHARE_ROWS_BLOCK (0: none), DIT_SHARE_ROWS_TAIL (-1: none)
+  int64_t chunks = -1;           // DIT_SHARE_ROWS_CHUNKS (-1: none)
 };
 
 struct Header {
@@ -78,6 +79,25 @@ RowTask RowTaskList::at(int64_t t) const {
   return RowTask{b, row0, pieces_[j]};
 }
 
+int64_t RowTaskList::chunk(int64_t t, int64_t most) const {
+  int64_t k = 1;
+  while (k * 2 <= most) k *= 2;
+  for (; k > 1; k /= 2) {
+    if (t + k > count_) continue;
+    // Whole tasks of one item are consecutive, in row order: the first and the last tell.
+    const RowTask a = at(t), z = at(t + k - 1);
+    if (a.rows == block_ && z.rows == block_ && z.item == a.item && z.row0 == a.row0 + (k - 1) * block_) return k;
+  }
+  return 1;
+}
+
+int64_t RowTaskList::most_chunk() const {
+  const int64_t whole = rows_ / block_;  // whole tasks of an item (the tail may split one of them)
+  int64_t k = 1;
+  while (k * 2 <= std::min(whole, count_ / 2)) k *= 2;
+  return k;
+}
+
 ShareRows parse_share_rows(const std::string& v) {
   if (v == "auto") return ShareRows::Auto;
   if (v == "on") return ShareRows::On;
@@ -117,6 +137,16 @@ int parse_share_rows_tail(const std::string& what, const std::string& value) {
   return value[0] - '0';
 }
 
+int parse_share_rows_chunks(const std::string& what, const std::string& value) {
+  if (value != "0" && value != "1") DIT_FAIL(what << ": '" << value << "' (expected 0 or 1: a rank's own tasks in chunks)");
+  return value[0] - '0';
+}
+
+int share_rows_chunks_override() {
+  const char* v = env_nonempty("DIT_SHARE_ROWS_CHUNKS");
+  return v ? parse_share_rows_chunks("DIT_SHARE_ROWS_CHUNKS", v) : -1;
+}
+
 int share_rows_tail_override() {
   const char* v = env_nonempty("DIT_SHARE_ROWS_TAIL");
   return v ? parse_share_rows_tail("DIT_SHARE_ROWS_TAIL", v) : -1;
@@ -136,11 +166,16 @@ bool RowSharing::plan(const RowsShape& s, RowsPlan* P) {
     warn_once(s, "its ranks do not share one machine's memory");
     return false;
   }
-  RankShape mine{s.rows, s.batch, omp_get_max_threads(), s.whole ? 1 : 0, share_rows_block_override(),
-                 share_rows_tail_override()};
+  RankShape mine{s.rows,
+                 s.batch,
+                 omp_get_max_threads(),
+                 s.whole ? 1 : 0,
+                 share_rows_block_override(),
+                 share_rows_tail_override(),
+                 share_rows_chunks_override()};
   std::vector<RankShape> all(size_t(g_->size()));
   g_->all_gather_bytes(&mine, all.data(), sizeof(RankShape));
-  int64_t max_rows = 0, batch = 0, threads = 1, block = 0, tail = -1;
+  int64_t max_rows = 0, batch = 0, threads = 1, block = 0, tail = -1, chunks = -1;
   bool whole = true;
   for (const RankShape& r : all) {
     max_rows = std::max(max_rows, r.rows);
@@ -148,15 +183,17 @@ bool RowSharing::plan(const RowsShape& s, RowsPlan* P) {
     threads = std::max(threads, r.threads);
     block = std::max(block, r.block);
     tail = std::max(tail, r.tail);
+    chunks = std::max(chunks, r.chunks);
     whole = whole && r.whole;
   }
   if (!share_rows_wanted(mode_, int(threads))) return false;
   if (!whole || max_rows == 0) {
-    warn_once(s, whole ? "no rank has token rows" : "its weights are split by tensor parallelism");
+    warn_once(s, whole ? "no rank has token rows" : s.whole ? "another rank's weights cannot be shared" : s.not_whole);
     return false;
   }
   P->block = share_rows_block(batch * max_rows, block);
   P->tail = tail >= 0 ? int(tail) : kTailHalvings;
+  P->chunks = chunks >= 0 ? chunks == 1 : kOwnChunks;
   P->in_at = kRowsAt;
   P->out_at = P->in_at + round_up(size_t(batch * max_rows) * s.in_row);
   P->item_at = P->out_at + round_up(size_t(batch * max_rows) * s.out_row);
@@ -167,9 +204,10 @@ bool RowSharing::plan(const RowsShape& s, RowsPlan* P) {
     return false;
   }
   std::set<int64_t> counts{P->block};
-  for (const RankShape& r : all) {  // each rank's shorter last task of an item, and its tail's pieces
+  for (const RankShape& r : all) {  // each rank's shorter last task of an item, its tail's pieces, its chunks
     const RowTaskList list(r.rows, r.batch, P->block, P->tail);
     for (int64_t t = 0; t < list.count(); ++t) counts.insert(list.at(t).rows);
+    for (int64_t k = 2; P->chunks && k <= list.most_chunk(); k *= 2) counts.insert(k * P->block);
   }
   P->task_rows.assign(counts.begin(), counts.end());
   return true;
@@ -248,11 +286,22 @@ void RowSharing::run_tasks(const RowsShape& s, const RowsPlan& P, RowTasks& task
   std::atomic<uint64_t>& claimed = counter(win, kClaimedAt);
   std::atomic<uint64_t>& finished = counter(win, kFinishedAt);
   for (;;) {
-    const uint64_t t = claimed.fetch_add(1, std::memory_order_relaxed);
-    if (t >= uint64_t(total)) return;
+    // Tasks [t, t + m): one at a time from another's window; from mine, a chunk (RowTaskList::chunk)
+    // taken only if no one has claimed any of it meanwhile.
+    uint64_t t = 0, m = 1;
+    if (helping || !P.chunks) {
+      t = claimed.fetch_add(1, std::memory_order_relaxed);
+      if (t >= uint64_t(total)) return;
+    } else {
+      t = claimed.load(std::memory_order_relaxed);
+      do {
+        if (t >= uint64_t(total)) return;
+        m = uint64_t(list.chunk(int64_t(t), (total - int64_t(t)) / 2));
+      } while (!claimed.compare_exchange_weak(t, t + m, std::memory_order_relaxed));
+    }
     if (!helping && before_own_task_) before_own_task_();
     const RowTask k = list.at(int64_t(t));
-    const int64_t n = k.rows, row = k.item * hd.rows + k.row0;
+    const int64_t n = m == 1 ? k.rows : int64_t(m) * P.block, row = k.item * hd.rows + k.row0;
     DIT_CHECK(std::binary_search(P.task_rows.begin(), P.task_rows.end(), n),
               "shared rows (" << s.what << "): no linears for a task of " << n << " rows");
     tasks.task(n, at.in + size_t(row) * s.in_row, at.out + size_t(row) * s.out_row,
@@ -262,7 +311,7 @@ void RowSharing::run_tasks(const RowsShape& s, const RowsPlan& P, RowTasks& task
       rows_for_others_ += uint64_t(n);
       profile::add_rows_for_others(uint64_t(n));
     }
-    finished.fetch_add(1, std::memory_order_release);  // the output rows and mark written before the count
+    finished.fetch_add(m, std::memory_order_release);  // the output rows and mark written before the count
   }
 }
 

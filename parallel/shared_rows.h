@@ -8,8 +8,9 @@
 // busy with other work. A row-wise op is split into tasks of `block` rows of one batch element
 // (DIT_SHARE_ROWS_TAIL: the last few shorter, RowTaskList); each rank copies its rows (the op's
 // input, the output rows when the op adds to them, a vector per batch element such as a gate)
-// into its shared-memory window, takes its own tasks one at a time from a counter there and
-// computes them on its own memory, then takes those left in the other ranks' windows, computing
+// into its shared-memory window, takes its own tasks one at a time (DIT_SHARE_ROWS_CHUNKS=1: in
+// chunks, RowTaskList::chunk) from a counter there and computes them on its own memory, then
+// takes those left in the other ranks' windows one at a time, computing
 // them with linears of its own over the same whole weights and writing the output rows in their
 // windows (and marking the task there). A rank waits only for tasks of its own that another rank
 // has taken, then copies their output rows back.
@@ -64,6 +65,21 @@ constexpr int kTailHalvings = 0;
 // kTailHalvings; 0: no split), parsed by parse_share_rows_tail; -1 where unset or empty.
 int share_rows_tail_override();
 int parse_share_rows_tail(const std::string& what, const std::string& value);  // throws naming `what`
+// Whether a rank takes its own tasks in chunks: while it has more than two left, half of them
+// (the largest power of two of whole tasks of one batch item, run as one matmul over their
+// rows), then one at a time; the others take a rank's tasks one at a time. Each task streams
+// the op's whole weights once, so four 64-row tasks read them four times, a chunk of two and two
+// single tasks three times. Off by default: on the 2-core VM (docs/benchmarks.md,
+// twenty-seventh session) chunks shortened cfg2's f32 step at 256 tokens (1.74 -> 1.82x one
+// thread; its linears 1.14 -> 1.09x the one thread's) and left 1024 tokens level, but with one
+// core slowed by a busy loop cfg2's step took 5-8% longer: a slow rank's chunk cannot be taken
+// from it, and uneven cores are what the sharing is for (the 16-core machine's ran 1.5-2.6x
+// apart). Unmeasured on many cores.
+constexpr bool kOwnChunks = false;
+// The environment's DIT_SHARE_ROWS_CHUNKS (a measurement knob: 0 one task at a time, 1 chunks,
+// in place of kOwnChunks), parsed by parse_share_rows_chunks; -1 where unset or empty.
+int share_rows_chunks_override();
+int parse_share_rows_chunks(const std::string& what, const std::string& value);  // throws naming `what`
 
 // The tasks of one rank's rows for one use of a shared op, in the order they are claimed: each
 // batch item's tasks of `block` rows and its shorter last one; in the last item, its last task of
@@ -76,6 +92,11 @@ class RowTaskList {
   RowTaskList(int64_t rows, int64_t batch, int64_t block, int halvings);
   int64_t count() const { return count_; }
   RowTask at(int64_t t) const;  // 0 <= t < count()
+  // How many tasks from `t` on to take as one: the largest power of two, at most `most`, of tasks
+  // of `block` rows of one batch item (their rows adjoin); 1 where there are not two such.
+  int64_t chunk(int64_t t, int64_t most) const;
+  // The most whole tasks chunk() can give for these rows (1: none merged): what plans its rows.
+  int64_t most_chunk() const;
   // The tail's task sizes for `block`, in the order they are claimed, into `pieces` (room for 8):
   // `halvings` times half of what is left rounded up to 16 rows, then the rest (64: 32, 16, 16;
   // 112: 64, 32, 16); their number, 0 where `block` is not split (16 rows, or 0 halvings).
@@ -100,7 +121,8 @@ struct RowsShape {
   size_t out_row = 0;  // bytes of a row of the output
   bool adds = false;   // whether the op reads the output rows too (a residual): copied in as well
   size_t item = 0;     // bytes of the vector of a batch element that tasks read (a gate; 0: none)
-  bool whole = false;  // whether this rank holds the op's whole weights
+  bool whole = false;  // whether this rank holds the op's whole weights (and can run them on any rows)
+  const char* not_whole = "its weights are split by tensor parallelism";  // why not, for --share-rows on's warning
 };
 
 // Where a prepared op's parts lie in the window, and the row counts of every rank's tasks.
@@ -108,10 +130,11 @@ struct RowsPlan {
   size_t in_at = 0, out_at = 0, item_at = 0, helped_at = 0;
   int64_t block = 0;  // rows a task
   int tail = 0;       // halvings of the tail (RowTaskList)
-  std::vector<int64_t> task_rows;  // every count of rows a task can have, ascending
+  bool chunks = false;  // a rank takes its own tasks in chunks (kOwnChunks)
+  std::vector<int64_t> task_rows;  // every count of rows a task (or chunk) can have, ascending
 };
 
-// A shared op's arithmetic: one task of `n` rows (n is one of the plan's task_rows), its
+// A shared op's arithmetic: one task (or chunk) of `n` rows (n is one of the plan's task_rows), its
 // input, output and vector rows in its owner's memory (its own tasks) or window (another's).
 class RowTasks {
  public:

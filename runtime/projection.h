@@ -11,7 +11,8 @@
 //
 // The local form is the model's own. Where the ranks of a replica share a machine's memory, the
 // distributed context may instead share the rows' blocks among them
-// (parallel/shared_projection.h), with linears of its own over the whole weights. Each row's
+// (parallel/shared_projection.h), with linears of its own over the whole weight (one weight:
+// with several, each rank runs its own rows). Each row's
 // result is the same whoever computes it.
 #pragma once
 

@@ -15,6 +15,7 @@
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "tests/compute_types.h"
+#include "tests/scoped_env.h"
 #include "random_tensor.h"
 #include "thread_ranks.h"
 
@@ -142,15 +143,10 @@ SharedRun shared_results(const Weights& w, const std::vector<int64_t>& rows, DTy
   return run;
 }
 
-// shared_results with sharing on and rank 1 slow, the environment variable `var` set to
-// `value` ("": as if unset; unset after, however it ends).
+// shared_results with sharing on and rank 1 slow, the environment variable `var` set to `value`.
 SharedRun shared_results_with(const char* var, const char* value, const Weights& w, const std::vector<int64_t>& rows,
                               DType compute) {
-  struct Unset {
-    const char* var;
-    ~Unset() { unsetenv(var); }
-  } unset{var};
-  REQUIRE(setenv(var, value, 1) == 0);
+  const dit_test::ScopedEnv env(var, value);  // ("": as if unset)
   return shared_results(w, rows, compute, ShareRows::On, /*slow=*/1);
 }
 
@@ -176,14 +172,27 @@ TEST_CASE("shared feed-forward: every rank's rows are the local form's, bit for 
     }
 }
 
-TEST_CASE("shared feed-forward: DIT_SHARE_ROWS_BLOCK's tasks of 16 rows give the local form's bits", "[parallel][ffn]") {
+TEST_CASE("shared feed-forward: DIT_SHARE_ROWS_BLOCK's tasks of 16 rows give the local form's bits, in chunks or not",
+          "[parallel][ffn]") {
+  // Rank 1 (200 rows: 13 tasks an item, 12 of 16 rows) takes its own in chunks of 8, 4, ...
+  // tasks (one matmul over 128, 64, ... rows), or one at a time with DIT_SHARE_ROWS_CHUNKS=0.
   const std::vector<int64_t> rows = {37, 200, 0};
-  const Weights w = weights(DType::F32);
-  const std::vector<Tensor> want = local_results(w, rows, DType::F32);
-  const SharedRun got = shared_results_with("DIT_SHARE_ROWS_BLOCK", "16", w, rows, DType::F32);
-  for (size_t r = 0; r < 2; ++r) CHECK(same_bits(got.x[r], want[r]));
-  // Rank 1 (200 rows: 13 tasks an item) is slow: the others take some of its tasks.
-  CHECK(got.helped[0] + got.helped[2] > 0);
+  for (const char* chunks : {"", "0", "1"})
+    for (const DType compute : dit_test::compute_types()) {
+      INFO(dtype_name(compute) << ", DIT_SHARE_ROWS_CHUNKS '" << chunks << "'");
+      const dit_test::ScopedEnv env("DIT_SHARE_ROWS_CHUNKS", chunks);
+      const Weights w = weights(compute);
+      const std::vector<Tensor> want = local_results(w, rows, compute);
+      const SharedRun got = shared_results_with("DIT_SHARE_ROWS_BLOCK", "16", w, rows, compute);
+      for (size_t r = 0; r < 2; ++r) CHECK(same_bits(got.x[r], want[r]));
+      // Rank 1 is slow: the others take some of its tasks.
+      CHECK(got.helped[0] + got.helped[2] > 0);
+    }
+  CHECK(parse_share_rows_chunks("DIT_SHARE_ROWS_CHUNKS", "0") == 0);
+  CHECK(parse_share_rows_chunks("DIT_SHARE_ROWS_CHUNKS", "1") == 1);
+  for (const char* bad : {"", "2", "on", "-1", "01"})
+    CHECK_THROWS_WITH(parse_share_rows_chunks("DIT_SHARE_ROWS_CHUNKS", bad),
+                      Catch::Contains("DIT_SHARE_ROWS_CHUNKS: '" + std::string(bad) + "'") && Catch::Contains("0 or 1"));
 }
 
 TEST_CASE("shared feed-forward: rows a task", "[parallel][ffn]") {
@@ -254,6 +263,38 @@ TEST_CASE("shared rows: the tasks cover every row once, the tail's pieces last",
             }
           }
           CHECK(std::count(seen.begin(), seen.end(), 1) == int64_t(seen.size()));
+        }
+}
+
+TEST_CASE("shared rows: a chunk is the most whole tasks of one item, a power of two up to the limit", "[parallel][ffn]") {
+  for (const int64_t block : {16, 48, 64})
+    for (const int halvings : {0, 2})
+      for (const int64_t batch : {1, 2, 3})
+        for (int64_t rows = 0; rows <= 400; rows += 37) {
+          const RowTaskList list(rows, batch, block, halvings);
+          // Naive: whether tasks [t, t + k) are all of `block` rows, of one item, rows adjoining.
+          auto whole_run = [&](int64_t t, int64_t k) {
+            if (t + k > list.count()) return false;
+            for (int64_t i = 0; i < k; ++i) {
+              const RowTask a = list.at(t), b = list.at(t + i);
+              if (b.rows != block || b.item != a.item || b.row0 != a.row0 + i * block) return false;
+            }
+            return true;
+          };
+          int64_t most_seen = 1;
+          for (int64_t t = 0; t < list.count(); ++t)
+            for (int64_t most = 1; most <= 20; ++most) {
+              INFO("block " << block << " halvings " << halvings << " batch " << batch << " rows " << rows << " task "
+                            << t << " most " << most);
+              const int64_t k = list.chunk(t, most);
+              REQUIRE(k >= 1);
+              CHECK((k & (k - 1)) == 0);  // a power of two
+              CHECK(k <= most);
+              CHECK((k == 1 || whole_run(t, k)));
+              for (int64_t bigger = 2 * k; bigger <= most; bigger *= 2) CHECK_FALSE(whole_run(t, bigger));
+              if (most == (list.count() - t) / 2) most_seen = std::max(most_seen, k);  // as the owner asks
+            }
+          CHECK(most_seen <= list.most_chunk());  // every chunk the owner takes has its linears
         }
 }
 

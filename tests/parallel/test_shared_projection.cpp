@@ -14,6 +14,7 @@
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "tests/compute_types.h"
+#include "tests/scoped_env.h"
 #include "random_tensor.h"
 #include "thread_ranks.h"
 
@@ -175,21 +176,32 @@ SharedRun shared_results(const Weights& w, const std::vector<int64_t>& rows, DTy
 TEST_CASE("shared projection: every rank's q, k, v rows are the local form's, bit for bit, and a slow rank is helped",
           "[parallel][projection]") {
   const std::vector<int64_t> rows = {37, 200, 0};  // uneven, one shorter than a task, one without any
-  for (const DType compute : dit_test::compute_types()) {
-    const Weights w = weights(compute);
-    const auto want = local_results(w, rows, compute);
-    for (const bool fused : {true, false}) {
-      INFO(dtype_name(compute) << (fused ? " fused" : " three weights"));
-      const SharedRun got = shared_results(w, rows, compute, ShareRows::On, /*slow=*/1, fused);
-      for (size_t r = 0; r < rows.size(); ++r)
-        for (int l = 0; l < kLayers; ++l) {
-          INFO("rank " << r << " layer " << l);
-          if (rows[r] > 0) CHECK(same_bits(got.y[r][size_t(l)], want[r][size_t(l)]));
+  // Then tasks of 64 rows (rank 1: 64, 64, 64 and 8 an item), rank 1 taking its own in chunks.
+  for (const bool chunks : {false, true})
+    for (const DType compute : dit_test::compute_types()) {
+      const dit_test::ScopedEnv block("DIT_SHARE_ROWS_BLOCK", chunks ? "64" : nullptr);
+      const dit_test::ScopedEnv chunked("DIT_SHARE_ROWS_CHUNKS", chunks ? "1" : nullptr);
+      const Weights w = weights(compute);
+      const auto want = local_results(w, rows, compute);
+      for (const bool fused : {true, false}) {
+        INFO(dtype_name(compute) << (fused ? " fused" : " three weights") << (chunks ? ", chunks of 64-row tasks" : ""));
+        // (Three weights: without the feed-forward, so that any help would be the projection's.)
+        const SharedRun got = shared_results(w, rows, compute, ShareRows::On, /*slow=*/1, fused, true, fused);
+        for (size_t r = 0; r < rows.size(); ++r)
+          for (int l = 0; l < kLayers; ++l) {
+            INFO("rank " << r << " layer " << l);
+            if (rows[r] > 0) CHECK(same_bits(got.y[r][size_t(l)], want[r][size_t(l)]));
+          }
+        if (fused) {
+          CHECK(got.helped[0] + got.helped[2] > 0);  // rank 1 sleeps before each task of its own
+          CHECK(got.helped[1] == 0);
+        } else {
+          // Three weights' strided output (gemm:jit) gives a row of a task of 8 or 64 rows other bits
+          // than among 400 rows in f32: each rank runs its own rows.
+          CHECK(got.helped == std::vector<uint64_t>(rows.size(), 0));
         }
-      CHECK(got.helped[0] + got.helped[2] > 0);  // rank 1 sleeps before each task of its own
-      CHECK(got.helped[1] == 0);
+      }
     }
-  }
 }
 
 TEST_CASE("shared projection: off, or with split weights, each rank runs its own rows", "[parallel][projection]") {

@@ -5,28 +5,9 @@
 #include <string>
 
 #include "runtime/environment.h"
+#include "tests/scoped_env.h"
 
-namespace {
-
-// Sets (or with null unsets) a variable for one scope, then puts back what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = getenv(name)) old_ = old, had_ = true;
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (had_) setenv(name_.c_str(), old_.c_str(), 1);
-    else unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
-
-}  // namespace
+using dit_test::ScopedEnv;
 
 TEST_CASE("environment: an empty variable counts as unset", "[environment]") {
   {
