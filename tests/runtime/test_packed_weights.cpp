@@ -142,7 +142,8 @@ TEST_CASE("packed weights: a Linear reading the packed entry gives the bits of o
   }
 }
 
-TEST_CASE("a block of a weight's columns read as a strided view gives the bits of its copy: in place and packed",
+TEST_CASE("packed weights: a block of a weight's columns read as a strided view gives the bits of its copy, in place "
+          "and packed",
           "[runtime][packed]") {
   // Tensor parallelism's row-parallel shard (runtime/weight_shard.h) without a private copy.
   dit_test::TempDir d;

@@ -260,7 +260,7 @@ TEST_CASE("bf16 with Q·Kᵀ over a padded head_dim: the parallel layouts still 
   CHECK_FALSE(std::filesystem::exists(s.file("bad.png")));
 }
 
-TEST_CASE("shared Q, K, V and feed-forward rows (--share-rows on) or each rank its own (off): the same latents bit for bit",
+TEST_CASE("rows shared (--share-rows on) or each rank's own (off): the same latents bit for bit",
           "[parallel][equivalence][ffn]") {
   // Every layout above ran with the default (auto: shared on one machine). Here the same layouts
   // with the rows shared (on) and each rank's own (off) give identical bits: a task's rows are
