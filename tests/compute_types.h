@@ -21,6 +21,25 @@ inline bool bf16_available() {
   return false;
 }
 
+// Whether oneDNN's matmul gives a row the same bits whatever the number of rows it is given:
+// its brgemm kernels (CPUs with AVX-512) compute each row alone; gemm:jit (AVX2) blocks the
+// sum by the problem's size. Rows shared among ranks (parallel/shared_rows.h) are then the
+// local form's bits, else a rounding apart; the tests say which they checked (a Catch2
+// warning where it is the rounding).
+inline bool matmul_rows_independent() {
+  static const bool brgemm = [] {
+    using dt = dnnl::memory::data_type;
+    const dnnl::memory::desc a({64, 48}, dt::f32, dnnl::memory::dims{48, 1});
+    const dnnl::memory::desc b({48, 64}, dt::f32, dnnl::memory::dims{1, 48});
+    const dnnl::memory::desc c({64, 64}, dt::f32, dnnl::memory::dims{64, 1});
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), dit::Engine::get().engine);
+    return std::string(pd.impl_info_str()).rfind("brg", 0) == 0;
+  }();
+  if (!brgemm) WARN("shared rows checked to a rounding, not bit for bit: this CPU's matmul kernel (gemm:jit) sums a row "
+                    "by the number of rows");
+  return brgemm;
+}
+
 inline std::vector<dit::DType> compute_types() {
   std::vector<dit::DType> t{dit::DType::F32};
   if (bf16_available())

@@ -264,7 +264,9 @@ TEST_CASE("rows shared (--share-rows on) or each rank's own (off): the same late
           "[parallel][equivalence][ffn]") {
   // Every layout above ran with the default (auto: shared on one machine). Here the same layouts
   // with the rows shared (on) and each rank's own (off) give identical bits: a task's rows are
-  // the same matmuls over the same values whoever computes them (parallel/shared_rows.h).
+  // the same matmuls over the same values whoever computes them (parallel/shared_rows.h), and
+  // oneDNN's brgemm (AVX-512) gives a row the same bits in a task as among all rows (on AVX2,
+  // gemm:jit: a rounding apart, which is what is checked there).
   struct Case {
     std::string model, extra;
     std::vector<std::string> layouts;
@@ -281,9 +283,14 @@ TEST_CASE("rows shared (--share-rows on) or each rank's own (off): the same late
       const Diffs d = compare(on, off);
       INFO(c.model << " " << c.extra << " [" << layout << "] shared against not: eps0 rel " << d.eps0_rel
                    << ", latents rel " << d.latents_rel);
-      CHECK(d.eps0_bitwise);
-      CHECK(d.latents_bitwise);
-      CHECK(d.px_diff == 0);
+      if (dit_test::matmul_rows_independent()) {
+        CHECK(d.eps0_bitwise);
+        CHECK(d.latents_bitwise);
+        CHECK(d.px_diff == 0);
+      } else {  // (gemm:jit: a task's rows a rounding apart from the same rows at once)
+        CHECK(d.eps0_rel <= 1e-5);
+        CHECK(d.latents_rel <= 1e-5);
+      }
     }
   }
   // -v names it on each rank; "on" where it cannot be says why; a bad value is one clear error.
