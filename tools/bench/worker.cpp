@@ -99,6 +99,9 @@ PipelineOptions pipeline_options(const Opts& o, const Layout& lay, const LaunchE
   PipelineOptions po;
   po.model_dir = o.model;
   po.dtype = parse_dtype(o.dtype);
+  // --load-only on a CPU without bf16 compute: the VAE decoder (built at load, unlike the
+  // transformer's kernels) in f32, so that the weights load as they would (it is not measured).
+  if (o.load_only && !compute_supported(po.dtype)) po.vae_dtype = DType::F32;
   po.qkv = o.qkv == "fused" ? QkvProjection::Fused : o.qkv == "split" ? QkvProjection::Split : QkvProjection::Auto;
   po.weight_cache = weight_cache_option(o.weight_cache);
   if (lay.deg.world() > 1) {
