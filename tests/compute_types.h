@@ -26,7 +26,10 @@ inline bool bf16_available() {
 // sum by the problem's size. Rows shared among ranks (parallel/shared_rows.h) are then the
 // local form's bits, else a rounding apart; the tests say which they checked (a Catch2
 // warning where it is the rounding).
-inline bool matmul_rows_independent() {
+// Whether oneDNN runs an f32 matmul on its brgemm kernels here (CPUs with AVX-512, as oneDNN
+// sees them: ONEDNN_MAX_CPU_ISA=AVX2 makes it an AVX2 CPU), which prefer weights in blocked
+// (packed) layouts; elsewhere gemm:jit, with plain layouts.
+inline bool onednn_brgemm() {
   static const bool brgemm = [] {
     using dt = dnnl::memory::data_type;
     const dnnl::memory::desc a({64, 48}, dt::f32, dnnl::memory::dims{48, 1});
@@ -35,6 +38,11 @@ inline bool matmul_rows_independent() {
     const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), dit::Engine::get().engine);
     return std::string(pd.impl_info_str()).rfind("brg", 0) == 0;
   }();
+  return brgemm;
+}
+
+inline bool matmul_rows_independent() {
+  const bool brgemm = onednn_brgemm();
   if (!brgemm) WARN("shared rows checked to a rounding, not bit for bit: this CPU's matmul kernel (gemm:jit) sums a row "
                     "by the number of rows");
   return brgemm;

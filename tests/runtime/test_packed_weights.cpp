@@ -127,7 +127,7 @@ TEST_CASE("packed weights: a Linear reading the packed entry gives the bits of o
   // Where oneDNN's kernels prefer a blocked layout (AVX-512: the dense 2-D forms, the gated one
   // included), the entries are used; f32 also packs into a plain layout (a transpose: the
   // strided output's), bf16 only into blocked ones.
-  if (__builtin_cpu_supports("avx512f")) {
+  if (dit_test::onednn_brgemm()) {
     CHECK(used >= n - 1);
     CHECK(dir->made() >= int(types.size()) + 1);
     CHECK(dir->made() < n);
@@ -241,7 +241,7 @@ TEST_CASE("weights stacked from row blocks: read from one packed entry, the bits
     bool shared = false;
     const std::vector<float> got = run_linear(s, stacked, stacked.packed, &shared);
     CHECK(std::memcmp(want.data(), got.data(), want.size() * 4) == 0);
-    if (__builtin_cpu_supports("avx512f")) {  // (a blocked layout asked for: packed)
+    if (dit_test::onednn_brgemm()) {  // (a blocked layout asked for: packed)
       CHECK(shared);
       CHECK(dir->made() == 1);
       CHECK(released == 3);  // each part's plain pages given back once the entry is made
@@ -270,7 +270,7 @@ TEST_CASE("weights stacked from row blocks: read from one packed entry, the bits
 }
 
 TEST_CASE("packed weights: made once per key, mapped by the next user, remade when damaged", "[runtime][packed]") {
-  if (!__builtin_cpu_supports("avx512f")) return;  // (where plain layouts are preferred nothing is packed)
+  if (!dit_test::onednn_brgemm()) return;  // (where plain layouts are preferred nothing is packed)
   dit_test::TempDir d;
   const std::string pd = d.path() + "/packed";
   const LinearWeight w = LinearWeight::prepare(random_tensor({64, 48}, 3), Tensor(), DType::F32);
@@ -334,7 +334,7 @@ TEST_CASE("packed weights: made once per key, mapped by the next user, remade wh
 
 TEST_CASE("packed weights: Linears of one weight with other row counts read one mapping of its entry",
           "[runtime][packed]") {
-  if (!__builtin_cpu_supports("avx512f")) return;  // (where plain layouts are preferred nothing is packed)
+  if (!dit_test::onednn_brgemm()) return;  // (where plain layouts are preferred nothing is packed)
   dit_test::TempDir d;
   const std::string pd = fs::canonical(d.path()).string() + "/packed";
   const LinearWeight w = LinearWeight::prepare(random_tensor({64, 48}, 3), Tensor(), DType::F32);
@@ -364,7 +364,7 @@ TEST_CASE("packed weights: Linears of one weight with other row counts read one 
 
 TEST_CASE("packed weights: an unusable directory falls back when optional, names itself when required",
           "[runtime][packed]") {
-  if (!__builtin_cpu_supports("avx512f")) return;
+  if (!dit_test::onednn_brgemm()) return;
   dit_test::TempDir d;
   dit_test::write_bytes(d.file("file"), "x");
   const std::string bad = d.file("file") + "/packed";  // under a regular file: cannot be created
@@ -423,7 +423,7 @@ TEST_CASE("WeightStore::releaser gives back a tensor's mapped pages when called,
 
 TEST_CASE("packed weights: a writer killed mid-entry leaves a temporary file the next writer removes",
           "[runtime][packed]") {
-  if (!__builtin_cpu_supports("avx512f")) return;
+  if (!dit_test::onednn_brgemm()) return;
   dit_test::TempDir d;
   const std::string pd = d.path() + "/packed";
   fs::create_directories(pd);
@@ -455,7 +455,7 @@ void write_header(const std::string& dir, const std::string& name, const nlohman
 TEST_CASE("packed weights: the next writer removes this host's entries of changed or deleted checkpoints and of "
           "version 1, not other hosts' entries or other files",
           "[runtime][packed]") {
-  if (!__builtin_cpu_supports("avx512f")) return;  // (where plain layouts are preferred nothing is packed)
+  if (!dit_test::onednn_brgemm()) return;  // (where plain layouts are preferred nothing is packed)
   dit_test::TempDir d;
   const std::string pd = d.path() + "/packed", src = d.file("diffusion_pytorch_model.safetensors");
   write_safetensors(src, {{"a.weight", random_tensor({64, 48}, 1)}});

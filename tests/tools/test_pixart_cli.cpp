@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "cli_util.h"
+#include "tests/compute_types.h"
 #include "runtime/npy.h"
 #include "runtime/png.h"
 #include "runtime/safetensors.h"
@@ -222,7 +223,16 @@ TEST_CASE("dit-gen: half-precision weights come from the converted-weight cache,
   int w = 0, h = 0;
   const auto a = pixels(s.file("a.png"), w, h), b = pixels(s.file("b.png"), w, h), c = pixels(s.file("c.png"), w, h);
   CHECK(a == b);
-  CHECK(a == c);
+  // Without the cache Q, K and V are three matmuls instead of one: the same bits where oneDNN's
+  // kernels sum a row alike in both (brgemm, AVX-512; at these sizes), else a rounding apart.
+  if (dit_test::matmul_rows_independent()) {
+    CHECK(a == c);
+  } else {
+    REQUIRE(a.size() == c.size());
+    int most = 0;
+    for (size_t i = 0; i < a.size(); ++i) most = std::max(most, std::abs(int(a[i]) - int(c[i])));
+    CHECK(most <= 2);
+  }
   // A directory that cannot be created, named by the user, is an error (not a silent fallback).
   std::ofstream(s.file("plain")) << "x";
   expect_failure(args + "--weight-cache " + s.file("plain") + "/wc -o " + s.file("d.png"), "weight cache",
