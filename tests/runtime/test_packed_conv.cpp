@@ -7,10 +7,10 @@
 
 #include <cstring>
 #include <filesystem>
-#include <random>
 #include <vector>
 
 #include "io_test_util.h"
+#include "packed_test_util.h"
 #include "runtime/conv2d.h"
 #include "runtime/packed_weights.h"
 #include "tests/compute_types.h"
@@ -20,14 +20,6 @@ namespace fs = std::filesystem;
 
 // (A named namespace: the test files are compiled several to a translation unit.)
 namespace packed_conv_test {
-
-Tensor random_tensor(const Shape& shape, unsigned seed, float scale = 1.f) {
-  Tensor x = Tensor::empty(shape);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.f, scale);
-  for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = nd(rng);
-  return x;
-}
 
 // A channels-last convolution as the VAE decoder makes them: `rows` rows (with the halo rows of
 // a 3x3 kernel as its padding above and below), 9 wide.
@@ -48,7 +40,7 @@ Conv2dSpec vae_conv(int64_t ci, int64_t co, int64_t k, int64_t rows, DType compu
 // y of `c` over a random x (f32).
 std::vector<float> run_conv(const Conv2d& c) {
   const Conv2dSpec& s = c.spec();
-  const Tensor x = random_tensor({s.height * s.width * s.in_channels}, 7);
+  const Tensor x = dit_test::random_tensor({s.height * s.width * s.in_channels}, 7);
   std::vector<float> y(size_t(s.out_height() * s.out_width() * s.out_channels));
   c.run(x.f32(), y.data());
   return y;
@@ -58,19 +50,11 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
 
-size_t entries(const std::string& dir) {
-  size_t n = 0;
-  if (fs::exists(dir))
-    for (const auto& e : fs::directory_iterator(dir)) n += e.path().extension() == ".packed";
-  return n;
-}
-
 }  // namespace packed_conv_test
 
 using packed_conv_test::run_conv;
 using packed_conv_test::same_bits;
 using packed_conv_test::vae_conv;
-namespace pct = packed_conv_test;
 
 TEST_CASE("packed weights: a convolution reading its packed entry gives the private reorder's bits, made once",
           "[runtime][packed][conv2d]") {
@@ -79,7 +63,7 @@ TEST_CASE("packed weights: a convolution reading its packed entry gives the priv
       INFO(dtype_name(compute) << ", " << k << "x" << k);
       dit_test::TempDir d;
       const std::string pd = fs::canonical(d.path()).string() + "/packed";
-      const Tensor w = pct::random_tensor({48, 32, k, k}, 3, 0.2f), b = pct::random_tensor({48}, 4);
+      const Tensor w = dit_test::random_tensor({48, 32, k, k}, 3, DType::F32, 0.2f), b = dit_test::random_tensor({48}, 4);
       const Conv2dSpec s = vae_conv(32, 48, k, 6, compute);
       const Conv2d mine(s, w, b);
       const std::vector<float> want = run_conv(mine);
@@ -90,7 +74,7 @@ TEST_CASE("packed weights: a convolution reading its packed entry gives the priv
         const Conv2d c(s, w, b, nullptr, PackedSource(dir, "conv"));
         CHECK(c.weight_shared());
         CHECK(dir->made() == 1);
-        CHECK(pct::entries(pd) == 1);
+        CHECK(dit_test::packed_entries(pd) == 1);
         CHECK(same_bits(run_conv(c), want));
         // Another band's rows in the same layout: the same entry, one mapping of it.
         const Conv2d band(vae_conv(32, 48, k, 3, compute), w, b, nullptr, PackedSource(dir, "conv"));
@@ -103,14 +87,14 @@ TEST_CASE("packed weights: a convolution reading its packed entry gives the priv
       // Another process (its own directory object) maps it: nothing made, the same bits, and the
       // weight it was made from is not read (garbage in its place changes nothing).
       auto other = std::make_shared<PackedWeightDir>(pd, false);
-      const Tensor garbage = pct::random_tensor({48, 32, k, k}, 99);
+      const Tensor garbage = dit_test::random_tensor({48, 32, k, k}, 99);
       const Conv2d c(s, garbage, b, nullptr, PackedSource(other, "conv"));
       CHECK(other->made() == 0);
       CHECK(same_bits(run_conv(c), want));
       // Another key (another weight) is an entry of its own.
       const Conv2d c2(s, garbage, b, nullptr, PackedSource(other, "conv2"));
       CHECK(other->made() == 1);
-      CHECK(pct::entries(pd) == 2);
+      CHECK(dit_test::packed_entries(pd) == 2);
       CHECK(same_bits(run_conv(c2), run_conv(Conv2d(s, garbage, b))));
     }
 }
@@ -120,7 +104,7 @@ TEST_CASE("packed weights: a convolution over an unusable optional directory reo
   dit_test::TempDir d;
   dit_test::write_bytes(d.file("file"), "x");
   const std::string bad = d.file("file") + "/packed";  // under a regular file: cannot be created
-  const Tensor w = pct::random_tensor({16, 8, 3, 3}, 3, 0.2f), b = pct::random_tensor({16}, 4);
+  const Tensor w = dit_test::random_tensor({16, 8, 3, 3}, 3, DType::F32, 0.2f), b = dit_test::random_tensor({16}, 4);
   const Conv2dSpec s = vae_conv(8, 16, 3, 4, DType::F32);
   const Conv2d c(s, w, b, nullptr, PackedSource(std::make_shared<PackedWeightDir>(bad, true), "conv"));
   CHECK_FALSE(c.weight_shared());

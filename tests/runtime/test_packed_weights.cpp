@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io_test_util.h"
+#include "packed_test_util.h"
 #include "runtime/atomic_file.h"
 #include "runtime/error.h"
 #include "runtime/linear.h"
@@ -37,20 +38,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-Tensor random_tensor(const Shape& shape, unsigned seed, DType t = DType::F32) {
-  Tensor x = Tensor::empty(shape);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd;
-  for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = nd(rng);
-  return t == DType::F32 ? x : x.to(t);
-}
-
-size_t entries(const std::string& dir) {
-  size_t n = 0;
-  if (fs::exists(dir))
-    for (const auto& e : fs::directory_iterator(dir)) n += e.path().extension() == ".packed";
-  return n;
-}
+using dit_test::random_tensor;
 
 bool packed_in(const Linear& l) { return l.impl_info().find("(packed weights, shared)") != std::string::npos; }
 
@@ -123,7 +111,7 @@ TEST_CASE("packed weights: a Linear reading the packed entry gives the bits of o
   }
   // An entry per type and layout (the gated form's weights are 3-D, and a strided output asks
   // for another layout), each made by the first Linear that asked for it.
-  CHECK(dir->made() == int(entries(d.path() + "/packed")));
+  CHECK(dir->made() == int(dit_test::packed_entries(d.path() + "/packed")));
   // Where oneDNN's kernels prefer a blocked layout (AVX-512: the dense 2-D forms, the gated one
   // included), the entries are used; f32 also packs into a plain layout (a transpose: the
   // strided output's), bf16 only into blocked ones.
@@ -281,11 +269,11 @@ TEST_CASE("packed weights: made once per key, mapped by the next user, remade wh
     bool packed = false;
     int released = 0;  // the plain weight's pages are given back once, after an entry is made from them
     const std::vector<float> got = run_linear(s, w, {dir, key, [&] { return size_t(++released); }}, &packed);
-    INFO(key << ": made " << dir->made() << ", entries " << entries(pd));
+    INFO(key << ": made " << dir->made() << ", entries " << dit_test::packed_entries(pd));
     CHECK(packed);
     CHECK(dir->made() == made);
     CHECK(released == made);
-    CHECK(entries(pd) == files);
+    CHECK(dit_test::packed_entries(pd) == files);
     CHECK(std::memcmp(want.data(), got.data(), want.size() * 4) == 0);
   };
   check("a", 1, 1);
@@ -329,7 +317,7 @@ TEST_CASE("packed weights: made once per key, mapped by the next user, remade wh
   for (const auto& dir : dirs) made += dir->made();
   CHECK(made == 1);
   CHECK(ok == std::vector<int>(4, 1));
-  CHECK(entries(pd) == 3);
+  CHECK(dit_test::packed_entries(pd) == 3);
 }
 
 TEST_CASE("packed weights: Linears of one weight with other row counts read one mapping of its entry",
@@ -440,7 +428,7 @@ TEST_CASE("packed weights: a writer killed mid-entry leaves a temporary file the
   run_linear(spec_of(1, 9, 48, 64), w, {dir, "a"}, &packed);
   CHECK(packed);
   CHECK(temps() == 0);
-  CHECK(entries(pd) == 1);
+  CHECK(dit_test::packed_entries(pd) == 1);
 }
 
 namespace {
@@ -471,7 +459,7 @@ TEST_CASE("packed weights: the next writer removes this host's entries of change
     return dir->made();
   };
   REQUIRE(run_from_store() == 1);
-  REQUIRE(entries(pd) == 1);
+  REQUIRE(dit_test::packed_entries(pd) == 1);
   std::string first;
   for (const auto& e : fs::directory_iterator(pd))
     if (e.path().extension() == ".packed") first = e.path().string();
@@ -491,11 +479,11 @@ TEST_CASE("packed weights: the next writer removes this host's entries of change
   write_header(pd, "odd-types.packed", {{"version", "2"}, {"host", host_name()}, {"source", {{"path", 3}}}});
   dit_test::write_bytes(pd + "/garbage.packed", std::string(4096, 'x'));
   dit_test::write_bytes(pd + "/notes.txt", "{\"version\": \"1\"}");
-  CHECK(entries(pd) == 9);
+  CHECK(dit_test::packed_entries(pd) == 9);
 
   // A process that only maps entries removes nothing.
   REQUIRE(run_from_store() == 0);
-  CHECK(entries(pd) == 9);
+  CHECK(dit_test::packed_entries(pd) == 9);
 
   // The checkpoint changes: the next process makes a new entry, and removes the old one with the stale ones.
   struct timespec times[2] = {{0, UTIME_OMIT}, {1700000000, 123}};
@@ -508,7 +496,7 @@ TEST_CASE("packed weights: the next writer removes this host's entries of change
                            "garbage.packed", "notes.txt"})
     CHECK(left.count(kept));
   for (const char* removed : {"v1.packed", "mine-gone.packed", "mine-v3.packed"}) CHECK_FALSE(left.count(removed));
-  CHECK(entries(pd) == 6);  // the new entry and the five kept .packed files
+  CHECK(dit_test::packed_entries(pd) == 6);  // the new entry and the five kept .packed files
   // Nothing stale is left to remove.
   CHECK(remove_stale_entries(pd) == 0);
   CHECK(remove_stale_entries(d.file("no-such-dir")) == 0);
