@@ -6,6 +6,7 @@
 #include "runtime/engine.h"
 #include "runtime/error.h"
 #include "runtime/packed_weights.h"
+#include "runtime/prefault.h"
 
 namespace dit {
 
@@ -44,6 +45,11 @@ size_t Conv2dWorkspace::bytes() const {
   for (const Tensor* t : {&src_, &dst_, &scratch_})
     if (t->defined()) n += size_t(t->numel()) * 4;
   return n;
+}
+
+void Conv2dWorkspace::prefault() {
+  for (Tensor* t : {&src_, &dst_, &scratch_})
+    if (t->defined()) dit::prefault(t->data(), t->nbytes());
 }
 
 Conv2d::Conv2d() = default;

@@ -46,6 +46,8 @@ class Conv2dWorkspace {
   void* dst() { return dst_.data(); }
   void* scratch() { return scratch_.data(); }
   size_t bytes() const;
+  // Every buffer's pages made resident by the OpenMP threads together (runtime/prefault.h).
+  void prefault();
 
  private:
   Tensor src_, dst_, scratch_;

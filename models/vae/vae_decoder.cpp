@@ -9,6 +9,7 @@
 #include "runtime/error.h"
 #include "runtime/json_config.h"
 #include "runtime/group_norm.h"
+#include "runtime/prefault.h"
 #include "runtime/row_split.h"
 #include "runtime/safetensors.h"
 
@@ -191,6 +192,7 @@ struct VaeDecoder::Impl {
   std::vector<size_t> image_counts;  // output floats per part
   Tensor qkv_band, qkv_all, attn_buf;  // mid attention scratch
   std::shared_ptr<Conv2dWorkspace> conv_ws;  // one set of scratch buffers for all convolutions
+  bool resident = false;  // whether the buffers' pages have been faulted in (first decode)
 
   // Buffer i's first row after the halo, when it holds rows of `row` elements of type t.
   void* rows_of(int i, int64_t row, DType t) { return static_cast<char*>(buf[i].data()) + row * int64_t(dtype_size(t)); }
@@ -294,6 +296,16 @@ struct VaeDecoder::Impl {
     float* y = f32_rows(a, o.c * w0);
     o.out.run(attn_buf.f32(), y);  // [band, C]
     add(x, y, x, o.tokens * o.c);
+  }
+
+  // The first decode's buffers made resident by all of its threads at once (runtime/
+  // prefault.h): left to the first writes, the growing activations' new pages fall to the
+  // last thread of each loop, which zeroes them while the others wait.
+  void fault_in() {
+    for (Tensor* t : {&buf[0], &buf[1], &buf[2], &z, &out_rows, &qkv_band, &qkv_all, &attn_buf})
+      if (t->defined()) prefault(t->data(), t->nbytes());
+    conv_ws->prefault();
+    resident = true;
   }
 
   void decode_image(const VaeConfig& cfg, const float* latents, float* image);
@@ -418,6 +430,7 @@ void VaeDecoder::prepare(int64_t batch, int64_t h, int64_t w, RowSplit* split) {
   for (Tensor& b : m.buf) b = Tensor::empty({max_elems});
   m.z = Tensor::empty({rows + 2, w, lat});
   m.out_rows = Tensor::empty({hh, ww, int64_t(cfg_.out_channels)});
+  m.resident = false;
 }
 
 void VaeDecoder::decode(const float* latents, float* image) {
@@ -431,6 +444,7 @@ void to_unit_range(float* image, int64_t n) {
 
 void VaeDecoder::decode_raw(const float* latents, float* image) {
   Impl& m = *impl_;
+  if (!m.resident) m.fault_in();
   const int64_t lat = cfg_.latent_channels, s = cfg_.scale();
   for (int64_t n = 0; n < m.batch; ++n)
     m.decode_image(cfg_, latents + n * lat * m.h0 * m.w0, image + n * cfg_.out_channels * m.h0 * s * m.w0 * s);
