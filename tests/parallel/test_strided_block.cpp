@@ -2,31 +2,20 @@
 // copies shared among the calling thread's OpenMP team must put exactly copy_block's bytes in
 // exactly copy_block's places, whatever the team size, the block shapes and the range.
 #include <catch2/catch.hpp>
-#include <omp.h>
 
 #include <cstdint>
 #include <random>
 #include <vector>
 
 #include "parallel/strided_block.h"
+#include "tests/scoped_threads.h"
 
 using namespace dit;
-
-namespace {
-
-// Restores the calling thread's team size when a test leaves.
-struct Threads {
-  int saved = omp_get_max_threads();
-  explicit Threads(int n) { omp_set_num_threads(n); }
-  ~Threads() { omp_set_num_threads(saved); }
-};
-
-}  // namespace
 
 TEST_CASE("strided blocks: a copy shared among threads lands as copy_block's, byte for byte", "[parallel]") {
   std::mt19937 rng(7);
   for (int threads : {1, 2, 3, 7}) {
-    Threads t(threads);
+    dit_test::ScopedThreads t(threads);
     for (int trial = 0; trial < 6; ++trial) {
       // A source block of rows of `wa` floats `sa` apart and a destination of rows of `wb` floats:
       // a logical range crossing rows at different places on each side (as the all-to-all's pieces).
@@ -49,7 +38,7 @@ TEST_CASE("strided blocks: a copy shared among threads lands as copy_block's, by
 
 TEST_CASE("strided blocks: parallel_split covers a range once, in whole cache lines, one part per thread", "[parallel]") {
   for (int threads : {1, 2, 3, 8}) {
-    Threads t(threads);
+    dit_test::ScopedThreads t(threads);
     for (size_t n : {size_t(0), size_t(1000), (kParallelCopyBytes / 4) - 1, kParallelCopyBytes / 4,
                      (size_t(5) << 20) / 4 + 3}) {
       std::vector<int> hits(n, 0);

@@ -2,7 +2,6 @@
 // its content unchanged, whatever the alignment and the number of threads.
 #include <catch2/catch.hpp>
 
-#include <omp.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -11,6 +10,7 @@
 
 #include "runtime/prefault.h"
 #include "runtime/tensor.h"
+#include "tests/scoped_threads.h"
 
 namespace {
 
@@ -28,18 +28,12 @@ int64_t resident_pages(const void* p, size_t bytes, int64_t* whole) {
   return n;
 }
 
-struct ThreadCount {
-  int saved = omp_get_max_threads();
-  explicit ThreadCount(int n) { omp_set_num_threads(n); }
-  ~ThreadCount() { omp_set_num_threads(saved); }
-};
-
 }  // namespace
 
 TEST_CASE("prefault makes a fresh mapping resident and keeps what was written", "[runtime][prefault]") {
   for (int threads : {1, 2, 3}) {
     INFO(threads << " threads");
-    ThreadCount tc(threads);
+    dit_test::ScopedThreads tc(threads);
     const int64_t n = (int64_t(9) << 20) + 123;  // 36 MB of f32: 2 MB pieces and a 4 KB tail
     dit::Tensor t = dit::Tensor::empty({n});
     float* f = t.f32();
@@ -62,7 +56,7 @@ TEST_CASE("prefault makes a fresh mapping resident and keeps what was written", 
 }
 
 TEST_CASE("prefault of a small, unaligned or empty buffer keeps its bytes", "[runtime][prefault]") {
-  ThreadCount tc(2);
+  dit_test::ScopedThreads tc(2);
   std::vector<unsigned char> v(3 * 4096 + 100);
   for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<unsigned char>(i * 7 + 1);
   dit::prefault(v.data() + 3, v.size() - 5);  // a partial page at each end
