@@ -98,8 +98,7 @@ bool qk_pad_by_default() {
     const char* env = std::getenv("DIT_BF16_QK_PAD");
     const QkPad p = env ? parse_qk_pad("DIT_BF16_QK_PAD", env) : QkPad::Auto;
     if (p != QkPad::Auto) return p == QkPad::On;
-    const auto amx = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
-    return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & amx) == amx;
+    return amx_available();
   }();
   return pad;
 }

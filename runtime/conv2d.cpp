@@ -3,6 +3,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "runtime/conv2d_winograd.h"
 #include "runtime/engine.h"
 #include "runtime/error.h"
 #include "runtime/packed_weights.h"
@@ -25,6 +26,7 @@ struct Conv2d::Impl {
   std::shared_ptr<Conv2dWorkspace> ws;
   dnnl::reorder src_in, dst_in, dst_out;
   std::unordered_map<int, memory> args, src_in_args, dst_in_args, dst_out_args;
+  std::unique_ptr<WinogradPlan> wino;  // the Winograd form, when spec.winograd found a kernel
 };
 
 namespace {
@@ -104,12 +106,18 @@ Conv2d::Conv2d(const Conv2dSpec& spec, const Tensor& weight, const Tensor& bias,
     DIT_CHECK(bias.numel() == s.out_channels, m.what << ": bias has " << bias.numel() << " elements");
     m.bias = bias.dtype() == DType::F32 ? bias : bias.to(DType::F32);
   }
+  const memory::desc w_user({s.out_channels, s.in_channels, s.kernel, s.kernel}, dt::f32, tag::oihw);
+  if (s.winograd && (m.wino = WinogradPlan::make(s, m.bias.defined(), *m.ws))) {
+    m.impl_name = m.wino->impl_name();
+    m.weight = weight_in_layout(weight, w_user, m.wino->weights_desc(), packed, &m.weight_shared);
+    m.wino->bind(m.weight.data(), m.bias.defined() ? m.bias.f32() : nullptr);
+    return;
+  }
   const int64_t OH = s.out_height(), OW = s.out_width();
   dnnl_call(m.what.c_str(), [&] {
     auto& eng = Engine::get().engine;
     memory::desc src_user({s.batch, s.in_channels, s.height, s.width}, idt, act);
     memory::desc dst_user({s.batch, s.out_channels, OH, OW}, dt::f32, act);
-    memory::desc w_user({s.out_channels, s.in_channels, s.kernel, s.kernel}, dt::f32, tag::oihw);
     // Channels last: the primitive works on x and y where they are (x in the compute type).
     memory::desc src_any({s.batch, s.in_channels, s.height, s.width}, cdt, s.nhwc ? tag::nhwc : tag::any);
     memory::desc dst_any({s.batch, s.out_channels, OH, OW}, dt::f32, s.nhwc ? tag::nhwc : tag::any);
@@ -183,6 +191,7 @@ void Conv2d::run(const uint16_t* x, float* y) const {
 void Conv2d::run_any(const void* x, float* y) const {
   Impl& m = *impl_;
   dnnl_call(m.what.c_str(), [&] {
+    if (m.wino) return m.wino->run(static_cast<const float*>(x), y, *m.ws);
     auto& st = Engine::get().stream;
     m.user_src.set_data_handle(const_cast<void*>(x));
     m.user_dst.set_data_handle(y);
@@ -200,5 +209,6 @@ void Conv2d::run_any(const void* x, float* y) const {
 const Conv2dSpec& Conv2d::spec() const { return impl_->spec; }
 const std::string& Conv2d::impl_info() const { return impl_->impl_name; }
 bool Conv2d::weight_shared() const { return impl_->weight_shared; }
+bool Conv2d::uses_winograd() const { return impl_->wino != nullptr; }
 
 }  // namespace dit

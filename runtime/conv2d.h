@@ -1,6 +1,7 @@
 // 2-D convolution (NCHW, PyTorch [out, in, kh, kw] weights, bias, stride, zero padding)
 // on oneDNN, created once and reused; optional fused residual y = conv(x) + y; f32 or bf16
-// compute (x and y stay f32 in memory either way).
+// compute (x and y stay f32 in memory either way); direct, or for channels-last 3×3 f32
+// convolutions Winograd's F(4×4, 3×3) where oneDNN has it (runtime/conv2d_winograd.h).
 #pragma once
 
 #include <memory>
@@ -30,6 +31,12 @@ struct Conv2dSpec {
   DType compute = DType::F32;
   // The type of x given to run(): F32, or BF16 (bf16 compute with nhwc: x is used as it is).
   DType input = DType::F32;
+  // true: Winograd's F(4×4, 3×3) algorithm where oneDNN has a kernel for it (f32 compute and x,
+  // nhwc, 3×3, stride 1, padding 1 in W; AVX-512), else the direct one: 2-3x faster on the VAE
+  // decoder's convolutions, as exact (runtime/conv2d_winograd.h). impl_info() says which runs.
+  bool winograd = false;
+  // Winograd with halo rows (pad_rows 0): output rows a piece (0: about 16384 pixels; runtime/conv2d_winograd.h).
+  int64_t winograd_rows = 0;
   int64_t row_padding() const { return pad_rows < 0 ? padding : pad_rows; }
   int64_t out_height() const { return (height + 2 * row_padding() - kernel) / stride + 1; }
   int64_t out_width() const { return (width + 2 * padding - kernel) / stride + 1; }
@@ -53,6 +60,9 @@ class Conv2dWorkspace {
   Tensor src_, dst_, scratch_;
 };
 
+// Whether oneDNN has its Winograd kernel on this CPU (f32 on AVX-512); probed once.
+bool winograd_available();
+
 class Conv2d {
  public:
   Conv2d();
@@ -73,6 +83,7 @@ class Conv2d {
   void run(const uint16_t* x, float* y) const;  // spec.input BF16
   const Conv2dSpec& spec() const;
   const std::string& impl_info() const;  // oneDNN implementation name, for diagnostics
+  bool uses_winograd() const;             // whether spec().winograd found a Winograd kernel
   bool weight_shared() const;             // whether the weight is read from its packed entry
 
  private:

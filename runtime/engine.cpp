@@ -56,6 +56,11 @@ bool compute_supported(DType t) {
   return bf16;
 }
 
+bool amx_available() {
+  const auto amx = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
+  return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & amx) == amx;
+}
+
 void require_compute(DType t) {
   DIT_CHECK(compute_supported(t), dtype_name(t) << " compute is not available on this CPU (oneDNN "
                                                 << dnnl_version()->major << "." << dnnl_version()->minor

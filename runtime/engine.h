@@ -19,6 +19,8 @@ struct Engine {
 // Whether oneDNN can compute in `t` on this CPU: f32 always; bf16 needs a CPU with AVX-512
 // (oneDNN 2.6 has no bf16 matmul for AVX2-only CPUs). Probed once with a small bf16 matmul.
 bool compute_supported(DType t);
+// Whether oneDNN runs bf16 on AMX tiles here (as oneDNN sees the CPU: ONEDNN_MAX_CPU_ISA applies).
+bool amx_available();
 // Throws dit::Error "bf16 compute is not available on this CPU (...); use f32" when it is not.
 void require_compute(DType t);
 // parse_dtype + require_compute for a command-line flag: errors start with the flag's name.

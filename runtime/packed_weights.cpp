@@ -147,8 +147,18 @@ bool has_inner_blocks(const dnnl::memory::desc& md) {
 
 std::string describe_layout(const dnnl::memory::desc& md) {
   const dnnl_memory_desc_t& d = md.data;
-  if (d.format_kind != dnnl_blocked) return "";  // not one we can name (and so keep)
   std::ostringstream os;
+  if (d.format_kind == dnnl_format_kind_wino) {  // a Winograd convolution's weights (runtime/conv2d_winograd.h)
+    const dnnl_wino_desc_t& w = d.format_desc.wino_desc;
+    os << "dt=" << int(d.data_type);
+    list(os, "dims", d.dims, d.ndims);
+    os << " wino=" << int(w.wino_format) << " r=" << w.r << " alpha=" << w.alpha << " ic=" << w.ic << " oc=" << w.oc
+       << " blocks=" << w.ic_block << "," << w.oc_block << "," << w.ic2_block << "," << w.oc2_block
+       << " adj_scale=" << w.adj_scale << " size=" << w.size << " dnnl=" << dnnl_version()->major << "."
+       << dnnl_version()->minor << "." << dnnl_version()->patch;
+    return os.str();
+  }
+  if (d.format_kind != dnnl_blocked) return "";  // not one we can name (and so keep)
   os << "dt=" << int(d.data_type);
   list(os, "dims", d.dims, d.ndims);
   list(os, "padded", d.padded_dims, d.ndims);

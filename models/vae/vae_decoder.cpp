@@ -6,6 +6,7 @@
 
 #include "runtime/elementwise.h"
 #include "runtime/engine.h"
+#include "runtime/environment.h"
 #include "runtime/error.h"
 #include "runtime/json_config.h"
 #include "runtime/group_norm.h"
@@ -79,6 +80,17 @@ struct UpBlockW {
 };
 
 Tensor f32(const Tensor& t) { return t.dtype() == DType::F32 ? t : t.to(DType::F32); }
+
+// DIT_VAE_WINOGRAD=off: every convolution direct (to compare; on by default).
+bool winograd_wanted() {
+  static const bool on = [] {
+    const char* v = env_nonempty("DIT_VAE_WINOGRAD");
+    if (!v || std::string(v) == "on") return true;
+    DIT_CHECK(std::string(v) == "off", "DIT_VAE_WINOGRAD: '" << v << "' (expected on or off)");
+    return false;
+  }();
+  return on;
+}
 
 // compute: the convolution's type, which its packed weight is kept in (made from the plain
 // weight's mapped pages, which are given back once the entry is made).
@@ -219,6 +231,9 @@ struct VaeDecoder::Impl {
     s.nhwc = true;
     s.compute = compute;
     s.input = input;
+    // Winograd where oneDNN has it (f32; at least 16 channels in and out, its blocks: conv_in's
+    // 4 inputs and conv_out's 3 outputs stay direct, and are a few percent of the work).
+    s.winograd = VaeDecoder::winograd_for(compute) && halo && c_in >= 16 && cw.out >= 16;
     return Conv2d(s, cw.w, cw.b, conv_ws, cw.packed);
   }
   // Runs c on the band at `band` (halo row first, in c's input type) into buffer `out`'s rows
@@ -346,6 +361,28 @@ VaeDecoder::VaeDecoder(const VaeConfig& cfg, const WeightStore& s, DType compute
 }
 
 VaeDecoder::~VaeDecoder() = default;
+
+bool VaeDecoder::winograd_for(DType compute) {
+  return compute == DType::F32 && winograd_wanted() && winograd_available();
+}
+
+DType VaeDecoder::default_dtype(DType compute) {
+  return compute == DType::BF16 && winograd_for(DType::F32) && !amx_available() ? DType::F32 : compute;
+}
+
+int VaeDecoder::winograd_convolutions() const {
+  const Impl& m = *impl_;
+  int n = 0;
+  auto count = [&](const Conv2d& c) { n += c.uses_winograd() ? 1 : 0; };
+  for (const Impl::ResnetOps& r : m.resnets) {
+    count(r.c1);
+    count(r.c2);
+  }
+  for (const Conv2d& c : m.upsample_convs) count(c);
+  count(m.conv_in_op);
+  count(m.conv_out_op);
+  return n;
+}
 
 void VaeDecoder::prepare(int64_t batch, int64_t h, int64_t w, RowSplit* split) {
   Impl& m = *impl_;

@@ -65,6 +65,16 @@ class VaeDecoder {
   // The same before the last step: the decoder's output, nominally in [-1, 1] (what diffusers
   // resizes when it bins resolutions), for to_unit_range() afterwards.
   void decode_raw(const float* latents, float* image);
+  // How many of the prepared convolutions run Winograd's algorithm (f32 3×3 ones where oneDNN
+  // has it; DIT_VAE_WINOGRAD=off: none), for -v and the tests.
+  int winograd_convolutions() const;
+  // Whether a decoder computing in `compute` runs its 3×3 convolutions (16 channels and more)
+  // by Winograd's algorithm: f32, where oneDNN has the kernel, unless DIT_VAE_WINOGRAD=off.
+  static bool winograd_for(DType compute);
+  // The decoder's type when --vae-dtype is not given: --dtype's, except that bf16 decodes in
+  // f32 where f32 runs by Winograd and oneDNN has no AMX for bf16: there f32 is the faster
+  // (1.3 against 1.55 s at 256 x 256 on two cores of the AVX-512 VM) and the more exact.
+  static DType default_dtype(DType compute);
 
  private:
   struct Impl;

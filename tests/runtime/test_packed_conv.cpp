@@ -59,13 +59,17 @@ using packed_conv_test::vae_conv;
 TEST_CASE("packed weights: a convolution reading its packed entry gives the private reorder's bits, made once",
           "[runtime][packed][conv2d]") {
   for (const DType compute : dit_test::compute_types())
-    for (const int64_t k : {3, 1}) {
-      INFO(dtype_name(compute) << ", " << k << "x" << k);
+    for (const int64_t k : {3, 1})
+    for (const bool winograd : {false, true}) {  // Winograd's weight layout (f32 3x3) is kept alike
+      if (winograd && (compute != DType::F32 || k != 3)) continue;
+      INFO(dtype_name(compute) << ", " << k << "x" << k << (winograd ? ", Winograd" : ""));
       dit_test::TempDir d;
       const std::string pd = fs::canonical(d.path()).string() + "/packed";
       const Tensor w = dit_test::random_tensor({48, 32, k, k}, 3, DType::F32, 0.2f), b = dit_test::random_tensor({48}, 4);
-      const Conv2dSpec s = vae_conv(32, 48, k, 6, compute);
+      Conv2dSpec s = vae_conv(32, 48, k, 6, compute);
+      s.winograd = winograd;
       const Conv2d mine(s, w, b);
+      if (winograd && !mine.uses_winograd()) WARN("no Winograd kernel on this CPU: its weight layout not checked");
       const std::vector<float> want = run_conv(mine);
       CHECK_FALSE(mine.weight_shared());
 
@@ -77,7 +81,9 @@ TEST_CASE("packed weights: a convolution reading its packed entry gives the priv
         CHECK(dit_test::packed_entries(pd) == 1);
         CHECK(same_bits(run_conv(c), want));
         // Another band's rows in the same layout: the same entry, one mapping of it.
-        const Conv2d band(vae_conv(32, 48, k, 3, compute), w, b, nullptr, PackedSource(dir, "conv"));
+        Conv2dSpec band_spec = vae_conv(32, 48, k, 3, compute);
+        band_spec.winograd = winograd;
+        const Conv2d band(band_spec, w, b, nullptr, PackedSource(dir, "conv"));
         CHECK(band.weight_shared());
         CHECK(dir->made() == 1);
         CHECK(dit_test::mappings_of(pd) == 1);

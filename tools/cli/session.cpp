@@ -5,6 +5,7 @@
 #include <fstream>
 #include <string>
 
+#include "models/vae/vae_decoder.h"
 #include "parallel/distributed_context.h"
 #include "parallel/placement.h"
 #include "parallel/shm_mapping.h"
@@ -81,16 +82,17 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
   s.load_seconds = seconds_since(t_load);
   const ModelInfo& info = s.pipe->info();
   if (o.verbose) {
+    const DType vae_dtype = po.vae_dtype.value_or(VaeDecoder::default_dtype(po.dtype));
     if (s.env.rank == 0)
       std::fprintf(stderr,
                    "dit-gen: model %s: %s, %d layers, hidden %d, %d heads, VAE scale %d, %d thread%s/rank, "
-                   "compute %s%s, VAE %s\n",
+                   "compute %s%s, VAE %s%s\n",
                    info.dir.c_str(), info.family.c_str(), info.layers, info.hidden, info.heads, info.vae_scale,
                    num_threads(), num_threads() == 1 ? "" : "s", dtype_name(po.dtype),
                    po.dtype == DType::BF16 && qk_pad_by_default()
                        ? " (attention's Q·Kᵀ over head_dim zero-padded to a multiple of 32)"
                        : "",
-                   dtype_name(po.vae_dtype.value_or(po.dtype)));
+                   dtype_name(vae_dtype), VaeDecoder::winograd_for(vae_dtype) ? " (3x3 convolutions by Winograd F(4x4, 3x3))" : "");
     std::fprintf(stderr, "dit-gen: rank %d: %.0f MB resident after loading\n", s.env.rank, resident_mb());
   }
 }

@@ -1,0 +1,162 @@
+#include "runtime/conv2d_winograd.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "runtime/conv2d.h"
+#include "runtime/error.h"
+
+namespace dit {
+
+using dnnl::memory;
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+namespace {
+
+// About this many output pixels a piece: 16384 ran at 0.95-1.1x the speed of one call over the
+// whole image on the 2-core VM (128-512 channels), 4096 at 0.7-0.8x (docs/vae.md).
+constexpr int64_t kPiecePixels = 16384;
+// A piece's scratch (its transformed input and output tiles) is kept under this by fewer rows.
+constexpr size_t kMaxScratch = size_t(64) << 20;
+constexpr int64_t kTile = 4;  // output rows of one Winograd tile
+
+int64_t default_piece_rows(int64_t out_w) {
+  return std::max<int64_t>(kTile, kPiecePixels / std::max<int64_t>(out_w, 1) / kTile * kTile);
+}
+
+}  // namespace
+
+WinogradPlan::~WinogradPlan() = default;
+
+bool winograd_available() {
+  static const bool available = [] {
+    Conv2dSpec s;
+    s.in_channels = s.out_channels = 16;
+    s.height = s.width = 8;
+    s.nhwc = true;
+    Conv2dWorkspace ws;
+    return WinogradPlan::make(s, false, ws) != nullptr;
+  }();
+  return available;
+}
+
+std::unique_ptr<WinogradPlan> WinogradPlan::make(const Conv2dSpec& s, bool has_bias, Conv2dWorkspace& ws) {
+  if (s.compute != DType::F32 || s.input != DType::F32 || !s.nhwc || s.kernel != 3 || s.stride != 1 ||
+      s.padding != 1)
+    return nullptr;
+  std::unique_ptr<WinogradPlan> p(new WinogradPlan());
+  WinogradPlan& m = *p;
+  m.batch_ = s.batch;
+  m.in_h_ = s.height;
+  m.in_w_ = s.width;
+  m.in_c_ = s.in_channels;
+  m.out_h_ = s.out_height();
+  m.out_w_ = s.out_width();
+  m.out_c_ = s.out_channels;
+  m.halo_ = s.row_padding() == 0;
+  int64_t rows = m.out_h_;
+  if (m.halo_) rows = std::min(m.out_h_, s.winograd_rows > 0 ? s.winograd_rows : default_piece_rows(m.out_w_));
+  std::ostringstream what;
+  what << "Winograd Conv2d x[" << s.batch << ", " << s.height << ", " << s.width << ", " << s.in_channels << "] -> "
+       << s.out_channels << " channels";
+  auto& eng = Engine::get().engine;
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  const memory::desc b_md({s.out_channels}, dt::f32, tag::a);
+  const memory::desc w_any({s.out_channels, s.in_channels, 3, 3}, dt::f32, tag::any);
+  dnnl::convolution_forward::primitive_desc pd;
+  for (;;) {
+    const int64_t in_rows = m.halo_ ? rows + 2 : m.in_h_;
+    const memory::dims pad{m.halo_ ? 0 : s.row_padding(), 1};
+    const memory::desc src_any({1, s.in_channels, in_rows, s.width}, dt::f32, tag::any);
+    const memory::desc dst_any({1, s.out_channels, rows, m.out_w_}, dt::f32, tag::any);
+    try {
+      auto d = has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                          dnnl::algorithm::convolution_winograd, src_any, w_any, b_md,
+                                                          dst_any, {1, 1}, pad, pad)
+                        : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                          dnnl::algorithm::convolution_winograd, src_any, w_any,
+                                                          dst_any, {1, 1}, pad, pad);
+      pd = dnnl::convolution_forward::primitive_desc(d, attr, eng);
+    } catch (const dnnl::error& e) {
+      if (e.status == dnnl_unimplemented) return nullptr;  // no Winograd kernel for this CPU or shape
+      rethrow_dnnl(what.str().c_str(), e);
+    }
+    if (!m.halo_ || rows <= kTile || pd.scratchpad_desc().get_size() <= kMaxScratch) break;
+    rows = std::max(kTile, rows / 2 / kTile * kTile);
+  }
+  m.rows_ = rows;
+  m.impl_name_ = pd.impl_info_str();
+  m.weights_md_ = pd.weights_desc();
+  dnnl_call(what.str().c_str(), [&] {
+    m.conv_ = dnnl::convolution_forward(pd);
+    const int64_t in_rows = m.halo_ ? rows + 2 : m.in_h_;
+    m.user_src_ = memory(memory::desc({1, s.in_channels, in_rows, s.width}, dt::f32, tag::nhwc), eng, nullptr);
+    m.src_ = memory(pd.src_desc(), eng, nullptr);
+    m.dst_ = memory(pd.dst_desc(), eng, nullptr);
+    m.user_dst_ = memory(memory::desc({1, s.out_channels, rows, m.out_w_}, dt::f32, tag::nhwc), eng, nullptr);
+    dnnl::primitive_attr out_attr;  // y = conv(x) + b (+ y: the residual added on the way out)
+    if (s.accumulate) {
+      dnnl::post_ops po;
+      po.append_sum(1.f);
+      out_attr.set_post_ops(po);
+    }
+    m.src_in_ = dnnl::reorder(m.user_src_, m.src_);
+    m.src_in_args_ = {{DNNL_ARG_FROM, m.user_src_}, {DNNL_ARG_TO, m.src_}};
+    m.dst_out_ = dnnl::reorder(dnnl::reorder::primitive_desc(m.dst_, m.user_dst_, out_attr));
+    m.dst_out_args_ = {{DNNL_ARG_FROM, m.dst_}, {DNNL_ARG_TO, m.user_dst_}};
+    for (int64_t r0 = 0; r0 + rows <= m.out_h_; r0 += rows) m.steps_.push_back({r0, false});
+    m.tail_rows_ = m.out_h_ % rows;
+    if (m.tail_rows_ > 0) {  // the last `rows` rows; the first rows - tail of them are written already
+      m.steps_.push_back({m.out_h_ - rows, true});
+      const memory::dims tail_dims{1, s.out_channels, m.tail_rows_, m.out_w_};
+      m.dst_tail_view_ = memory(pd.dst_desc().submemory_desc(tail_dims, {0, 0, rows - m.tail_rows_, 0}), eng, nullptr);
+      m.user_tail_ = memory(memory::desc(tail_dims, dt::f32, tag::nhwc), eng, nullptr);
+      m.tail_out_ = dnnl::reorder(dnnl::reorder::primitive_desc(m.dst_tail_view_, m.user_tail_, out_attr));
+      m.tail_out_args_ = {{DNNL_ARG_FROM, m.dst_tail_view_}, {DNNL_ARG_TO, m.user_tail_}};
+    }
+    const size_t sp = pd.scratchpad_desc().get_size();
+    if (sp) m.scratch_ = memory(pd.scratchpad_desc(), eng, nullptr);
+    ws.reserve(pd.src_desc().get_size(), pd.dst_desc().get_size(), sp);
+  });
+  return p;
+}
+
+void WinogradPlan::bind(const void* weight, const float* bias) {
+  auto& eng = Engine::get().engine;
+  conv_args_ = {{DNNL_ARG_SRC, src_},
+                {DNNL_ARG_WEIGHTS, memory(weights_md_, eng, const_cast<void*>(weight))},
+                {DNNL_ARG_DST, dst_}};
+  if (bias) conv_args_[DNNL_ARG_BIAS] = memory(memory::desc({out_c_}, dt::f32, tag::a), eng, const_cast<float*>(bias));
+  if (scratch_) conv_args_[DNNL_ARG_SCRATCHPAD] = scratch_;
+}
+
+void WinogradPlan::run(const float* x, float* y, Conv2dWorkspace& ws) const {
+  auto& st = Engine::get().stream;
+  // Bound here: a convolution built later may have grown the shared workspace.
+  src_.set_data_handle(ws.src());
+  dst_.set_data_handle(ws.dst());
+  if (dst_tail_view_) dst_tail_view_.set_data_handle(ws.dst());
+  if (scratch_) scratch_.set_data_handle(ws.scratch());
+  for (int64_t n = 0; n < batch_; ++n) {
+    const float* xn = x + n * in_h_ * in_w_ * in_c_;
+    float* yn = y + n * out_h_ * out_w_ * out_c_;
+    for (const Step& step : steps_) {
+      // Input rows of output row r: r .. r + 2 in the halo form; the whole image otherwise.
+      user_src_.set_data_handle(const_cast<float*>(xn + (halo_ ? step.out_row : 0) * in_w_ * in_c_));
+      execute(src_in_, st, src_in_args_);
+      execute(conv_, st, conv_args_);
+      if (step.tail) {
+        user_tail_.set_data_handle(yn + (out_h_ - tail_rows_) * out_w_ * out_c_);
+        execute(tail_out_, st, tail_out_args_);
+      } else {
+        user_dst_.set_data_handle(yn + step.out_row * out_w_ * out_c_);
+        execute(dst_out_, st, dst_out_args_);
+      }
+    }
+  }
+  st.wait();
+}
+
+}  // namespace dit

@@ -1,0 +1,74 @@
+// The Winograd form of a channels-last 3×3 convolution (Conv2dSpec::winograd), for
+// runtime/conv2d.cpp: oneDNN's F(4×4, 3×3) kernel (`jit_wino_4x3`, f32 on AVX-512) computes
+// each 4×4 tile of outputs from a 6×6 tile of inputs with 36 multiplications per channel pair
+// instead of 144 — 2–3× faster than the direct kernel on the VAE decoder's convolutions, its
+// error against exact arithmetic the direct kernel's (docs/vae.md, "Winograd convolutions").
+//
+// The kernel reads and writes only oneDNN's blocked layout (nChw16c), and its scratch grows
+// with the tiles it is given (303 MB for 256 → 256 channels at 256 × 256 in one call). So the
+// convolution runs over pieces of output rows: each piece's input rows are reordered from
+// channels last into a blocked copy, convolved into a blocked output, and reordered back (adding
+// to y when the convolution accumulates). A piece covers about 16384 pixels, in whole rows of
+// 4 (one tile): 42–80 MB of scratch at the decoder's sizes, and as fast as one call or faster.
+//
+//   auto plan = WinogradPlan::make(spec, has_bias, *workspace);   // null: no Winograd kernel here
+//   Tensor w = weight in plan->weights_desc();                     // oneDNN's Winograd weight layout
+//   plan->bind(w.data(), bias);
+//   plan->run(x, y, *workspace);                                   // x [N, H, W, C], y [N, OH, OW, O]
+//
+// Pieces: with the halo form (Conv2dSpec::pad_rows 0: x carries the rows above and below) the
+// output rows are cut into pieces of R rows; where R does not divide them, the last piece is
+// the last R rows, of which only those not yet written are copied out. Every piece has the same
+// shape, so one primitive, one weight layout and one pair of reorders serve them all. With
+// padding above and below, the whole image is one piece. The pieces depend on the shape only,
+// never on the thread count: results are the same bits with any number of threads.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/engine.h"
+
+namespace dit {
+
+struct Conv2dSpec;
+class Conv2dWorkspace;
+
+class WinogradPlan {
+ public:
+  // The plan for `s` (f32 compute and input, channels last, 3×3, stride 1), its buffers reserved
+  // in `ws`; null where oneDNN has no Winograd kernel for it (a CPU without AVX-512, a shape the
+  // kernel does not take). Throws dit::Error for other oneDNN failures.
+  static std::unique_ptr<WinogradPlan> make(const Conv2dSpec& s, bool has_bias, Conv2dWorkspace& ws);
+  ~WinogradPlan();
+
+  const dnnl::memory::desc& weights_desc() const { return weights_md_; }
+  const std::string& impl_name() const { return impl_name_; }
+  int64_t piece_rows() const { return rows_; }
+  // The weight in weights_desc() and the f32 bias (null: none), kept by the caller.
+  void bind(const void* weight, const float* bias);
+  // x: [batch, H, W, C] f32; y: [batch, OH, OW, O] f32 (added to when accumulating).
+  void run(const float* x, float* y, Conv2dWorkspace& ws) const;
+
+ private:
+  WinogradPlan() = default;
+  struct Step {
+    int64_t out_row = 0;   // the piece's first output row (its input rows start here in the halo form)
+    bool tail = false;     // copy out only its last `tail_rows` rows
+  };
+  int64_t batch_ = 1, in_h_ = 0, in_w_ = 0, in_c_ = 0, out_h_ = 0, out_w_ = 0, out_c_ = 0;
+  int64_t rows_ = 0, tail_rows_ = 0;
+  bool halo_ = true;
+  std::vector<Step> steps_;
+  std::string impl_name_;
+  dnnl::memory::desc weights_md_;
+  dnnl::convolution_forward conv_;
+  dnnl::reorder src_in_, dst_out_, tail_out_;
+  // Memories whose handles run() sets: x's rows, the blocked copies, the scratch, y's rows.
+  dnnl::memory user_src_, src_, dst_, dst_tail_view_, user_dst_, user_tail_, scratch_;
+  std::unordered_map<int, dnnl::memory> conv_args_, src_in_args_, dst_out_args_, tail_out_args_;
+};
+
+}  // namespace dit
