@@ -232,8 +232,11 @@ struct VaeDecoder::Impl {
     s.compute = compute;
     s.input = input;
     // Winograd where oneDNN has it (f32; at least 16 channels in and out, its blocks: conv_in's
-    // 4 inputs and conv_out's 3 outputs stay direct, and are a few percent of the work).
-    s.winograd = VaeDecoder::winograd_for(compute) && halo && c_in >= 16 && cw.out >= 16;
+    // 4 inputs and conv_out's 3 outputs stay direct, and are under 1% of the work), and where
+    // the weight has a packed entry: oneDNN's transform into the Winograd layout is slow (5.9 s
+    // for the SD VAE's weights on the 2-core VM), so it is made once per machine, not at every
+    // preparation (--weight-cache off: direct).
+    s.winograd = VaeDecoder::winograd_for(compute, bool(cw.packed)) && halo && c_in >= 16 && cw.out >= 16;
     return Conv2d(s, cw.w, cw.b, conv_ws, cw.packed);
   }
   // Runs c on the band at `band` (halo row first, in c's input type) into buffer `out`'s rows
@@ -362,12 +365,12 @@ VaeDecoder::VaeDecoder(const VaeConfig& cfg, const WeightStore& s, DType compute
 
 VaeDecoder::~VaeDecoder() = default;
 
-bool VaeDecoder::winograd_for(DType compute) {
-  return compute == DType::F32 && winograd_wanted() && winograd_available();
+bool VaeDecoder::winograd_for(DType compute, bool weight_cache) {
+  return compute == DType::F32 && weight_cache && winograd_wanted() && winograd_available();
 }
 
-DType VaeDecoder::default_dtype(DType compute) {
-  return compute == DType::BF16 && winograd_for(DType::F32) && !amx_available() ? DType::F32 : compute;
+DType VaeDecoder::default_dtype(DType compute, bool weight_cache) {
+  return compute == DType::BF16 && winograd_for(DType::F32, weight_cache) && !amx_available() ? DType::F32 : compute;
 }
 
 int VaeDecoder::winograd_convolutions() const {

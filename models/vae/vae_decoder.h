@@ -69,12 +69,13 @@ class VaeDecoder {
   // has it; DIT_VAE_WINOGRAD=off: none), for -v and the tests.
   int winograd_convolutions() const;
   // Whether a decoder computing in `compute` runs its 3×3 convolutions (16 channels and more)
-  // by Winograd's algorithm: f32, where oneDNN has the kernel, unless DIT_VAE_WINOGRAD=off.
-  static bool winograd_for(DType compute);
+  // by Winograd's algorithm: f32, where oneDNN has the kernel, with the weight cache on (their
+  // weights are transformed once into its layout there), unless DIT_VAE_WINOGRAD=off.
+  static bool winograd_for(DType compute, bool weight_cache);
   // The decoder's type when --vae-dtype is not given: --dtype's, except that bf16 decodes in
   // f32 where f32 runs by Winograd and oneDNN has no AMX for bf16: there f32 is the faster
   // (1.3 against 1.55 s at 256 x 256 on two cores of the AVX-512 VM) and the more exact.
-  static DType default_dtype(DType compute);
+  static DType default_dtype(DType compute, bool weight_cache);
 
  private:
   struct Impl;

@@ -35,13 +35,18 @@ TEST_CASE("parallel VAE: the decode split over ranks gives the serial decoder's 
                           Case{"dit-wide", "dit-wide.ddim8.label2.seed11.g1.5.h24w16.safetensors", 4});
   const dit::DType compute = GENERATE(dit::DType::F32, dit::DType::BF16);
   if (compute == dit::DType::BF16 && !bf16_available()) return;
-  INFO(c.file << " over " << c.ranks << " ranks, " << dit::dtype_name(compute));
+  // With a weight cache, as dit-gen runs by default: f32's 3x3 convolutions by Winograd, in
+  // pieces of each band's rows.
+  const bool cached = GENERATE(false, true);
+  INFO(c.file << " over " << c.ranks << " ranks, " << dit::dtype_name(compute) << (cached ? ", weight cache" : ""));
+  TempDir tmp;
+  const std::string cache = cached ? tmp.path() + "/wc" : "";
   const dit::Tensor latents = golden(c.file, "latents");
-  const dit::Tensor serial = decode_vae(c.model, latents, compute);
+  const dit::Tensor serial = decode_vae(c.model, latents, compute, nullptr, cache);
   std::vector<dit::Tensor> images(size_t(c.ranks));
   const std::string err = run_rank_threads(c.ranks, std::chrono::seconds(60), [&](std::shared_ptr<dit::ProcessGroup> pg, int r) {
     auto split = dit::make_row_split(pg);
-    images[size_t(r)] = decode_vae(c.model, latents, compute, split.get());
+    images[size_t(r)] = decode_vae(c.model, latents, compute, split.get(), cache);
   });
   REQUIRE(err.empty());
   for (int r = 0; r < c.ranks; ++r) {

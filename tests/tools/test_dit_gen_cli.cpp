@@ -28,6 +28,19 @@ namespace {
 
 const std::string kTinyGen = " -m " + data_path("dit-tiny");
 
+// The largest difference of two PNGs of one size, in levels of 255 (256 when they differ in size
+// or either cannot be read).
+int max_level_difference(const std::string& a, const std::string& b) {
+  int wa = 0, ha = 0, wb = 0, hb = 0, c = 0;
+  unsigned char* pa = stbi_load(a.c_str(), &wa, &ha, &c, 3);
+  unsigned char* pb = stbi_load(b.c_str(), &wb, &hb, &c, 3);
+  int most = pa && pb && wa == wb && ha == hb ? 0 : 256;
+  for (int64_t i = 0; most < 256 && i < int64_t(wa) * ha * 3; ++i) most = std::max(most, std::abs(int(pa[i]) - int(pb[i])));
+  stbi_image_free(pa);
+  stbi_image_free(pb);
+  return most;
+}
+
 // Expects a failed run: non-zero exit, a one-line "error" message mentioning `needle`, and no output file.
 void expect_gen_failure(const std::string& args, const std::string& needle, const std::string& output) {
   RunResult r = run(gen(args));
@@ -87,7 +100,7 @@ TEST_CASE("dit-gen --vae-dtype: the decoder's convolution type, in the parameter
   REQUIRE(b.code == 0);
   REQUIRE(c.code == 0);
   REQUIRE(d.code == 0);
-  const bool f32_default = dit::VaeDecoder::default_dtype(dit::DType::BF16) == dit::DType::F32;
+  const bool f32_default = dit::VaeDecoder::default_dtype(dit::DType::BF16, true) == dit::DType::F32;
   INFO("--dtype bf16 decodes in " << (f32_default ? "f32" : "bf16") << " by default here");
   CHECK(a.err.find(f32_default ? "compute bf16, VAE f32" : "compute bf16, VAE bf16") != std::string::npos);
   const std::string pa = dit::read_png_text(s.file("a.png"), "parameters");
@@ -572,12 +585,13 @@ TEST_CASE("dit-gen: linear and convolution weights packed into the weight cache 
   CHECK(entries() == made);  // mapped, not rewritten
   CHECK(latents("--weight-cache off", "c") == a);
   // The VAE decoder's convolutions read their weights from entries too (one per weight and
-  // layout): the same image bytes as from private reorders (--weight-cache off).
+  // layout): the same image bytes as a later run's. Without the cache they are direct, not by
+  // Winograd (f32, AVX-512): the same pixels to a level (the two algorithms round apart).
   size_t conv_entries = 0;
   for (const auto& [name, when] : made) conv_entries += slurp(packed + "/" + name).find(".conv_in.weight|") != std::string::npos;
   CHECK(conv_entries == 1);
   CHECK(slurp(s.file("b.png")) == slurp(s.file("a.png")));
-  CHECK(slurp(s.file("c.png")) == slurp(s.file("a.png")));
+  CHECK(max_level_difference(s.file("c.png"), s.file("a.png")) <= 1);
   // Tensor parallelism packs each rank's shard under its own key: the same latents again.
   const std::string tp = latents("--tp 2 --weight-cache " + wc, "d");
   CHECK(tp == latents("--tp 2 --weight-cache off", "e"));
