@@ -194,7 +194,9 @@ json bench_attention(int64_t tokens, int64_t B, DType c, int64_t qb = 0, int64_t
 
 // A 3x3 convolution at VAE sizes. layout: "blocked" (NCHW x and y reordered to oneDNN's
 // blocked layout and back in each run), "nchw" (in place), "nhwc" (channels last in place:
-// the VAE decoder's; with bf16 compute x is given in bf16, as GroupNorm writes it there).
+// the VAE decoder's direct form; with bf16 compute x is given in bf16, as GroupNorm writes it
+// there), "nhwc_winograd" (f32: the decoder's Winograd form, x with its halo rows, in pieces of
+// rows through blocked copies, runtime/conv2d_winograd.h; "impl" says whether oneDNN had it).
 json bench_conv(int64_t ch, int64_t hw, const std::string& layout, DType c) {
   Conv2dSpec s;
   s.compute = c;
@@ -203,10 +205,15 @@ json bench_conv(int64_t ch, int64_t hw, const std::string& layout, DType c) {
   s.kernel = 3;
   s.padding = 1;
   s.blocked = layout == "blocked";
-  s.nhwc = layout == "nhwc";
+  s.nhwc = layout == "nhwc" || layout == "nhwc_winograd";
   s.input = s.nhwc ? c : DType::F32;
+  s.winograd = layout == "nhwc_winograd";
+  if (s.winograd) {
+    s.height = hw + 2;  // the halo rows
+    s.pad_rows = 0;
+  }
   Conv2d conv(s, random_tensor({ch, ch, 3, 3}, 9), random_tensor({ch}, 10));
-  Tensor x = random_tensor({1, ch, hw, hw}, 11, 1.f), y = Tensor::empty({1, ch, hw, hw});
+  Tensor x = random_tensor({1, ch, s.height, hw}, 11, 1.f), y = Tensor::empty({1, ch, hw, hw});
   if (s.input == DType::BF16) x = x.to(DType::BF16);
   double sec = median_seconds([&] {
     if (s.input == DType::BF16)
@@ -339,9 +346,9 @@ int main(int argc, char** argv) {
     if (only.empty() || only == "conv")
       for (auto [ch, hw] : {std::pair<int64_t, int64_t>{512, 32}, {256, 128}, {128, 256}})
         for (DType c : types)
-          for (const char* layout : {"nhwc", "blocked", "nchw"})
-            if (c == DType::F32 || std::string(layout) != "nchw")  // bf16 converts an NCHW x in a reorder
-              rows.push_back(bench_conv(ch, hw, layout, c));
+          for (const char* layout : {"nhwc", "nhwc_winograd", "blocked", "nchw"})
+            if (c == DType::F32 || (std::string(layout) != "nchw" && std::string(layout) != "nhwc_winograd"))
+              rows.push_back(bench_conv(ch, hw, layout, c));  // bf16 converts an NCHW x in a reorder, has no Winograd
     if (only.empty() || only == "copy") rows.push_back(bench_copy());
     res["results"] = rows;
     std::printf("%s\n", res.dump(1).c_str());

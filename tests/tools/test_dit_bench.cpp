@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
+#include "runtime/conv2d.h"
 #include "tests/compute_types.h"
 
 using namespace dit_test;
@@ -416,4 +417,23 @@ TEST_CASE("dit-kernel-bench --bf16-pad-qk times bf16 attention with Q and K padd
   }
   CHECK(padded == (dit_test::bf16_available() ? 4 : 0));  // 2 head sizes × 256 and 1024 tokens
   CHECK(plain == 2 * 2 * int64_t(compute_types().size()));
+}
+
+// --only conv: the VAE's 3x3 convolutions in every layout, the decoder's Winograd form in f32
+// among them (Winograd's kernel where oneDNN has it; the direct one it falls back to elsewhere).
+TEST_CASE("dit-kernel-bench --only conv times the decoder's direct and Winograd convolutions", "[tools][bench]") {
+  const auto doc = json_of(bin("dit-kernel-bench") + " -t 2 --only conv --runs 1 --warmup 0");
+  int64_t winograd = 0, direct_nhwc = 0;
+  for (const auto& row : doc["results"]) {
+    INFO(row.dump());
+    CHECK(row["gflops"].get<double>() > 0);
+    if (row["op"] == "conv3x3_nhwc_winograd") {
+      ++winograd;
+      CHECK(row["dtype"] == "f32");
+      if (dit::winograd_available()) CHECK(row["impl"].get<std::string>().find("wino") != std::string::npos);
+    }
+    if (row["op"] == "conv3x3_nhwc") ++direct_nhwc;
+  }
+  CHECK(winograd == 3);  // 512 channels at 32 x 32, 256 at 128 x 128, 128 at 256 x 256
+  CHECK(direct_nhwc == 3 * int64_t(compute_types().size()));
 }
