@@ -13,12 +13,7 @@ using namespace dit_test;
 
 TEST_CASE("VAE decodes with bf16 convolutions close to the reference's image", "[models][vae][bf16]") {
   if (!bf16_available()) return;
-  struct Case {
-    const char* model;
-    const char* file;
-  };
-  const Case c = GENERATE(Case{"dit-tiny", "dit-tiny.ddim10.label3.seed42.g4.safetensors"},
-                          Case{"dit-small", "dit-small.dpm12.label11.seed9.g4.h48w64.safetensors"});
+  const VaeGolden c = GENERATE(from_range(vae_golden_cases()));
   INFO(c.file);
   const dit::Tensor latents = golden(c.file, "latents"), want = golden(c.file, "image");
   const dit::Tensor f32 = decode_vae(c.model, latents, dit::DType::F32);

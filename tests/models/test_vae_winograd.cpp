@@ -15,12 +15,7 @@ using namespace dit_test;
 
 TEST_CASE("VAE decoder: its f32 3x3 convolutions by Winograd, the image within 5e-6 of the reference's",
           "[models][vae][winograd]") {
-  struct Case {
-    const char* model;
-    const char* file;
-  };
-  const Case c = GENERATE(Case{"dit-tiny", "dit-tiny.ddim10.label3.seed42.g4.safetensors"},
-                          Case{"dit-small", "dit-small.dpm12.label11.seed9.g4.h48w64.safetensors"});
+  const VaeGolden c = GENERATE(from_range(vae_golden_cases()));
   INFO(c.file);
   TempDir tmp;
   const dit::Tensor latents = golden(c.file, "latents"), want = golden(c.file, "image");

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "golden_util.h"
 #include "models/vae/vae_decoder.h"
@@ -10,6 +11,17 @@
 #include "runtime/weight_cache.h"
 
 namespace dit_test {
+
+// Runs of the independent reference whose final latents and image the VAE tests decode and
+// compare: the test model and its golden file.
+struct VaeGolden {
+  const char* model;
+  const char* file;
+};
+inline std::vector<VaeGolden> vae_golden_cases() {
+  return {{"dit-tiny", "dit-tiny.ddim10.label3.seed42.g4.safetensors"},
+          {"dit-small", "dit-small.dpm12.label11.seed9.g4.h48w64.safetensors"}};
+}
 
 // latents [B, C, h, w] -> image [B, 3, H, W] in [0, 1]; split: this rank's band of rows (null: all).
 // cache: a weight cache directory (runtime/weight_cache.h), where the convolutions keep their
