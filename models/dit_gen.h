@@ -128,6 +128,10 @@ class Pipeline {
   // (batch_key equal). Each result equals what generate() gives for its request alone.
   std::vector<Result> generate_batch(const std::vector<Request>& reqs, const ProgressFn& progress = {});
   const ModelInfo& info() const;
+  // The VAE decoder's convolution type (PipelineOptions::vae_dtype, or its default) and
+  // whether its 3×3 convolutions run by Winograd's algorithm (models/vae/vae_decoder.h).
+  DType vae_dtype() const;
+  bool vae_winograd() const;
   ParallelContext& parallel();
   // The whole transformer's FLOPs per step at the last generation's shape, every rank of the
   // replica together (benchmarks).

@@ -49,6 +49,7 @@ struct Pipeline::Impl {
   SchedulerConfig scfg;
   ModelInfo info;
   DType dtype = DType::F32, vae_dtype = DType::F32;
+  bool weight_cache_on = false;  // the VAE's convolution weights have packed entries (Winograd)
   std::shared_ptr<ParallelContext> ctx;
   Conditioning cond;
 
@@ -220,7 +221,8 @@ std::unique_ptr<Pipeline> Pipeline::load(const PipelineOptions& opt) {
             dir << ": the VAE has " << m.vcfg.latent_channels << " latent channels but the transformer takes "
                 << g.in_channels);
   m.dtype = opt.dtype;
-  m.vae_dtype = opt.vae_dtype.value_or(VaeDecoder::default_dtype(opt.dtype, !opt.weight_cache.dir.empty()));
+  m.weight_cache_on = !opt.weight_cache.dir.empty();
+  m.vae_dtype = opt.vae_dtype.value_or(VaeDecoder::default_dtype(opt.dtype, m.weight_cache_on));
   m.vstore = WeightStore::open_dir(dir + "/vae");
   // The VAE's weights are read as f32 (converted through the cache when stored in half
   // precision); each convolution keeps its own copy in its layout and compute type.
@@ -253,6 +255,9 @@ ResolvedRequest Pipeline::resolve(const Request& req) const {
   const Impl& m = *impl_;
   return resolve_request(req, m.info, m.rules, *m.conditioner, m.ctx->cfg().branch() != -1, m.ctx->decode_parts());
 }
+
+DType Pipeline::vae_dtype() const { return impl_->vae_dtype; }
+bool Pipeline::vae_winograd() const { return VaeDecoder::winograd_for(impl_->vae_dtype, impl_->weight_cache_on); }
 
 std::string Pipeline::parameters(const ResolvedRequest& r) const {
   return format_parameters(r, impl_->info, impl_->dtype, impl_->vae_dtype);

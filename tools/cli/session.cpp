@@ -5,7 +5,6 @@
 #include <fstream>
 #include <string>
 
-#include "models/vae/vae_decoder.h"
 #include "parallel/distributed_context.h"
 #include "parallel/placement.h"
 #include "parallel/shm_mapping.h"
@@ -82,8 +81,6 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
   s.load_seconds = seconds_since(t_load);
   const ModelInfo& info = s.pipe->info();
   if (o.verbose) {
-    const bool cache = !po.weight_cache.dir.empty();
-    const DType vae_dtype = po.vae_dtype.value_or(VaeDecoder::default_dtype(po.dtype, cache));
     if (s.env.rank == 0)
       std::fprintf(stderr,
                    "dit-gen: model %s: %s, %d layers, hidden %d, %d heads, VAE scale %d, %d thread%s/rank, "
@@ -93,7 +90,7 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
                    po.dtype == DType::BF16 && qk_pad_by_default()
                        ? " (attention's Q·Kᵀ over head_dim zero-padded to a multiple of 32)"
                        : "",
-                   dtype_name(vae_dtype), VaeDecoder::winograd_for(vae_dtype, cache) ? " (3x3 convolutions by Winograd F(4x4, 3x3))" : "");
+                   dtype_name(s.pipe->vae_dtype()), s.pipe->vae_winograd() ? " (3x3 convolutions by Winograd F(4x4, 3x3))" : "");
     std::fprintf(stderr, "dit-gen: rank %d: %.0f MB resident after loading\n", s.env.rank, resident_mb());
   }
 }
