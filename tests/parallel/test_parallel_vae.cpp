@@ -38,6 +38,7 @@ TEST_CASE("parallel VAE: the decode split over ranks gives the serial decoder's 
   // With a weight cache, as dit-gen runs by default: f32's 3x3 convolutions by Winograd, in
   // pieces of each band's rows.
   const bool cached = GENERATE(false, true);
+  if (cached && compute != dit::DType::F32) return;  // bf16 has no Winograd: the same direct decode
   INFO(c.file << " over " << c.ranks << " ranks, " << dit::dtype_name(compute) << (cached ? ", weight cache" : ""));
   TempDir tmp;
   const std::string cache = cached ? tmp.path() + "/wc" : "";
