@@ -61,9 +61,9 @@ Conv2d::~Conv2d() = default;
 
 // The weight in the primitive's layout `want`: mapped from its packed entry (made there from
 // `weight` when missing), or, without one or where an optional directory failed, a private
-// reorder. *shared says which.
+// reorder (none when `private_copy` is false: an undefined Tensor). *shared says which.
 static Tensor weight_in_layout(const Tensor& weight, const memory::desc& user, const memory::desc& want,
-                               const PackedSource& packed, bool* shared) {
+                               const PackedSource& packed, bool* shared, bool private_copy = true) {
   auto fill = [&](void* dst) {
     const Tensor wf = weight.dtype() == DType::F32 ? weight : weight.to(DType::F32);
     pack_weight(user, wf.data(), want, dst);
@@ -72,6 +72,7 @@ static Tensor weight_in_layout(const Tensor& weight, const memory::desc& user, c
     Tensor t = packed.dir->get(packed.key, want, fill, packed.release_plain, packed.source);
     if ((*shared = t.defined())) return t;
   }
+  if (!private_copy) return Tensor();
   Tensor t = Tensor::empty({int64_t((want.get_size() + 3) / 4)});
   fill(t.data());
   return t;
@@ -108,10 +109,15 @@ Conv2d::Conv2d(const Conv2dSpec& spec, const Tensor& weight, const Tensor& bias,
   }
   const memory::desc w_user({s.out_channels, s.in_channels, s.kernel, s.kernel}, dt::f32, tag::oihw);
   if (s.winograd && (m.wino = WinogradPlan::make(s, m.bias.defined(), *m.ws))) {
-    m.impl_name = m.wino->impl_name();
-    m.weight = weight_in_layout(weight, w_user, m.wino->weights_desc(), packed, &m.weight_shared);
-    m.wino->bind(m.weight.data(), m.bias.defined() ? m.bias.f32() : nullptr);
-    return;
+    // Given a packed source whose directory failed (an optional one that cannot be written),
+    // the direct form: the private transform into Winograd's layout is slow.
+    m.weight = weight_in_layout(weight, w_user, m.wino->weights_desc(), packed, &m.weight_shared, !packed);
+    if (m.weight.defined()) {
+      m.impl_name = m.wino->impl_name();
+      m.wino->bind(m.weight.data(), m.bias.defined() ? m.bias.f32() : nullptr);
+      return;
+    }
+    m.wino.reset();
   }
   const int64_t OH = s.out_height(), OW = s.out_width();
   dnnl_call(m.what.c_str(), [&] {

@@ -35,7 +35,8 @@ struct Conv2dSpec {
   // nhwc, 3×3, stride 1, padding 1 in W; AVX-512), else the direct one: 2-3x faster on the VAE
   // decoder's convolutions, as exact (runtime/conv2d_winograd.h). impl_info() says which runs.
   // oneDNN's transform of the weight into the kernel's layout is slow (5.9 s for the SD VAE's
-  // weights on the 2-core VM): give a packed source, so that it is made once per machine.
+  // weights on the 2-core VM): give a packed source, so that it is made once per machine; one
+  // whose directory fails runs the direct form (without a source the transform is private).
   bool winograd = false;
   // Winograd with halo rows (pad_rows 0): output rows a piece (0: about 16384 pixels; runtime/conv2d_winograd.h).
   int64_t winograd_rows = 0;

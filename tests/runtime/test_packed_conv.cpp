@@ -2,7 +2,7 @@
 // its weight from the machine's packed entry gives the bits of one that reorders a private copy;
 // the entry is made once per weight and layout, and the next convolution of it (another band's
 // rows, another process) maps it instead of reordering; an unusable optional directory falls
-// back to the private copy.
+// back to the private copy (a Winograd convolution to the direct form).
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -118,4 +118,14 @@ TEST_CASE("packed weights: a convolution over an unusable optional directory reo
   const std::string e = dit_test::error_of(
       [&] { Conv2d(s, w, b, nullptr, PackedSource(std::make_shared<PackedWeightDir>(bad, false), "conv")); });
   CHECK(e.find(bad) != std::string::npos);
+  // Winograd asked for over that directory: the direct form, not a private transform into its layout.
+  Conv2dSpec sw = vae_conv(16, 16, 3, 4, DType::F32);
+  sw.winograd = true;
+  const Tensor w16 = dit_test::random_tensor({16, 16, 3, 3}, 5, DType::F32, 0.2f);
+  const Conv2d cw(sw, w16, b, nullptr, PackedSource(std::make_shared<PackedWeightDir>(bad, true), "conv"));
+  CHECK_FALSE(cw.uses_winograd());
+  CHECK_FALSE(cw.weight_shared());
+  Conv2dSpec sd = sw;
+  sd.winograd = false;
+  CHECK(same_bits(run_conv(cw), run_conv(Conv2d(sd, w16, b))));
 }
