@@ -180,13 +180,40 @@ struct VaeDecoder::Impl {
   std::unique_ptr<RowSplit> serial_split;
   TokenRange band;  // the latent rows decoded here
   static constexpr int kBuffers = 3;
-  Tensor buf[kBuffers];  // f32-sized, rotating; a bf16 activation uses the first half
+  // The activations' buffers: which one each step reads and writes is chosen when the decoder
+  // is prepared (BufferPlan), and each is sized for the largest activation it is given.
+  Tensor buf[kBuffers];
+  // Buffers handed out in the order the steps run: take() gives the free buffer that is
+  // already the largest (growing it to the request), release() frees one for the next
+  // step. With the SD VAE the last block's three activations at full resolution then hold
+  // 256, 256 and 128 channels, where buffers sized for the largest activation held 3 x 256
+  // (at 1024 x 1024: 2.7 instead of 3.2 GB).
+  struct BufferPlan {
+    size_t bytes[kBuffers] = {};
+    bool live[kBuffers] = {};
+    int take(size_t b) {
+      int best = -1;
+      for (int i = 0; i < kBuffers; ++i)
+        if (!live[i] && (best < 0 || bytes[i] > bytes[best])) best = i;
+      DIT_CHECK(best >= 0, "VAE: more than " << kBuffers << " activations live at once (a decoder plan bug)");
+      live[best] = true;
+      bytes[best] = std::max(bytes[best], b);
+      return best;
+    }
+    void release(int i) { live[i] = false; }
+  };
+  // Bytes of a band's activation with its halo rows, [rows + 2, width, c] of type t.
+  static size_t act_bytes(int64_t c, int64_t rows, int64_t width, DType t) {
+    return size_t((rows + 2) * width * c) * dtype_size(t);
+  }
   Tensor z;         // scaled latents of the band, channels last, with halo rows
   Tensor out_rows;  // the whole image [H, W, 3] (every band gathered)
   struct ResnetOps {
     const ResnetW* w = nullptr;
     GroupNormSpec n1, n2;
     Conv2d c1, c2, sc;
+    // Buffers: x, SiLU(GN(x)), h = conv1(.), SiLU(GN(h)), and the result (x itself without a shortcut).
+    int x = 0, a = 0, h = 0, g = 0, out = 0;
   };
   struct AttnOps {
     GroupNormSpec gn;
@@ -195,11 +222,18 @@ struct VaeDecoder::Impl {
     int64_t c = 0, tokens = 0;           // the band's pixels
     std::vector<size_t> counts;          // qkv floats per part, for the gather
     int64_t q_offset = 0;                // the band's first row in the gathered qkv
+    int x = 0, a = 0;                    // buffers: x (added to in place), the normalised tokens and out(.)
+  };
+  struct UpsampleOps {
+    Conv2d conv;
+    int64_t c = 0, rows = 0, width = 0;  // the input's channels and its band's rows and width
+    int x = 0, u = 0, y = 0;             // buffers: x, nearest2x(x), conv(.)
   };
   std::vector<ResnetOps> resnets;  // in execution order
   AttnOps attn_ops;
-  std::vector<Conv2d> upsample_convs;
+  std::vector<UpsampleOps> upsamplers;
   Conv2d post_quant_op, conv_in_op, conv_out_op;
+  int pq_buf = 0, in_buf = 0, norm_out_buf = 0, out_buf = 0;  // post_quant_conv's, conv_in's, norm_out's, conv_out's outputs
   GroupNormSpec norm_out_spec;
   std::vector<size_t> image_counts;  // output floats per part
   Tensor qkv_band, qkv_all, attn_buf;  // mid attention scratch
@@ -273,7 +307,8 @@ struct VaeDecoder::Impl {
     const int64_t row = s.width * s.channels;
     group_norm(s, f32_rows(in, row), rows_of(out, row, s.out), w.gamma.f32(), w.beta.f32());
   }
-  ResnetOps resnet_ops(const ResnetW& r, int64_t rows, int64_t width, int64_t image_rows) {
+  // The resnet over x in buffer `x` (live in `plan`); its result's buffer is live afterwards.
+  ResnetOps resnet_ops(const ResnetW& r, int64_t rows, int64_t width, int64_t image_rows, BufferPlan& plan, int x) {
     ResnetOps o;
     o.w = &r;
     o.n1 = gn(r.c1.in, rows, width, image_rows, true, compute);
@@ -281,30 +316,40 @@ struct VaeDecoder::Impl {
     o.n2 = gn(r.c1.out, rows, width, image_rows, true, compute);
     o.c2 = conv(r.c2, r.c2.in, rows, width, true, compute);
     if (r.has_shortcut) o.sc = conv(r.shortcut, r.shortcut.in, rows, width, false, DType::F32);
+    o.x = x;
+    o.a = plan.take(act_bytes(r.c1.in, rows, width, compute));
+    o.h = plan.take(act_bytes(r.c1.out, rows, width, DType::F32));
+    plan.release(o.a);
+    o.g = plan.take(act_bytes(r.c1.out, rows, width, compute));
+    plan.release(o.h);
+    if (r.has_shortcut) {
+      o.out = plan.take(act_bytes(r.c1.out, rows, width, DType::F32));
+      plan.release(o.x);
+    } else {
+      o.out = o.x;
+    }
+    plan.release(o.g);
     return o;
   }
 
-  // x (in buffer cur) -> resnet(x) (in buffer cur, or the next one with a shortcut); the
-  // other two buffers are scratch.
-  void run_resnet(const ResnetOps& o, int& cur) {
-    const int a = (cur + 1) % kBuffers, b = (cur + 2) % kBuffers;
+  // x -> resnet(x) (in o.out: x's buffer, or another with a shortcut).
+  void run_resnet(const ResnetOps& o) {
     const ResnetW& r = *o.w;
-    norm(o.n1, r.n1, cur, a);  // SiLU(GN(x))
-    run(o.c1, a, b);           // h = conv1(.)
-    norm(o.n2, r.n2, b, a);    // SiLU(GN(h)); h is not needed after this
+    norm(o.n1, r.n1, o.x, o.a);  // SiLU(GN(x))
+    run(o.c1, o.a, o.h);         // h = conv1(.)
+    norm(o.n2, r.n2, o.h, o.g);  // SiLU(GN(h)); h is not needed after this
     if (r.has_shortcut) {
-      run(o.sc, cur, b);  // shortcut(x)
-      run(o.c2, a, b);    // += conv2(.)
-      cur = b;
+      run(o.sc, o.x, o.out);  // shortcut(x)
+      run(o.c2, o.g, o.out);  // += conv2(.)
     } else {
-      run(o.c2, a, cur);  // x += conv2(.)
+      run(o.c2, o.g, o.x);  // x += conv2(.)
     }
   }
 
   // x += out(attention(GN(x))): a single head; the band's pixels attend to every pixel.
-  void run_attention(int cur) {
+  void run_attention() {
     AttnOps& o = attn_ops;
-    const int a = (cur + 1) % kBuffers;
+    const int cur = o.x, a = o.a;
     norm(o.gn, mid_attn.gn, cur, a);                          // tokens [band, C]
     o.qkv.run(f32_rows(a, o.c * w0), qkv_band.f32());         // [band, 3C]
     split->gather(qkv_band.f32(), qkv_all.f32(), o.counts);   // [H·W, 3C]
@@ -381,9 +426,15 @@ int VaeDecoder::winograd_convolutions() const {
     count(r.c1);
     count(r.c2);
   }
-  for (const Conv2d& c : m.upsample_convs) count(c);
+  for (const Impl::UpsampleOps& u : m.upsamplers) count(u.conv);
   count(m.conv_in_op);
   count(m.conv_out_op);
+  return n;
+}
+
+size_t VaeDecoder::activation_bytes() const {
+  size_t n = 0;
+  for (const Tensor& b : impl_->buf) n += b.defined() ? b.nbytes() : 0;
   return n;
 }
 
@@ -404,20 +455,29 @@ void VaeDecoder::prepare(int64_t batch, int64_t h, int64_t w, RowSplit* split) {
   m.band = split->range(h);
   const std::vector<int>& C = cfg_.block_out_channels;
   const int64_t top = C.back(), lat = cfg_.latent_channels, rows = m.band.size();
-  int64_t max_elems = 0;
-  auto need = [&](int64_t c, int64_t r, int64_t wd) { max_elems = std::max(max_elems, (r + 2) * wd * c); };
+  Impl::BufferPlan plan;  // the steps in the order decode_image() runs them
+  const DType f32 = DType::F32;
 
-  if (m.has_post_quant) m.post_quant_op = m.conv(m.post_quant, lat, rows, w, false, DType::F32);
-  m.conv_in_op = m.conv(m.conv_in, lat, rows, w, false, DType::F32);
-  need(std::max<int64_t>(top, lat), rows, w);
+  if (m.has_post_quant) {
+    m.post_quant_op = m.conv(m.post_quant, lat, rows, w, false, f32);
+    m.pq_buf = plan.take(Impl::act_bytes(lat, rows, w, f32));
+  }
+  m.conv_in_op = m.conv(m.conv_in, lat, rows, w, false, f32);
+  m.in_buf = plan.take(Impl::act_bytes(top, rows, w, f32));
+  if (m.has_post_quant) plan.release(m.pq_buf);
+  int cur = m.in_buf;
   m.resnets.clear();
-  m.upsample_convs.clear();
-  m.resnets.push_back(m.resnet_ops(m.mid0, rows, w, h));
+  m.upsamplers.clear();
+  m.resnets.push_back(m.resnet_ops(m.mid0, rows, w, h, plan, cur));
+  cur = m.resnets.back().out;
   if (m.has_attn) {
     Impl::AttnOps& a = m.attn_ops;
     a.c = top;
     a.tokens = rows * w;
-    a.gn = m.gn(top, rows, w, h, false, DType::F32);
+    a.gn = m.gn(top, rows, w, h, false, f32);
+    a.x = cur;
+    a.a = plan.take(Impl::act_bytes(top, rows, w, f32));
+    plan.release(a.a);
     LinearSpec ls;
     ls.batch = 1;
     ls.rows = rows * w;
@@ -444,30 +504,42 @@ void VaeDecoder::prepare(int64_t batch, int64_t h, int64_t w, RowSplit* split) {
     m.qkv_all = Tensor::empty({h * w, 3 * top});
     m.attn_buf = Tensor::empty({rows * w, top});
   }
-  m.resnets.push_back(m.resnet_ops(m.mid1, rows, w, h));
+  m.resnets.push_back(m.resnet_ops(m.mid1, rows, w, h, plan, cur));
+  cur = m.resnets.back().out;
   int64_t rr = rows, ww = w, hh = h;
   for (const UpBlockW& ub : m.ups) {
     for (const ResnetW& r : ub.resnets) {
-      m.resnets.push_back(m.resnet_ops(r, rr, ww, hh));
-      need(r.c1.out, rr, ww);
-      need(r.c1.in, rr, ww);
+      m.resnets.push_back(m.resnet_ops(r, rr, ww, hh, plan, cur));
+      cur = m.resnets.back().out;
     }
     if (ub.has_upsampler) {
+      Impl::UpsampleOps u;
+      u.c = ub.upsampler.in;
+      u.rows = rr;
+      u.width = ww;
       rr *= 2;
       ww *= 2;
       hh *= 2;
-      need(ub.upsampler.out, rr, ww);
-      m.upsample_convs.push_back(m.conv(ub.upsampler, ub.upsampler.in, rr, ww, false, m.compute));
+      u.conv = m.conv(ub.upsampler, ub.upsampler.in, rr, ww, false, m.compute);
+      u.x = cur;
+      u.u = plan.take(Impl::act_bytes(u.c, rr, ww, m.compute));
+      plan.release(u.x);
+      u.y = plan.take(Impl::act_bytes(ub.upsampler.out, rr, ww, f32));
+      plan.release(u.u);
+      cur = u.y;
+      m.upsamplers.push_back(std::move(u));
     }
   }
   m.norm_out_spec = m.gn(C[0], rr, ww, hh, true, m.compute);
   m.conv_out_op = m.conv(m.conv_out, C[0], rr, ww, false, m.compute);
-  need(cfg_.out_channels, rr, ww);
+  m.norm_out_buf = plan.take(Impl::act_bytes(C[0], rr, ww, m.compute));
+  plan.release(cur);
+  m.out_buf = plan.take(Impl::act_bytes(cfg_.out_channels, rr, ww, f32));
   m.image_counts.clear();
   const int64_t s = cfg_.scale();
   for (const TokenRange& r : split_all(h, split->parts()))
     m.image_counts.push_back(size_t(r.size() * s * ww * cfg_.out_channels));
-  for (Tensor& b : m.buf) b = Tensor::empty({max_elems});
+  for (int i = 0; i < Impl::kBuffers; ++i) m.buf[i] = Tensor::empty({int64_t(std::max<size_t>(plan.bytes[i], 4) + 3) / 4});
   m.z = Tensor::empty({rows + 2, w, lat});
   m.out_rows = Tensor::empty({hh, ww, int64_t(cfg_.out_channels)});
   m.resident = false;
@@ -498,36 +570,36 @@ void VaeDecoder::Impl::decode_image(const VaeConfig& cfg, const float* latents, 
   float* zr = z.f32() + w0 * lat;  // after the halo row
   for (int64_t c = 0; c < lat; ++c)
     for (int64_t i = 0; i < rows * w0; ++i) zr[i * lat + c] = latents[c * hw + band.begin * w0 + i] * inv + shift;
-  int cur = 0;
   if (has_post_quant) {
-    run_on(post_quant_op, z.data(), 1);  // 1×1: the band's rows only
-    run(conv_in_op, 1, cur);
+    run_on(post_quant_op, z.data(), pq_buf);  // 1×1: the band's rows only
+    run(conv_in_op, pq_buf, in_buf);
   } else {
-    run_on(conv_in_op, z.data(), cur);
+    run_on(conv_in_op, z.data(), in_buf);
   }
   size_t ri = 0;
-  run_resnet(resnets[ri++], cur);
-  if (has_attn) run_attention(cur);
-  run_resnet(resnets[ri++], cur);
-  int64_t rr = rows, ww = w0;
+  run_resnet(resnets[ri++]);
+  if (has_attn) run_attention();
+  run_resnet(resnets[ri++]);
   size_t ui = 0;
+  int cur = resnets[ri - 1].out;
   for (const UpBlockW& ub : ups) {
-    for (size_t r = 0; r < ub.resnets.size(); ++r) run_resnet(resnets[ri++], cur);
+    for (size_t r = 0; r < ub.resnets.size(); ++r) {
+      run_resnet(resnets[ri]);
+      cur = resnets[ri++].out;
+    }
     if (ub.has_upsampler) {
-      const int a = (cur + 1) % kBuffers, b = (cur + 2) % kBuffers;
-      const int64_t c = ub.upsampler.in;
-      upsample_nearest2x(f32_rows(cur, ww * c), rows_of(a, 2 * ww * c, compute), compute, 1, rr, ww, c);
-      rr *= 2;
-      ww *= 2;
-      run(upsample_convs[ui++], a, b);
-      cur = b;
+      const UpsampleOps& u = upsamplers[ui++];
+      upsample_nearest2x(f32_rows(u.x, u.width * u.c), rows_of(u.u, 2 * u.width * u.c, compute), compute, 1, u.rows,
+                         u.width, u.c);
+      run(u.conv, u.u, u.y);
+      cur = u.y;
     }
   }
-  const int a = (cur + 1) % kBuffers, b = (cur + 2) % kBuffers;
-  norm(norm_out_spec, norm_out, cur, a);
-  run(conv_out_op, a, b);  // [rows·s, W, 3]
+  norm(norm_out_spec, norm_out, cur, norm_out_buf);
+  run(conv_out_op, norm_out_buf, out_buf);  // [rows·s, W, 3]
+  const int64_t ww = norm_out_spec.width;
   const int64_t oc = cfg.out_channels;
-  split->gather(f32_rows(b, ww * oc), out_rows.f32(), image_counts);  // [H, W, 3]
+  split->gather(f32_rows(out_buf, ww * oc), out_rows.f32(), image_counts);  // [H, W, 3]
   const int64_t ohw = out_rows.dim(0) * ww;
   for (int64_t c = 0; c < oc; ++c)  // -> [3, H, W]
     for (int64_t i = 0; i < ohw; ++i) image[c * ohw + i] = out_rows.f32()[i * oc + c];

@@ -68,6 +68,10 @@ class VaeDecoder {
   // How many of the prepared convolutions run Winograd's algorithm (f32 3×3 ones where oneDNN
   // has it; DIT_VAE_WINOGRAD=off: none), for -v and the tests.
   int winograd_convolutions() const;
+  // Bytes of the three activation buffers prepare() made, each sized for the largest
+  // activation the decoder's steps put in it (the SD VAE's at full resolution: 256, 256 and 128
+  // channels, not three times 256), for the tests.
+  size_t activation_bytes() const;
   // Whether a decoder computing in `compute` runs its 3×3 convolutions (16 channels and more)
   // by Winograd's algorithm: f32, where oneDNN has the kernel, with the weight cache on (their
   // weights are transformed once into its layout there), unless DIT_VAE_WINOGRAD=off.
