@@ -42,15 +42,17 @@ void Conv2dWorkspace::reserve(size_t src_bytes, size_t dst_bytes, size_t scratch
   scratch_ = grown(scratch_, scratch_bytes);
 }
 
+void Conv2dWorkspace::reserve_piece(size_t bytes) { piece_ = grown(piece_, bytes); }
+
 size_t Conv2dWorkspace::bytes() const {
   size_t n = 0;
-  for (const Tensor* t : {&src_, &dst_, &scratch_})
+  for (const Tensor* t : {&src_, &dst_, &scratch_, &piece_})
     if (t->defined()) n += size_t(t->numel()) * 4;
   return n;
 }
 
 void Conv2dWorkspace::prefault() {
-  for (Tensor* t : {&src_, &dst_, &scratch_})
+  for (Tensor* t : {&src_, &dst_, &scratch_, &piece_})
     if (t->defined()) dit::prefault(t->data(), t->nbytes());
 }
 
@@ -192,6 +194,13 @@ void Conv2d::run(const float* x, float* y) const {
 void Conv2d::run(const uint16_t* x, float* y) const {
   DIT_CHECK(impl_ && impl_->spec.input == DType::BF16, "Conv2d::run(bf16 x) on a convolution that takes f32 (or none)");
   run_any(x, y);
+}
+
+void Conv2d::run_rows(const RowSource& x, float* y) const {
+  DIT_CHECK(impl_ && impl_->wino && impl_->spec.winograd_row_source && impl_->spec.batch == 1,
+            "Conv2d::run_rows on a convolution not built for a row source (Winograd, winograd_row_source, batch 1)");
+  Impl& m = *impl_;
+  dnnl_call(m.what.c_str(), [&] { m.wino->run_rows(x, y, *m.ws); });
 }
 
 void Conv2d::run_any(const void* x, float* y) const {

@@ -40,6 +40,9 @@ struct Conv2dSpec {
   bool winograd = false;
   // Winograd with halo rows (pad_rows 0): output rows a piece (0: about 16384 pixels; runtime/conv2d_winograd.h).
   int64_t winograd_rows = 0;
+  // Winograd with halo rows: the input may also be given row by row (Conv2d::run_rows), through
+  // a buffer of one piece's input rows in the workspace.
+  bool winograd_row_source = false;
   int64_t row_padding() const { return pad_rows < 0 ? padding : pad_rows; }
   int64_t out_height() const { return (height + 2 * row_padding() - kernel) / stride + 1; }
   int64_t out_width() const { return (width + 2 * padding - kernel) / stride + 1; }
@@ -55,12 +58,27 @@ class Conv2dWorkspace {
   void* src() { return src_.data(); }
   void* dst() { return dst_.data(); }
   void* scratch() { return scratch_.data(); }
+  // One piece's input rows for Conv2d::run_rows (Conv2dSpec::winograd_row_source).
+  void reserve_piece(size_t bytes);
+  float* piece() { return piece_.f32(); }
   size_t bytes() const;
   // Every buffer's pages made resident by the OpenMP threads together (runtime/prefault.h).
   void prefault();
 
  private:
-  Tensor src_, dst_, scratch_;
+  Tensor src_, dst_, scratch_, piece_;
+};
+
+// The input of Conv2d::run_rows: rows(first, count, out) writes the convolution's input rows
+// first .. first + count - 1 into out ([count, W, C] f32, channels last; row 0 is the top halo
+// row) — a transform of some other tensor (a GroupNorm, an upsampling) made piece by piece as the
+// convolution reads it, instead of into a buffer of the whole input.
+class RowSource {
+ public:
+  virtual void rows(int64_t first, int64_t count, float* out) const = 0;
+
+ protected:
+  ~RowSource() = default;
 };
 
 // Whether oneDNN has its Winograd kernel on this CPU (f32 on AVX-512); probed once.
@@ -84,6 +102,9 @@ class Conv2d {
   // x: [batch, in, H, W]; y: [batch, out, H', W'] (NCHW f32; NHWC when spec.nhwc).
   void run(const float* x, float* y) const;     // spec.input F32
   void run(const uint16_t* x, float* y) const;  // spec.input BF16
+  // The same with the input's rows made by `x` as each piece needs them (uses_winograd(), built
+  // with spec.winograd_row_source, batch 1, halo rows): y = conv(rows) (+ y).
+  void run_rows(const RowSource& x, float* y) const;
   const Conv2dSpec& spec() const;
   const std::string& impl_info() const;  // oneDNN implementation name, for diagnostics
   bool uses_winograd() const;             // whether spec().winograd found a Winograd kernel

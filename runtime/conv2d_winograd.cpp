@@ -119,6 +119,8 @@ std::unique_ptr<WinogradPlan> WinogradPlan::make(const Conv2dSpec& s, bool has_b
     const size_t sp = pd.scratchpad_desc().get_size();
     if (sp) m.scratch_ = memory(pd.scratchpad_desc(), eng, nullptr);
     ws.reserve(pd.src_desc().get_size(), pd.dst_desc().get_size(), sp);
+    m.row_source_ = s.winograd_row_source && m.halo_ && s.batch == 1;
+    if (m.row_source_) ws.reserve_piece(size_t(in_rows * s.width * s.in_channels) * sizeof(float));
   });
   return p;
 }
@@ -132,31 +134,52 @@ void WinogradPlan::bind(const void* weight, const float* bias) {
   if (scratch_) conv_args_[DNNL_ARG_SCRATCHPAD] = scratch_;
 }
 
-void WinogradPlan::run(const float* x, float* y, Conv2dWorkspace& ws) const {
-  auto& st = Engine::get().stream;
-  // Bound here: a convolution built later may have grown the shared workspace.
+// Bound at every run: a convolution built later may have grown the shared workspace.
+void WinogradPlan::bind_buffers(Conv2dWorkspace& ws) const {
   src_.set_data_handle(ws.src());
   dst_.set_data_handle(ws.dst());
   if (dst_tail_view_) dst_tail_view_.set_data_handle(ws.dst());
   if (scratch_) scratch_.set_data_handle(ws.scratch());
+}
+
+// One piece whose input rows user_src_ points at: reordered in, convolved, reordered out into yn.
+void WinogradPlan::run_piece(const Step& step, float* yn) const {
+  auto& st = Engine::get().stream;
+  execute(src_in_, st, src_in_args_);
+  execute(conv_, st, conv_args_);
+  if (step.tail) {
+    user_tail_.set_data_handle(yn + (out_h_ - tail_rows_) * out_w_ * out_c_);
+    execute(tail_out_, st, tail_out_args_);
+  } else {
+    user_dst_.set_data_handle(yn + step.out_row * out_w_ * out_c_);
+    execute(dst_out_, st, dst_out_args_);
+  }
+}
+
+void WinogradPlan::run(const float* x, float* y, Conv2dWorkspace& ws) const {
+  bind_buffers(ws);
   for (int64_t n = 0; n < batch_; ++n) {
     const float* xn = x + n * in_h_ * in_w_ * in_c_;
     float* yn = y + n * out_h_ * out_w_ * out_c_;
     for (const Step& step : steps_) {
       // Input rows of output row r: r .. r + 2 in the halo form; the whole image otherwise.
       user_src_.set_data_handle(const_cast<float*>(xn + (halo_ ? step.out_row : 0) * in_w_ * in_c_));
-      execute(src_in_, st, src_in_args_);
-      execute(conv_, st, conv_args_);
-      if (step.tail) {
-        user_tail_.set_data_handle(yn + (out_h_ - tail_rows_) * out_w_ * out_c_);
-        execute(tail_out_, st, tail_out_args_);
-      } else {
-        user_dst_.set_data_handle(yn + step.out_row * out_w_ * out_c_);
-        execute(dst_out_, st, dst_out_args_);
-      }
+      run_piece(step, yn);
     }
   }
-  st.wait();
+  Engine::get().stream.wait();
+}
+
+void WinogradPlan::run_rows(const RowSource& x, float* y, Conv2dWorkspace& ws) const {
+  DIT_CHECK(row_source_, "WinogradPlan::run_rows: not planned for a row source");
+  bind_buffers(ws);
+  float* piece = ws.piece();
+  user_src_.set_data_handle(piece);
+  for (const Step& step : steps_) {
+    x.rows(step.out_row, rows_ + 2, piece);  // the piece's input rows, halo rows included
+    run_piece(step, y);
+  }
+  Engine::get().stream.wait();
 }
 
 }  // namespace dit

@@ -36,6 +36,7 @@ namespace dit {
 
 struct Conv2dSpec;
 class Conv2dWorkspace;
+class RowSource;
 
 class WinogradPlan {
  public:
@@ -51,6 +52,9 @@ class WinogradPlan {
   void bind(const void* weight, const float* bias);
   // x: [batch, H, W, C] f32; y: [batch, OH, OW, O] f32 (added to when accumulating).
   void run(const float* x, float* y, Conv2dWorkspace& ws) const;
+  // The same with the input rows from `x` (batch 1, halo rows, Conv2dSpec::winograd_row_source),
+  // each piece's rows written into the workspace's piece buffer and reordered from there.
+  void run_rows(const RowSource& x, float* y, Conv2dWorkspace& ws) const;
 
  private:
   WinogradPlan() = default;
@@ -61,6 +65,9 @@ class WinogradPlan {
   int64_t batch_ = 1, in_h_ = 0, in_w_ = 0, in_c_ = 0, out_h_ = 0, out_w_ = 0, out_c_ = 0;
   int64_t rows_ = 0, tail_rows_ = 0;
   bool halo_ = true;
+  bool row_source_ = false;
+  void bind_buffers(Conv2dWorkspace& ws) const;
+  void run_piece(const Step& step, float* yn) const;
   std::vector<Step> steps_;
   std::string impl_name_;
   dnnl::memory::desc weights_md_;

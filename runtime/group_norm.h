@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "runtime/dtype.h"
 
@@ -34,5 +35,18 @@ struct GroupNormSpec {
 // x: [batch, height, width, channels] f32 (with a split, batch 1); y: the same shape in s.out. gamma/beta: [channels]
 // or null (1 and 0). x == y is allowed for f32 output.
 void group_norm(const GroupNormSpec& s, const float* x, void* y, const float* gamma, const float* beta);
+
+// group_norm in two halves, for a consumer that normalises x piece by piece as it reads it (the
+// VAE decoder's Winograd convolutions, runtime/conv2d.h run_rows) instead of into a whole
+// buffer: the same bits as group_norm's f32 output.
+//
+//   GroupNormAffine f;
+//   group_norm_stats(s, x, gamma, beta, f);              // one image (batch 1): mean, scale, shift per channel
+//   group_norm_apply(s, f, x + p * C, piece, pixels);    // y = SiLU?((x - mean)·a + b) for `pixels` pixels
+struct GroupNormAffine {
+  std::vector<float> mean, a, b;  // [channels]: y = (x - mean)·a + b
+};
+void group_norm_stats(const GroupNormSpec& s, const float* x, const float* gamma, const float* beta, GroupNormAffine& f);
+void group_norm_apply(const GroupNormSpec& s, const GroupNormAffine& f, const float* x, float* y, int64_t pixels);
 
 }  // namespace dit

@@ -11,6 +11,7 @@
 #include "runtime/json_config.h"
 #include "runtime/group_norm.h"
 #include "runtime/prefault.h"
+#include "runtime/row_sources.h"
 #include "runtime/row_split.h"
 #include "runtime/safetensors.h"
 
@@ -212,8 +213,11 @@ struct VaeDecoder::Impl {
     const ResnetW* w = nullptr;
     GroupNormSpec n1, n2;
     Conv2d c1, c2, sc;
-    // Buffers: x, SiLU(GN(x)), h = conv1(.), SiLU(GN(h)), and the result (x itself without a shortcut).
+    // Buffers: x, SiLU(GN(x)), h = conv1(.), SiLU(GN(h)), and the result (x itself without a
+    // shortcut). A convolution by Winograd reads its SiLU(GN(.)) piece by piece as it goes
+    // (runtime/row_sources.h): then that buffer is not used (-1).
     int x = 0, a = 0, h = 0, g = 0, out = 0;
+    GroupNormAffine f1, f2;  // the statistics of those read piece by piece
   };
   struct AttnOps {
     GroupNormSpec gn;
@@ -227,7 +231,7 @@ struct VaeDecoder::Impl {
   struct UpsampleOps {
     Conv2d conv;
     int64_t c = 0, rows = 0, width = 0;  // the input's channels and its band's rows and width
-    int x = 0, u = 0, y = 0;             // buffers: x, nearest2x(x), conv(.)
+    int x = 0, u = 0, y = 0;             // buffers: x, nearest2x(x) (-1: made piece by piece), conv(.)
   };
   std::vector<ResnetOps> resnets;  // in execution order
   AttnOps attn_ops;
@@ -271,6 +275,7 @@ struct VaeDecoder::Impl {
     // for the SD VAE's weights on the 2-core VM), so it is made once per machine, not at every
     // preparation (--weight-cache off: direct).
     s.winograd = VaeDecoder::winograd_for(compute, bool(cw.packed)) && halo && c_in >= 16 && cw.out >= 16;
+    s.winograd_row_source = s.winograd;  // its input's transform made piece by piece (run_rows)
     return Conv2d(s, cw.w, cw.b, conv_ws, cw.packed);
   }
   // Runs c on the band at `band` (halo row first, in c's input type) into buffer `out`'s rows
@@ -289,6 +294,14 @@ struct VaeDecoder::Impl {
       c.run(static_cast<const float*>(x), y);
   }
   void run(const Conv2d& c, int in, int out) { run_on(c, buf[in].data(), out); }
+  // c over the rows `src` makes from buffer `in` (f32, `in_c` channels, its halo rows fetched
+  // first) into buffer `out`'s rows.
+  void run_rows(const Conv2d& c, const RowSource& src, int in, int64_t rows, int64_t width, int64_t in_c, int out) {
+    split->exchange_halo(buf[in].data(), rows, size_t(width * in_c) * sizeof(float));
+    c.run_rows(src, f32_rows(out, c.spec().width * c.spec().out_channels));
+  }
+  bool top_edge() const { return band.begin == 0; }
+  bool bottom_edge() const { return band.end == h0; }
   GroupNormSpec gn(int64_t c, int64_t rows, int64_t width, int64_t image_rows, bool silu_after, DType out) {
     GroupNormSpec s;
     s.batch = 1;
@@ -317,33 +330,44 @@ struct VaeDecoder::Impl {
     o.c2 = conv(r.c2, r.c2.in, rows, width, true, compute);
     if (r.has_shortcut) o.sc = conv(r.shortcut, r.shortcut.in, rows, width, false, DType::F32);
     o.x = x;
-    o.a = plan.take(act_bytes(r.c1.in, rows, width, compute));
+    o.a = o.c1.uses_winograd() ? -1 : plan.take(act_bytes(r.c1.in, rows, width, compute));
     o.h = plan.take(act_bytes(r.c1.out, rows, width, DType::F32));
-    plan.release(o.a);
-    o.g = plan.take(act_bytes(r.c1.out, rows, width, compute));
-    plan.release(o.h);
+    if (o.a >= 0) plan.release(o.a);
+    o.g = o.c2.uses_winograd() ? -1 : plan.take(act_bytes(r.c1.out, rows, width, compute));
+    if (o.g >= 0) plan.release(o.h);  // h is not needed once normalised
     if (r.has_shortcut) {
       o.out = plan.take(act_bytes(r.c1.out, rows, width, DType::F32));
       plan.release(o.x);
     } else {
       o.out = o.x;
     }
-    plan.release(o.g);
+    plan.release(o.g >= 0 ? o.g : o.h);
     return o;
   }
 
+  // y (+)= c(SiLU(GN(x))) for x in buffer `in`, reading the normalised rows piece by piece.
+  void norm_conv_rows(const GroupNormSpec& n, const NormW& nw, GroupNormAffine& f, const Conv2d& c, int in, int y) {
+    group_norm_stats(n, f32_rows(in, n.width * n.channels), nw.gamma.f32(), nw.beta.f32(), f);
+    const GroupNormRows src(n, f, buf[in].f32(), top_edge(), bottom_edge());
+    run_rows(c, src, in, n.height, n.width, n.channels, y);
+  }
+
   // x -> resnet(x) (in o.out: x's buffer, or another with a shortcut).
-  void run_resnet(const ResnetOps& o) {
+  void run_resnet(ResnetOps& o) {
     const ResnetW& r = *o.w;
-    norm(o.n1, r.n1, o.x, o.a);  // SiLU(GN(x))
-    run(o.c1, o.a, o.h);         // h = conv1(.)
-    norm(o.n2, r.n2, o.h, o.g);  // SiLU(GN(h)); h is not needed after this
-    if (r.has_shortcut) {
-      run(o.sc, o.x, o.out);  // shortcut(x)
-      run(o.c2, o.g, o.out);  // += conv2(.)
+    if (o.a >= 0) {
+      norm(o.n1, r.n1, o.x, o.a);  // SiLU(GN(x))
+      run(o.c1, o.a, o.h);         // h = conv1(.)
     } else {
-      run(o.c2, o.g, o.x);  // x += conv2(.)
+      norm_conv_rows(o.n1, r.n1, o.f1, o.c1, o.x, o.h);
     }
+    // SiLU(GN(h)) into its buffer before the shortcut, which may take h's (free from then on).
+    if (o.g >= 0) norm(o.n2, r.n2, o.h, o.g);
+    if (r.has_shortcut) run(o.sc, o.x, o.out);  // shortcut(x)
+    if (o.g >= 0)
+      run(o.c2, o.g, o.out);  // += conv2(.)
+    else
+      norm_conv_rows(o.n2, r.n2, o.f2, o.c2, o.h, o.out);
   }
 
   // x += out(attention(GN(x))): a single head; the band's pixels attend to every pixel.
@@ -522,10 +546,10 @@ void VaeDecoder::prepare(int64_t batch, int64_t h, int64_t w, RowSplit* split) {
       hh *= 2;
       u.conv = m.conv(ub.upsampler, ub.upsampler.in, rr, ww, false, m.compute);
       u.x = cur;
-      u.u = plan.take(Impl::act_bytes(u.c, rr, ww, m.compute));
-      plan.release(u.x);
+      u.u = u.conv.uses_winograd() ? -1 : plan.take(Impl::act_bytes(u.c, rr, ww, m.compute));
+      if (u.u >= 0) plan.release(u.x);
       u.y = plan.take(Impl::act_bytes(ub.upsampler.out, rr, ww, f32));
-      plan.release(u.u);
+      plan.release(u.u >= 0 ? u.u : u.x);
       cur = u.y;
       m.upsamplers.push_back(std::move(u));
     }
@@ -589,9 +613,14 @@ void VaeDecoder::Impl::decode_image(const VaeConfig& cfg, const float* latents, 
     }
     if (ub.has_upsampler) {
       const UpsampleOps& u = upsamplers[ui++];
-      upsample_nearest2x(f32_rows(u.x, u.width * u.c), rows_of(u.u, 2 * u.width * u.c, compute), compute, 1, u.rows,
-                         u.width, u.c);
-      run(u.conv, u.u, u.y);
+      if (u.u >= 0) {
+        upsample_nearest2x(f32_rows(u.x, u.width * u.c), rows_of(u.u, 2 * u.width * u.c, compute), compute, 1, u.rows,
+                           u.width, u.c);
+        run(u.conv, u.u, u.y);
+      } else {
+        const UpsampledRows src(buf[u.x].f32(), u.rows, u.width, u.c, top_edge(), bottom_edge());
+        run_rows(u.conv, src, u.x, u.rows, u.width, u.c, u.y);
+      }
       cur = u.y;
     }
   }

@@ -6,12 +6,23 @@
 // SiLU(GN(x)) (16) and conv1's output (8) are live at once, and nothing larger is: the buffers
 // need 16 + 16 + 8 channels of full-resolution rows (each band with its two halo rows), where
 // three buffers of the largest activation need 3 x 16.
+//
+// With the weight cache (dit-gen's default) the f32 decoder's 3x3 convolutions of 16 channels
+// and more run by Winograd, and read their GroupNorm + SiLU and their upsampled input piece by
+// piece (runtime/row_sources.h), so those are never whole buffers. dit-small's VAE
+// ([32, 32, 64], every resnet's convolutions by Winograd) then needs two buffers of 32 channels
+// at full resolution (x and conv1's output) and a third of 32 at half resolution (where the
+// first resnet of the second up block holds x of 64 channels, conv1's output and its shortcut's
+// of 32); the direct decoder needs three of 32 at full resolution.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <vector>
 
 #include "golden_util.h"
+#include "runtime/conv2d.h"
+#include "runtime/weight_cache.h"
+#include "tests/runtime/io_test_util.h"
 #include "models/vae/vae_decoder.h"
 #include "runtime/json_config.h"
 #include "runtime/randn.h"
@@ -43,5 +54,25 @@ TEST_CASE("VAE decoder: its buffers hold what is live at once, not three of the 
   for (int64_t i = 0; i < image.numel(); ++i) {
     REQUIRE(std::isfinite(image.f32()[i]));
     REQUIRE(image.f32()[i] == image2.f32()[i]);
+  }
+}
+
+TEST_CASE("VAE decoder: with Winograd, GroupNorm and upsampling are read piece by piece, not buffered", "[models][vae][winograd]") {
+  const std::string dir = data_path("dit-small") + "/vae";
+  const dit::VaeConfig cfg = dit::vae_config_from(dit::Config::load(dir + "/config.json"));
+  REQUIRE(cfg.block_out_channels == std::vector<int>{32, 32, 64});
+  const int64_t h = 6, w = 5;
+  auto full = [&](int64_t c) { return size_t(4 * h + 2) * size_t(4 * w) * size_t(c) * sizeof(float); };
+  auto half = [&](int64_t c) { return size_t(2 * h + 2) * size_t(2 * w) * size_t(c) * sizeof(float); };
+  dit_test::TempDir tmp;
+  for (const bool cache : {false, true}) {
+    dit::WeightStore store = dit::WeightStore::open_dir(dir);
+    if (cache) dit::use_weight_cache(store, dit::DType::F32, {tmp.path() + "/wc", false});
+    dit::VaeDecoder vae(cfg, store, dit::DType::F32);
+    vae.prepare(1, h, w);
+    const bool winograd = vae.winograd_convolutions() > 0;
+    INFO("weight cache " << cache << ", " << vae.winograd_convolutions() << " Winograd convolutions");
+    if (cache && !winograd) WARN("no Winograd kernel on this CPU: the direct decoder's buffers checked");
+    CHECK(vae.activation_bytes() == (winograd ? 2 * full(32) + half(32) : 3 * full(32)));
   }
 }
