@@ -42,17 +42,15 @@ void Conv2dWorkspace::reserve(size_t src_bytes, size_t dst_bytes, size_t scratch
   scratch_ = grown(scratch_, scratch_bytes);
 }
 
-void Conv2dWorkspace::reserve_piece(size_t bytes) { piece_ = grown(piece_, bytes); }
-
 size_t Conv2dWorkspace::bytes() const {
   size_t n = 0;
-  for (const Tensor* t : {&src_, &dst_, &scratch_, &piece_})
+  for (const Tensor* t : {&src_, &dst_, &scratch_})
     if (t->defined()) n += size_t(t->numel()) * 4;
   return n;
 }
 
 void Conv2dWorkspace::prefault() {
-  for (Tensor* t : {&src_, &dst_, &scratch_, &piece_})
+  for (Tensor* t : {&src_, &dst_, &scratch_})
     if (t->defined()) dit::prefault(t->data(), t->nbytes());
 }
 

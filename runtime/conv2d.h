@@ -40,8 +40,8 @@ struct Conv2dSpec {
   bool winograd = false;
   // Winograd with halo rows (pad_rows 0): output rows a piece (0: about 16384 pixels; runtime/conv2d_winograd.h).
   int64_t winograd_rows = 0;
-  // Winograd with halo rows: the input may also be given row by row (Conv2d::run_rows), through
-  // a buffer of one piece's input rows in the workspace.
+  // Winograd with halo rows: the input may also be given row by row (Conv2d::run_rows), each
+  // piece's input rows made in the workspace (in the blocked output's buffer, free until then).
   bool winograd_row_source = false;
   int64_t row_padding() const { return pad_rows < 0 ? padding : pad_rows; }
   int64_t out_height() const { return (height + 2 * row_padding() - kernel) / stride + 1; }
@@ -58,15 +58,12 @@ class Conv2dWorkspace {
   void* src() { return src_.data(); }
   void* dst() { return dst_.data(); }
   void* scratch() { return scratch_.data(); }
-  // One piece's input rows for Conv2d::run_rows (Conv2dSpec::winograd_row_source).
-  void reserve_piece(size_t bytes);
-  float* piece() { return piece_.f32(); }
   size_t bytes() const;
   // Every buffer's pages made resident by the OpenMP threads together (runtime/prefault.h).
   void prefault();
 
  private:
-  Tensor src_, dst_, scratch_, piece_;
+  Tensor src_, dst_, scratch_;
 };
 
 // The input of Conv2d::run_rows: rows(first, count, out) writes the convolution's input rows

@@ -118,9 +118,11 @@ std::unique_ptr<WinogradPlan> WinogradPlan::make(const Conv2dSpec& s, bool has_b
     }
     const size_t sp = pd.scratchpad_desc().get_size();
     if (sp) m.scratch_ = memory(pd.scratchpad_desc(), eng, nullptr);
-    ws.reserve(pd.src_desc().get_size(), pd.dst_desc().get_size(), sp);
+    // With a row source the piece's input rows are made in the blocked output's buffer, which
+    // is free until the convolution writes it (after the input's reorder has read them).
     m.row_source_ = s.winograd_row_source && m.halo_ && s.batch == 1;
-    if (m.row_source_) ws.reserve_piece(size_t(in_rows * s.width * s.in_channels) * sizeof(float));
+    const size_t piece = m.row_source_ ? size_t(in_rows * s.width * s.in_channels) * sizeof(float) : 0;
+    ws.reserve(pd.src_desc().get_size(), std::max(pd.dst_desc().get_size(), piece), sp);
   });
   return p;
 }
@@ -173,7 +175,7 @@ void WinogradPlan::run(const float* x, float* y, Conv2dWorkspace& ws) const {
 void WinogradPlan::run_rows(const RowSource& x, float* y, Conv2dWorkspace& ws) const {
   DIT_CHECK(row_source_, "WinogradPlan::run_rows: not planned for a row source");
   bind_buffers(ws);
-  float* piece = ws.piece();
+  float* piece = static_cast<float*>(ws.dst());  // free until the convolution writes it
   user_src_.set_data_handle(piece);
   for (const Step& step : steps_) {
     x.rows(step.out_row, rows_ + 2, piece);  // the piece's input rows, halo rows included

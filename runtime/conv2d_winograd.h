@@ -53,7 +53,8 @@ class WinogradPlan {
   // x: [batch, H, W, C] f32; y: [batch, OH, OW, O] f32 (added to when accumulating).
   void run(const float* x, float* y, Conv2dWorkspace& ws) const;
   // The same with the input rows from `x` (batch 1, halo rows, Conv2dSpec::winograd_row_source),
-  // each piece's rows written into the workspace's piece buffer and reordered from there.
+  // each piece's rows written into the workspace's buffer of the blocked output (free until the
+  // convolution writes it) and reordered from there into the blocked input.
   void run_rows(const RowSource& x, float* y, Conv2dWorkspace& ws) const;
 
  private:
