@@ -4,11 +4,11 @@
 #include <cmath>
 #include <cstring>
 
+#include "models/vae/vae_weights.h"
 #include "runtime/elementwise.h"
 #include "runtime/engine.h"
 #include "runtime/environment.h"
 #include "runtime/error.h"
-#include "runtime/json_config.h"
 #include "runtime/group_norm.h"
 #include "runtime/prefault.h"
 #include "runtime/row_sources.h"
@@ -17,70 +17,17 @@
 
 namespace dit {
 
-VaeConfig vae_config_from(const Config& c) {
-  const std::string src = c.source();
-  const std::string cls = c.get_string("_class_name", "AutoencoderKL");
-  DIT_CHECK(cls == "AutoencoderKL", src << ": VAE class '" << cls << "' is not supported (supported: AutoencoderKL)");
-  VaeConfig v;
-  if (c.has("block_out_channels")) {
-    v.block_out_channels.clear();
-    for (int64_t ch : c.get_int_list("block_out_channels")) {
-      DIT_CHECK(ch > 0 && ch <= 8192, src << ": block_out_channels entry " << ch << " out of range");
-      v.block_out_channels.push_back(int(ch));
-    }
-  }
-  DIT_CHECK(!v.block_out_channels.empty() && v.block_out_channels.size() <= 8,
-            src << ": block_out_channels must have 1..8 entries");
-  if (c.has("up_block_types"))
-    for (const std::string& t : c.get_string_list("up_block_types"))
-      DIT_CHECK(t == "UpDecoderBlock2D", src << ": up block type '" << t << "' is not supported (UpDecoderBlock2D)");
-  v.layers_per_block = int(c.get_int("layers_per_block", 1));
-  v.groups = int(c.get_int("norm_num_groups", 32));
-  v.latent_channels = int(c.get_int("latent_channels", 4));
-  v.out_channels = int(c.get_int("out_channels", 3));
-  v.scaling_factor = c.get_double("scaling_factor", 0.18215);
-  if (c.has("shift_factor") && !c.is_null("shift_factor")) v.shift_factor = c.get_double("shift_factor");
-  v.use_post_quant_conv = c.get_bool("use_post_quant_conv", true);
-  v.mid_block_add_attention = c.get_bool("mid_block_add_attention", true);
-  const std::string act = c.get_string("act_fn", "silu");
-  DIT_CHECK(act == "silu", src << ": act_fn '" << act << "' is not supported (silu)");
-  DIT_CHECK(v.layers_per_block >= 0 && v.layers_per_block <= 16, src << ": layers_per_block out of range");
-  DIT_CHECK(v.latent_channels > 0 && v.latent_channels <= 1024, src << ": latent_channels out of range");
-  DIT_CHECK(v.out_channels == 3, src << ": out_channels " << v.out_channels << " is not supported (3, RGB)");
-  DIT_CHECK(v.groups > 0, src << ": norm_num_groups must be > 0");
-  for (int ch : v.block_out_channels)
-    DIT_CHECK(ch % v.groups == 0, src << ": channels " << ch << " not divisible by norm_num_groups " << v.groups);
-  DIT_CHECK(std::isfinite(v.scaling_factor) && v.scaling_factor != 0, src << ": scaling_factor must be finite, non-zero");
-  return v;
-}
-
 namespace {
 
-struct ConvW {
-  Tensor w, b;
-  int64_t out = 0, in = 0, k = 0;
-  PackedSource packed;  // where its weight in the convolution's layout is kept (none: a private reorder)
-};
-struct NormW {
-  Tensor gamma, beta;
-};
-struct ResnetW {
-  NormW n1, n2;
-  ConvW c1, c2;
-  bool has_shortcut = false;
-  ConvW shortcut;
-};
-struct AttnW {
-  NormW gn;
-  LinearWeight qkv, out;
-};
-struct UpBlockW {
-  std::vector<ResnetW> resnets;
-  bool has_upsampler = false;
-  ConvW upsampler;
-};
-
-Tensor f32(const Tensor& t) { return t.dtype() == DType::F32 ? t : t.to(DType::F32); }
+using vae::AttnW;
+using vae::ConvW;
+using vae::NormW;
+using vae::ResnetW;
+using vae::UpBlockW;
+using vae::load_attn;
+using vae::load_conv;
+using vae::load_norm;
+using vae::load_resnet;
 
 // DIT_VAE_WINOGRAD=off: every convolution direct (to compare; on by default).
 bool winograd_wanted() {
@@ -91,61 +38,6 @@ bool winograd_wanted() {
     return false;
   }();
   return on;
-}
-
-// compute: the convolution's type, which its packed weight is kept in (made from the plain
-// weight's mapped pages, which are given back once the entry is made).
-ConvW load_conv(const WeightStore& s, const std::string& name, int64_t out, int64_t in, int64_t k, DType compute) {
-  ConvW c{f32(s.get(name + ".weight", {out, in, k, k})), f32(s.get(name + ".bias", {out})), out, in, k,
-          s.packed_source(name + ".weight", compute)};
-  if (c.packed) c.packed.release_plain = s.releaser(c.w);  // (a no-op for a private copy)
-  return c;
-}
-NormW load_norm(const WeightStore& s, const std::string& name, int64_t c) {
-  return {f32(s.get(name + ".weight", {c})), f32(s.get(name + ".bias", {c}))};
-}
-ResnetW load_resnet(const WeightStore& s, const std::string& name, int64_t in, int64_t out, DType compute) {
-  ResnetW r;
-  r.n1 = load_norm(s, name + ".norm1", in);
-  r.c1 = load_conv(s, name + ".conv1", out, in, 3, compute);
-  r.n2 = load_norm(s, name + ".norm2", out);
-  r.c2 = load_conv(s, name + ".conv2", out, out, 3, compute);
-  r.has_shortcut = in != out;
-  if (r.has_shortcut) r.shortcut = load_conv(s, name + ".conv_shortcut", out, in, 1, compute);
-  return r;
-}
-
-// A [C, C] projection stored as to_q (new name) or query (old name), or as a [C, C, 1, 1] conv.
-Tensor attn_weight(const WeightStore& s, const std::string& base, const std::string& now, const std::string& old,
-                   const std::string& suffix, const Shape& shape) {
-  std::string name = base + now + suffix;
-  if (!s.has(name) && s.has(base + old + suffix)) name = base + old + suffix;
-  Tensor t = s.get(name);
-  if (t.ndim() == 4 && shape.size() == 2 && t.dim(2) == 1 && t.dim(3) == 1) t = t.reshape({t.dim(0), t.dim(1)});
-  DIT_CHECK(t.shape() == shape, s.describe() << ": tensor '" << name << "' has shape " << shape_str(t.shape())
-                                             << ", expected " << shape_str(shape));
-  return f32(t);
-}
-
-AttnW load_attn(const WeightStore& s, const std::string& base, int64_t c, DType compute) {
-  AttnW a;
-  a.gn = load_norm(s, base + "group_norm", c);
-  const char* now[] = {"to_q", "to_k", "to_v"};
-  const char* old[] = {"query", "key", "value"};
-  std::vector<Tensor> w, b;
-  for (int i = 0; i < 3; ++i) {
-    w.push_back(attn_weight(s, base, now[i], old[i], ".weight", {c, c}));
-    b.push_back(attn_weight(s, base, now[i], old[i], ".bias", {c}).reshape({1, c}));
-  }
-  Tensor wqkv = Tensor::empty({3 * c, c}), bqkv = Tensor::empty({3 * c});
-  for (int i = 0; i < 3; ++i) {
-    std::memcpy(wqkv.f32() + i * c * c, w[i].f32(), c * c * 4);
-    std::memcpy(bqkv.f32() + i * c, b[i].f32(), c * 4);
-  }
-  a.qkv = LinearWeight::prepare(wqkv, bqkv, compute);
-  a.out = LinearWeight::prepare(attn_weight(s, base, "to_out.0", "proj_attn", ".weight", {c, c}),
-                                attn_weight(s, base, "to_out.0", "proj_attn", ".bias", {c}), compute);
-  return a;
 }
 
 }  // namespace
