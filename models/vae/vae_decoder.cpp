@@ -416,8 +416,10 @@ void VaeDecoder::prepare(int64_t batch, int64_t h, int64_t w, RowSplit* split) {
     a.counts.clear();
     for (const TokenRange& r : split_all(h, split->parts())) a.counts.push_back(size_t(r.size() * w * 3 * top));
     a.q_offset = m.band.begin * w * 3 * top;
-    m.qkv_band = Tensor::empty({rows * w, 3 * top});
     m.qkv_all = Tensor::empty({h * w, 3 * top});
+    // One part: the band is the image, and its Q, K, V are the gathered ones (no copy; at
+    // 1024 x 1024 100 MB less).
+    m.qkv_band = split->parts() == 1 ? m.qkv_all : Tensor::empty({rows * w, 3 * top});
     m.attn_buf = Tensor::empty({rows * w, top});
   }
   m.resnets.push_back(m.resnet_ops(m.mid1, rows, w, h, plan, cur));
