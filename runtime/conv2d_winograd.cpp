@@ -173,7 +173,7 @@ void WinogradPlan::run(const float* x, float* y, Conv2dWorkspace& ws) const {
 }
 
 void WinogradPlan::run_rows(const RowSource& x, float* y, Conv2dWorkspace& ws) const {
-  DIT_CHECK(row_source_, "WinogradPlan::run_rows: not planned for a row source");
+  DIT_CHECK(row_source_, "Conv2d::run_rows on a convolution not built for a row source (Conv2dSpec::winograd_row_source, batch 1, halo rows)");
   bind_buffers(ws);
   float* piece = static_cast<float*>(ws.dst());  // free until the convolution writes it
   user_src_.set_data_handle(piece);
