@@ -129,7 +129,8 @@ struct VaeDecoder::Impl {
   AttnOps attn_ops;
   std::vector<UpsampleOps> upsamplers;
   Conv2d post_quant_op, conv_in_op, conv_out_op;
-  int pq_buf = 0, in_buf = 0, norm_out_buf = 0, out_buf = 0;  // post_quant_conv's, conv_in's, norm_out's, conv_out's outputs
+  // Buffers: post_quant_conv's, conv_in's, the last up block's, norm_out's and conv_out's outputs.
+  int pq_buf = 0, in_buf = 0, last_buf = 0, norm_out_buf = 0, out_buf = 0;
   GroupNormSpec norm_out_spec;
   std::vector<size_t> image_counts;  // output floats per part
   Tensor qkv_band, qkv_all, attn_buf;  // mid attention scratch
@@ -450,6 +451,7 @@ void VaeDecoder::prepare(int64_t batch, int64_t h, int64_t w, RowSplit* split) {
   }
   m.norm_out_spec = m.gn(C[0], rr, ww, hh, true, m.compute);
   m.conv_out_op = m.conv(m.conv_out, C[0], rr, ww, false, m.compute);
+  m.last_buf = cur;
   m.norm_out_buf = plan.take(Impl::act_bytes(C[0], rr, ww, m.compute));
   plan.release(cur);
   m.out_buf = plan.take(Impl::act_bytes(cfg_.out_channels, rr, ww, f32));
@@ -499,12 +501,8 @@ void VaeDecoder::Impl::decode_image(const VaeConfig& cfg, const float* latents, 
   if (has_attn) run_attention();
   run_resnet(resnets[ri++]);
   size_t ui = 0;
-  int cur = resnets[ri - 1].out;
   for (const UpBlockW& ub : ups) {
-    for (size_t r = 0; r < ub.resnets.size(); ++r) {
-      run_resnet(resnets[ri]);
-      cur = resnets[ri++].out;
-    }
+    for (size_t r = 0; r < ub.resnets.size(); ++r) run_resnet(resnets[ri++]);
     if (ub.has_upsampler) {
       const UpsampleOps& u = upsamplers[ui++];
       if (u.u >= 0) {
@@ -515,10 +513,9 @@ void VaeDecoder::Impl::decode_image(const VaeConfig& cfg, const float* latents, 
         const UpsampledRows src(buf[u.x].f32(), u.rows, u.width, u.c, top_edge(), bottom_edge());
         run_rows(u.conv, src, u.x, u.rows, u.width, u.c, u.y);
       }
-      cur = u.y;
     }
   }
-  norm(norm_out_spec, norm_out, cur, norm_out_buf);
+  norm(norm_out_spec, norm_out, last_buf, norm_out_buf);
   run(conv_out_op, norm_out_buf, out_buf);  // [rows·s, W, 3]
   const int64_t ww = norm_out_spec.width;
   const int64_t oc = cfg.out_channels;
