@@ -104,13 +104,22 @@ struct VaeDecoder::Impl {
   struct ResnetOps {
     const ResnetW* w = nullptr;
     GroupNormSpec n1, n2;
-    Conv2d c1, c2, sc;
-    // Buffers: x, SiLU(GN(x)), h = conv1(.), SiLU(GN(h)), and the result (x itself without a
-    // shortcut). A convolution by Winograd reads its SiLU(GN(.)) piece by piece as it goes
-    // (runtime/row_sources.h): then that buffer is not used (-1).
+    Conv2d c1, c2;
+    // The shortcut (1x1): over the whole band, or, written over x (sc_rows > 0), over pieces of
+    // sc_rows rows and a tail piece.
+    Conv2d sc, sc_tail;
+    int64_t sc_rows = 0;
+    // Buffers: x, SiLU(GN(x)), h = conv1(.), SiLU(GN(h)), and the result (x's buffer without a
+    // shortcut, and with one written over x). A convolution by Winograd reads its SiLU(GN(.))
+    // piece by piece as it goes (runtime/row_sources.h): then that buffer is not used (-1).
     int x = 0, a = 0, h = 0, g = 0, out = 0;
     GroupNormAffine f1, f2;  // the statistics of those read piece by piece
   };
+  // Output pixels of a piece of a shortcut written over its input (0: kShortcutPiecePixels).
+  int64_t shortcut_piece_pixels = 0;
+  static constexpr int64_t kShortcutPiecePixels = 4096;
+  Tensor sc_piece;  // one piece of a shortcut's output, before it is copied over x
+  int64_t sc_floats = 0;  // its size, found while the resnets are planned
   struct AttnOps {
     GroupNormSpec gn;
     Linear qkv, out;
@@ -221,14 +230,24 @@ struct VaeDecoder::Impl {
     o.c1 = conv(r.c1, r.c1.in, rows, width, false, compute);
     o.n2 = gn(r.c1.out, rows, width, image_rows, true, compute);
     o.c2 = conv(r.c2, r.c2.in, rows, width, true, compute);
-    if (r.has_shortcut) o.sc = conv(r.shortcut, r.shortcut.in, rows, width, false, DType::F32);
+    // A shortcut that narrows the channels writes its output over x (shortcut_over_x).
+    const bool over_x = r.has_shortcut && r.shortcut.out <= r.shortcut.in;
+    if (over_x) {
+      const int64_t px = shortcut_piece_pixels > 0 ? shortcut_piece_pixels : kShortcutPiecePixels;
+      o.sc_rows = std::min(rows, std::max<int64_t>(1, px / width));
+      o.sc = conv(r.shortcut, r.shortcut.in, o.sc_rows, width, false, DType::F32);
+      if (rows % o.sc_rows) o.sc_tail = conv(r.shortcut, r.shortcut.in, rows % o.sc_rows, width, false, DType::F32);
+      sc_floats = std::max(sc_floats, o.sc_rows * width * r.shortcut.out);
+    } else if (r.has_shortcut) {
+      o.sc = conv(r.shortcut, r.shortcut.in, rows, width, false, DType::F32);
+    }
     o.x = x;
     o.a = o.c1.uses_winograd() ? -1 : plan.take(act_bytes(r.c1.in, rows, width, compute));
     o.h = plan.take(act_bytes(r.c1.out, rows, width, DType::F32));
     if (o.a >= 0) plan.release(o.a);
     o.g = o.c2.uses_winograd() ? -1 : plan.take(act_bytes(r.c1.out, rows, width, compute));
     if (o.g >= 0) plan.release(o.h);  // h is not needed once normalised
-    if (r.has_shortcut) {
+    if (r.has_shortcut && !over_x) {
       o.out = plan.take(act_bytes(r.c1.out, rows, width, DType::F32));
       plan.release(o.x);
     } else {
@@ -256,11 +275,32 @@ struct VaeDecoder::Impl {
     }
     // SiLU(GN(h)) into its buffer before the shortcut, which may take h's (free from then on).
     if (o.g >= 0) norm(o.n2, r.n2, o.h, o.g);
-    if (r.has_shortcut) run(o.sc, o.x, o.out);  // shortcut(x)
+    if (o.sc_rows > 0)
+      shortcut_over_x(o);
+    else if (r.has_shortcut)
+      run(o.sc, o.x, o.out);  // shortcut(x)
     if (o.g >= 0)
       run(o.c2, o.g, o.out);  // += conv2(.)
     else
       norm_conv_rows(o.n2, r.n2, o.f2, o.c2, o.h, o.out);
+  }
+
+  // x's buffer = shortcut(x), one piece of rows after another: each piece's output rows go to
+  // sc_piece, then over x. With as many channels out as in or fewer, output rows [a, b) lie
+  // over x's rows before b (the halo row above included), which this piece and the ones
+  // before it have read: x's rows from b on are untouched until their piece reads them. The
+  // resnet then needs x's buffer and conv1's output, not a third for the shortcut's (the SD
+  // VAE's last up block: 256 + 128 channels of full-resolution rows instead of 256 + 128 + 128).
+  void shortcut_over_x(const ResnetOps& o) {
+    const Conv2dSpec& s = o.sc.spec();
+    const int64_t rows = o.n1.height, in_row = s.width * s.in_channels, out_row = s.width * s.out_channels;
+    const float* x = f32_rows(o.x, in_row);
+    float* y = f32_rows(o.x, out_row);
+    for (int64_t a = 0; a < rows; a += o.sc_rows) {
+      const int64_t n = std::min(o.sc_rows, rows - a);
+      (n == o.sc_rows ? o.sc : o.sc_tail).run(x + a * in_row, sc_piece.f32());
+      std::memcpy(y + a * out_row, sc_piece.f32(), size_t(n * out_row) * sizeof(float));
+    }
   }
 
   // x += out(attention(GN(x))): a single head; the band's pixels attend to every pixel.
@@ -282,7 +322,7 @@ struct VaeDecoder::Impl {
   // prefault.h): left to the first writes, the growing activations' new pages fall to the
   // last thread of each loop, which zeroes them while the others wait.
   void fault_in() {
-    for (Tensor* t : {&buf[0], &buf[1], &buf[2], &z, &out_rows, &qkv_band, &qkv_all, &attn_buf})
+    for (Tensor* t : {&buf[0], &buf[1], &buf[2], &z, &out_rows, &qkv_band, &qkv_all, &attn_buf, &sc_piece})
       if (t->defined()) prefault(t->data(), t->nbytes());
     conv_ws->prefault();
     resident = true;
@@ -355,6 +395,11 @@ size_t VaeDecoder::activation_bytes() const {
   return n;
 }
 
+void VaeDecoder::set_shortcut_piece_pixels(int64_t pixels) {
+  DIT_CHECK(pixels >= 0, "VAE: shortcut pieces of " << pixels << " pixels");
+  impl_->shortcut_piece_pixels = pixels;
+}
+
 void VaeDecoder::prepare(int64_t batch, int64_t h, int64_t w, RowSplit* split) {
   Impl& m = *impl_;
   DIT_CHECK(batch >= 1 && h >= 1 && w >= 1, "VAE: empty latent shape");
@@ -385,6 +430,7 @@ void VaeDecoder::prepare(int64_t batch, int64_t h, int64_t w, RowSplit* split) {
   int cur = m.in_buf;
   m.resnets.clear();
   m.upsamplers.clear();
+  m.sc_floats = 0;
   m.resnets.push_back(m.resnet_ops(m.mid0, rows, w, h, plan, cur));
   cur = m.resnets.back().out;
   if (m.has_attn) {
@@ -459,7 +505,9 @@ void VaeDecoder::prepare(int64_t batch, int64_t h, int64_t w, RowSplit* split) {
   const int64_t s = cfg_.scale();
   for (const TokenRange& r : split_all(h, split->parts()))
     m.image_counts.push_back(size_t(r.size() * s * ww * cfg_.out_channels));
-  for (int i = 0; i < Impl::kBuffers; ++i) m.buf[i] = Tensor::empty({int64_t(std::max<size_t>(plan.bytes[i], 4) + 3) / 4});
+  for (int i = 0; i < Impl::kBuffers; ++i)
+    m.buf[i] = plan.bytes[i] > 0 ? Tensor::empty({int64_t(plan.bytes[i] + 3) / 4}) : Tensor();
+  m.sc_piece = m.sc_floats > 0 ? Tensor::empty({m.sc_floats}) : Tensor();
   m.z = Tensor::empty({rows + 2, w, lat});
   m.out_rows = Tensor::empty({hh, ww, int64_t(cfg_.out_channels)});
   m.resident = false;

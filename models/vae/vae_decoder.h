@@ -72,6 +72,10 @@ class VaeDecoder {
   // activation the decoder's steps put in it (the SD VAE's at full resolution: 256, 256 and 128
   // channels, not three times 256), for the tests.
   size_t activation_bytes() const;
+  // Output pixels a piece of a shortcut written over its input (a 1x1 convolution that narrows
+  // the channels: x's buffer takes its output, piece by piece; default 4096), for the next
+  // prepare(); the tests give a few, for several pieces and a tail at their small sizes.
+  void set_shortcut_piece_pixels(int64_t pixels);
   // Whether a decoder computing in `compute` runs its 3×3 convolutions (16 channels and more)
   // by Winograd's algorithm: f32, where oneDNN has the kernel, with the weight cache on (their
   // weights are transformed once into its layout there), unless DIT_VAE_WINOGRAD=off.
