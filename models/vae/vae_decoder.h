@@ -68,9 +68,9 @@ class VaeDecoder {
   // How many of the prepared convolutions run Winograd's algorithm (f32 3×3 ones where oneDNN
   // has it; DIT_VAE_WINOGRAD=off: none), for -v and the tests.
   int winograd_convolutions() const;
-  // Bytes of the three activation buffers prepare() made, each sized for the largest
+  // Bytes of the activation buffers prepare() made (up to three), each sized for the largest
   // activation the decoder's steps put in it (the SD VAE's at full resolution: 256, 256 and 128
-  // channels, not three times 256), for the tests.
+  // channels with direct convolutions, 256 and 128 by Winograd; not three times 256), for the tests.
   size_t activation_bytes() const;
   // Output pixels a piece of a shortcut written over its input (a 1x1 convolution that narrows
   // the channels: x's buffer takes its output, piece by piece; default 4096), for the next
