@@ -120,7 +120,6 @@ struct VaeDecoder::Impl {
   int64_t shortcut_piece_pixels = 0;
   static constexpr int64_t kShortcutPiecePixels = 4096;
   Tensor sc_piece;  // one piece of a shortcut's output, before it is copied over x
-  int64_t sc_floats = 0;  // its size, found while the resnets are planned
   struct AttnOps {
     GroupNormSpec gn;
     Linear qkv, out;
@@ -238,7 +237,6 @@ struct VaeDecoder::Impl {
       o.sc_rows = std::min(rows, std::max<int64_t>(1, px / width));
       o.sc = conv(r.shortcut, r.shortcut.in, o.sc_rows, width, false, DType::F32);
       if (rows % o.sc_rows) o.sc_tail = conv(r.shortcut, r.shortcut.in, rows % o.sc_rows, width, false, DType::F32);
-      sc_floats = std::max(sc_floats, o.sc_rows * width * r.shortcut.out);
     } else if (r.has_shortcut) {
       o.sc = conv(r.shortcut, r.shortcut.in, rows, width, false, DType::F32);
     }
@@ -431,7 +429,6 @@ void VaeDecoder::prepare(int64_t batch, int64_t h, int64_t w, RowSplit* split) {
   int cur = m.in_buf;
   m.resnets.clear();
   m.upsamplers.clear();
-  m.sc_floats = 0;
   m.resnets.push_back(m.resnet_ops(m.mid0, rows, w, h, plan, cur));
   cur = m.resnets.back().out;
   if (m.has_attn) {
@@ -508,7 +505,10 @@ void VaeDecoder::prepare(int64_t batch, int64_t h, int64_t w, RowSplit* split) {
     m.image_counts.push_back(size_t(r.size() * s * ww * cfg_.out_channels));
   for (int i = 0; i < Impl::kBuffers; ++i)
     m.buf[i] = plan.bytes[i] > 0 ? Tensor::empty({int64_t(plan.bytes[i] + 3) / 4}) : Tensor();
-  m.sc_piece = m.sc_floats > 0 ? Tensor::empty({m.sc_floats}) : Tensor();
+  int64_t sc_floats = 0;  // the largest piece of a shortcut written over x
+  for (const Impl::ResnetOps& o : m.resnets)
+    if (o.sc_rows > 0) sc_floats = std::max(sc_floats, o.sc.spec().height * o.sc.spec().width * o.sc.spec().out_channels);
+  m.sc_piece = sc_floats > 0 ? Tensor::empty({sc_floats}) : Tensor();
   m.z = Tensor::empty({rows + 2, w, lat});
   m.out_rows = Tensor::empty({hh, ww, int64_t(cfg_.out_channels)});
   m.resident = false;
