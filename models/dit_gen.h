@@ -35,7 +35,7 @@ namespace dit {
 struct PipelineOptions {
   std::string model_dir;
   DType dtype = DType::F32;  // compute type of the matmuls (bf16 needs AVX-512 bf16 for speed)
-  std::optional<DType> vae_dtype;  // the VAE decoder's convolutions; unset: VaeDecoder::default_dtype(dtype, weight cache on)
+  std::optional<DType> vae_dtype;  // the VAE decoder's convolutions; unset: dtype's
   std::shared_ptr<ParallelContext> parallel;  // null = serial
   QkvProjection qkv = QkvProjection::Auto;    // models/common/qkv.h
   // Text-to-image: give back the text encoder's memory-mapped pages after each encoding, so a

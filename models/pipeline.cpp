@@ -222,7 +222,7 @@ std::unique_ptr<Pipeline> Pipeline::load(const PipelineOptions& opt) {
                 << g.in_channels);
   m.dtype = opt.dtype;
   m.weight_cache_on = !opt.weight_cache.dir.empty();
-  m.vae_dtype = opt.vae_dtype.value_or(VaeDecoder::default_dtype(opt.dtype, m.weight_cache_on));
+  m.vae_dtype = opt.vae_dtype.value_or(opt.dtype);
   m.vstore = WeightStore::open_dir(dir + "/vae");
   // The VAE's weights are read as f32 (converted through the cache when stored in half
   // precision); each convolution keeps its own copy in its layout and compute type.

@@ -26,7 +26,7 @@ struct Conv2d::Impl {
   std::shared_ptr<Conv2dWorkspace> ws;
   dnnl::reorder src_in, dst_in, dst_out;
   std::unordered_map<int, memory> args, src_in_args, dst_in_args, dst_out_args;
-  std::unique_ptr<WinogradPlan> wino;  // the Winograd form, when spec.winograd found a kernel
+  std::unique_ptr<WinogradConv> wino;  // the Winograd form, when spec.winograd found one
 };
 
 namespace {
@@ -59,14 +59,15 @@ Conv2d::Conv2d(Conv2d&&) noexcept = default;
 Conv2d& Conv2d::operator=(Conv2d&&) noexcept = default;
 Conv2d::~Conv2d() = default;
 
-// The weight in the primitive's layout `want`: mapped from its packed entry (made there from
-// `weight` when missing), or, without one or where an optional directory failed, a private
-// reorder (none when `private_copy` is false: an undefined Tensor). *shared says which.
-static Tensor weight_in_layout(const Tensor& weight, const memory::desc& user, const memory::desc& want,
+// The weight in the layout `want`, written by pack(f32 weight, dst): mapped from its packed entry
+// (made there from `weight` when missing), or, without one or where an optional directory failed,
+// a private copy (none when `private_copy` is false: an undefined Tensor). *shared says which.
+template <class Pack>
+static Tensor weight_in_layout(const Tensor& weight, const memory::desc& want, const Pack& pack,
                                const PackedSource& packed, bool* shared, bool private_copy = true) {
   auto fill = [&](void* dst) {
     const Tensor wf = weight.dtype() == DType::F32 ? weight : weight.to(DType::F32);
-    pack_weight(user, wf.data(), want, dst);
+    pack(wf.f32(), dst);
   };
   if (packed) {
     Tensor t = packed.dir->get(packed.key, want, fill, packed.release_plain, packed.source);
@@ -108,10 +109,14 @@ Conv2d::Conv2d(const Conv2dSpec& spec, const Tensor& weight, const Tensor& bias,
     m.bias = bias.dtype() == DType::F32 ? bias : bias.to(DType::F32);
   }
   const memory::desc w_user({s.out_channels, s.in_channels, s.kernel, s.kernel}, dt::f32, tag::oihw);
-  if (s.winograd && (m.wino = WinogradPlan::make(s, m.bias.defined(), *m.ws))) {
+  if (s.winograd && (m.wino = make_winograd(s, m.bias.defined(), *m.ws))) {
     // Given a packed source whose directory failed (an optional one that cannot be written),
-    // the direct form: the private transform into Winograd's layout is slow.
-    m.weight = weight_in_layout(weight, w_user, m.wino->weights_desc(), packed, &m.weight_shared, !packed);
+    // the direct form where the private transform into Winograd's layout is slow (oneDNN's).
+    PackedSource wp = packed;
+    if (wp && !m.wino->layout_key().empty()) wp.key += "|" + m.wino->layout_key();
+    const WinogradConv& wc = *m.wino;
+    m.weight = weight_in_layout(weight, wc.weights_desc(), [&](const float* w, void* dst) { wc.pack(w, dst); }, wp,
+                                &m.weight_shared, !packed || wc.fast_pack());
     if (m.weight.defined()) {
       m.impl_name = m.wino->impl_name();
       m.wino->bind(m.weight.data(), m.bias.defined() ? m.bias.f32() : nullptr);
@@ -148,7 +153,9 @@ Conv2d::Conv2d(const Conv2dSpec& spec, const Tensor& weight, const Tensor& bias,
     m.impl_name = pd.impl_info_str();
     m.prim = dnnl::convolution_forward(pd);
     // Weights in the primitive's layout and type, once: mapped from the machine's entry, or a private copy.
-    m.weight = weight_in_layout(weight, w_user, pd.weights_desc(), packed, &m.weight_shared);
+    const memory::desc want = pd.weights_desc();
+    m.weight = weight_in_layout(weight, want, [&](const float* w, void* dst) { pack_weight(w_user, w, want, dst); },
+                                packed, &m.weight_shared);
     memory w_mem(pd.weights_desc(), eng, m.weight.data());
     m.user_src = memory(src_user, eng, nullptr);
     m.user_dst = memory(dst_user, eng, nullptr);
@@ -203,7 +210,7 @@ void Conv2d::run_rows(const RowSource& x, float* y) const {
 void Conv2d::run_any(const void* x, float* y) const {
   Impl& m = *impl_;
   dnnl_call(m.what.c_str(), [&] {
-    if (m.wino) return m.wino->run(static_cast<const float*>(x), y, *m.ws);
+    if (m.wino) return m.wino->run(x, y, *m.ws);
     auto& st = Engine::get().stream;
     m.user_src.set_data_handle(const_cast<void*>(x));
     m.user_dst.set_data_handle(y);

@@ -43,6 +43,10 @@ struct Conv2dSpec {
   // Winograd with halo rows: the input may also be given row by row (Conv2d::run_rows), each
   // piece's input rows made in the workspace (in the blocked output's buffer, free until then).
   bool winograd_row_source = false;
+  // The first output row's row in the whole image when x is a band of it (its halo form): the
+  // bf16 Winograd form starts its 2-row tiles at even image rows, so a band gets the bits of the
+  // whole image's convolution (runtime/conv2d_winograd_bf16.h).
+  int64_t image_row = 0;
   int64_t row_padding() const { return pad_rows < 0 ? padding : pad_rows; }
   int64_t out_height() const { return (height + 2 * row_padding() - kernel) / stride + 1; }
   int64_t out_width() const { return (width + 2 * padding - kernel) / stride + 1; }

@@ -4,7 +4,9 @@
 #include <sstream>
 
 #include "runtime/conv2d.h"
+#include "runtime/conv2d_winograd_bf16.h"
 #include "runtime/error.h"
+#include "runtime/packed_weights.h"
 
 namespace dit {
 
@@ -28,6 +30,16 @@ int64_t default_piece_rows(int64_t out_w) {
 }  // namespace
 
 WinogradPlan::~WinogradPlan() = default;
+
+std::unique_ptr<WinogradConv> make_winograd(const Conv2dSpec& s, bool has_bias, Conv2dWorkspace& ws) {
+  if (s.compute == DType::BF16) return WinogradBf16Plan::make(s, has_bias, ws);
+  return WinogradPlan::make(s, has_bias, ws);
+}
+
+void WinogradPlan::pack(const float* weight, void* dst) const {
+  const memory::desc user({out_c_, in_c_, 3, 3}, dt::f32, tag::oihw);
+  pack_weight(user, weight, weights_md_, dst);
+}
 
 bool winograd_available() {
   static const bool available = [] {
@@ -158,8 +170,9 @@ void WinogradPlan::run_piece(const Step& step, float* yn) const {
   }
 }
 
-void WinogradPlan::run(const float* x, float* y, Conv2dWorkspace& ws) const {
+void WinogradPlan::run(const void* xv, float* y, Conv2dWorkspace& ws) const {
   bind_buffers(ws);
+  const float* x = static_cast<const float*>(xv);
   for (int64_t n = 0; n < batch_; ++n) {
     const float* xn = x + n * in_h_ * in_w_ * in_c_;
     float* yn = y + n * out_h_ * out_w_ * out_c_;

@@ -17,6 +17,8 @@
 //   plan->bind(w.data(), bias);
 //   plan->run(x, y, *workspace);                                   // x [N, H, W, C], y [N, OH, OW, O]
 //
+// Both Winograd forms implement WinogradConv below; make_winograd picks one by the compute type.
+//
 // Pieces: with the halo form (Conv2dSpec::pad_rows 0: x carries the rows above and below) the
 // output rows are cut into pieces of R rows; where R does not divide them, the last piece is
 // the last R rows, of which only those not yet written are copied out. Every piece has the same
@@ -38,7 +40,32 @@ struct Conv2dSpec;
 class Conv2dWorkspace;
 class RowSource;
 
-class WinogradPlan {
+// A Winograd form of a convolution, as Conv2d runs it: the weight in the form's own layout
+// (made once by pack, kept by Conv2d: mapped from the weight cache or private), then runs.
+class WinogradConv {
+ public:
+  virtual ~WinogradConv() = default;
+  virtual const dnnl::memory::desc& weights_desc() const = 0;
+  // Writes the weight [O, C, 3, 3] (f32) into `dst` in weights_desc().
+  virtual void pack(const float* weight, void* dst) const = 0;
+  // Whether pack is quick enough to run in every process (else only into the weight cache).
+  virtual bool fast_pack() const = 0;
+  // Names the packed form's content in the weight cache's key (beside its layout).
+  virtual std::string layout_key() const = 0;
+  virtual const std::string& impl_name() const = 0;
+  // The weight in weights_desc() and the f32 bias (null: none), kept by the caller.
+  virtual void bind(const void* weight, const float* bias) = 0;
+  // x: [batch, H, W, C] in the spec's input type; y: [batch, OH, OW, O] f32 (added to when accumulating).
+  virtual void run(const void* x, float* y, Conv2dWorkspace& ws) const = 0;
+  // The same with the input rows from `x` (batch 1, halo rows, Conv2dSpec::winograd_row_source).
+  virtual void run_rows(const RowSource& x, float* y, Conv2dWorkspace& ws) const = 0;
+};
+
+// The Winograd form for `s`: oneDNN's f32 F(4×4, 3×3) (WinogradPlan) for f32 compute, F(2×2,
+// 3×3) in bf16 (runtime/conv2d_winograd_bf16.h) for bf16; null where there is none.
+std::unique_ptr<WinogradConv> make_winograd(const Conv2dSpec& s, bool has_bias, Conv2dWorkspace& ws);
+
+class WinogradPlan final : public WinogradConv {
  public:
   // The plan for `s` (f32 compute and input, channels last, 3×3, stride 1), its buffers reserved
   // in `ws`; null where oneDNN has no Winograd kernel for it (a CPU without AVX-512, a shape the
@@ -46,16 +73,19 @@ class WinogradPlan {
   static std::unique_ptr<WinogradPlan> make(const Conv2dSpec& s, bool has_bias, Conv2dWorkspace& ws);
   ~WinogradPlan();
 
-  const dnnl::memory::desc& weights_desc() const { return weights_md_; }
-  const std::string& impl_name() const { return impl_name_; }
-  // The weight in weights_desc() and the f32 bias (null: none), kept by the caller.
-  void bind(const void* weight, const float* bias);
+  const dnnl::memory::desc& weights_desc() const override { return weights_md_; }
+  // oneDNN's reorder into its layout: slow (5.9 s for the SD VAE's weights on the 2-core VM).
+  void pack(const float* weight, void* dst) const override;
+  bool fast_pack() const override { return false; }
+  std::string layout_key() const override { return ""; }  // oneDNN's layout names it
+  const std::string& impl_name() const override { return impl_name_; }
+  void bind(const void* weight, const float* bias) override;
   // x: [batch, H, W, C] f32; y: [batch, OH, OW, O] f32 (added to when accumulating).
-  void run(const float* x, float* y, Conv2dWorkspace& ws) const;
+  void run(const void* x, float* y, Conv2dWorkspace& ws) const override;
   // The same with the input rows from `x` (batch 1, halo rows, Conv2dSpec::winograd_row_source),
   // each piece's rows written into the workspace's buffer of the blocked output (free until the
   // convolution writes it) and reordered from there into the blocked input.
-  void run_rows(const RowSource& x, float* y, Conv2dWorkspace& ws) const;
+  void run_rows(const RowSource& x, float* y, Conv2dWorkspace& ws) const override;
 
  private:
   WinogradPlan() = default;

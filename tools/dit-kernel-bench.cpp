@@ -195,8 +195,9 @@ json bench_attention(int64_t tokens, int64_t B, DType c, int64_t qb = 0, int64_t
 // A 3x3 convolution at VAE sizes. layout: "blocked" (NCHW x and y reordered to oneDNN's
 // blocked layout and back in each run), "nchw" (in place), "nhwc" (channels last in place:
 // the VAE decoder's direct form; with bf16 compute x is given in bf16, as GroupNorm writes it
-// there), "nhwc_winograd" (f32: the decoder's Winograd form, x with its halo rows, in pieces of
-// rows through blocked copies, runtime/conv2d_winograd.h; "impl" says whether oneDNN had it).
+// there), "nhwc_winograd" (the decoder's Winograd form, x f32 with its halo rows, in pieces of
+// rows: f32 by oneDNN's F(4x4, 3x3) through blocked copies, runtime/conv2d_winograd.h, "impl" says
+// whether oneDNN had it; bf16 by F(2x2, 3x3) with a bf16 matmul, runtime/conv2d_winograd_bf16.h).
 json bench_conv(int64_t ch, int64_t hw, const std::string& layout, DType c) {
   Conv2dSpec s;
   s.compute = c;
@@ -206,8 +207,8 @@ json bench_conv(int64_t ch, int64_t hw, const std::string& layout, DType c) {
   s.padding = 1;
   s.blocked = layout == "blocked";
   s.nhwc = layout == "nhwc" || layout == "nhwc_winograd";
-  s.input = s.nhwc ? c : DType::F32;
   s.winograd = layout == "nhwc_winograd";
+  s.input = s.nhwc && !s.winograd ? c : DType::F32;
   if (s.winograd) {
     s.height = hw + 2;  // the halo rows
     s.pad_rows = 0;
@@ -347,8 +348,8 @@ int main(int argc, char** argv) {
       for (auto [ch, hw] : {std::pair<int64_t, int64_t>{512, 32}, {256, 128}, {128, 256}})
         for (DType c : types)
           for (const char* layout : {"nhwc", "nhwc_winograd", "blocked", "nchw"})
-            if (c == DType::F32 || (std::string(layout) != "nchw" && std::string(layout) != "nhwc_winograd"))
-              rows.push_back(bench_conv(ch, hw, layout, c));  // bf16 converts an NCHW x in a reorder, has no Winograd
+            if (c == DType::F32 || std::string(layout) != "nchw")
+              rows.push_back(bench_conv(ch, hw, layout, c));  // bf16 converts an NCHW x in a reorder
     if (only.empty() || only == "copy") rows.push_back(bench_copy());
     res["results"] = rows;
     std::printf("%s\n", res.dump(1).c_str());

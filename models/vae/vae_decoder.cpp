@@ -171,13 +171,15 @@ struct VaeDecoder::Impl {
     s.nhwc = true;
     s.compute = compute;
     s.input = input;
-    // Winograd where oneDNN has it (f32; at least 16 channels in and out, its blocks: conv_in's
-    // 4 inputs and conv_out's 3 outputs stay direct, and are under 1% of the work), and where
-    // the weight has a packed entry: oneDNN's transform into the Winograd layout is slow (5.9 s
-    // for the SD VAE's weights on the 2-core VM), so it is made once per machine, not at every
-    // preparation (--weight-cache off: direct).
+    // Winograd as winograd_for says (at least 16 channels in and out, oneDNN's f32 kernel's
+    // blocks: conv_in's 4 inputs and conv_out's 3 outputs stay direct, and are under 1% of the
+    // work), where the weight has a packed entry: oneDNN's f32 transform into the Winograd layout
+    // is slow (5.9 s for the SD VAE's weights on the 2-core VM), so it is made once per machine,
+    // not at every preparation, and the bf16 form's weights (16/9 of the weight's bf16 size) are
+    // mapped by every rank instead of copied (--weight-cache off: direct).
     s.winograd = VaeDecoder::winograd_for(compute, bool(cw.packed)) && halo && c_in >= 16 && cw.out >= 16;
     s.winograd_row_source = s.winograd;  // its input's transform made piece by piece (run_rows)
+    s.image_row = band.begin * (width / w0);  // the band's first row at this resolution (its tiles' grid)
     return Conv2d(s, cw.w, cw.b, conv_ws, cw.packed);
   }
   // Runs c on the band at `band` (halo row first, in c's input type) into buffer `out`'s rows
@@ -367,11 +369,11 @@ VaeDecoder::VaeDecoder(const VaeConfig& cfg, const WeightStore& s, DType compute
 VaeDecoder::~VaeDecoder() = default;
 
 bool VaeDecoder::winograd_for(DType compute, bool weight_cache) {
-  return compute == DType::F32 && weight_cache && winograd_wanted() && winograd_available();
-}
-
-DType VaeDecoder::default_dtype(DType compute, bool weight_cache) {
-  return compute == DType::BF16 && winograd_for(DType::F32, weight_cache) && !amx_available() ? DType::F32 : compute;
+  if (!weight_cache || !winograd_wanted()) return false;
+  // bf16: F(2x2, 3x3) with bf16 products (runtime/conv2d_winograd_bf16.h), where oneDNN has no
+  // AMX (with AMX its direct bf16 kernel is kept: the two are not measured against each other).
+  if (compute == DType::BF16) return !amx_available() && compute_supported(DType::BF16);
+  return winograd_available();
 }
 
 int VaeDecoder::winograd_convolutions() const {

@@ -77,13 +77,11 @@ class VaeDecoder {
   // prepare(); the tests give a few, for several pieces and a tail at their small sizes.
   void set_shortcut_piece_pixels(int64_t pixels);
   // Whether a decoder computing in `compute` runs its 3×3 convolutions (16 channels and more)
-  // by Winograd's algorithm: f32, where oneDNN has the kernel, with the weight cache on (their
-  // weights are transformed once into its layout there), unless DIT_VAE_WINOGRAD=off.
+  // by Winograd's algorithm, with the weight cache on (their weights are transformed once into
+  // its layout there), unless DIT_VAE_WINOGRAD=off: f32 by oneDNN's F(4×4, 3×3) where oneDNN has
+  // it; bf16 by F(2×2, 3×3) with bf16 products (runtime/conv2d_winograd_bf16.h) on CPUs where
+  // oneDNN has no AMX (1.5× its direct bf16 kernel on the AVX512_BF16 VM).
   static bool winograd_for(DType compute, bool weight_cache);
-  // The decoder's type when --vae-dtype is not given: --dtype's, except that bf16 decodes in
-  // f32 where f32 runs by Winograd and oneDNN has no AMX for bf16: there f32 is the faster
-  // (1.3 against 1.55 s at 256 x 256 on two cores of the AVX-512 VM) and the more exact.
-  static DType default_dtype(DType compute, bool weight_cache);
 
  private:
   struct Impl;

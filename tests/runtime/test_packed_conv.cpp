@@ -2,7 +2,8 @@
 // its weight from the machine's packed entry gives the bits of one that reorders a private copy;
 // the entry is made once per weight and layout, and the next convolution of it (another band's
 // rows, another process) maps it instead of reordering; an unusable optional directory falls
-// back to the private copy (a Winograd convolution to the direct form).
+// back to the private copy (an f32 Winograd convolution to the direct form, whose weight transform
+// is oneDNN's slow one; the bf16 Winograd form transforms its own quickly).
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -12,6 +13,7 @@
 #include "io_test_util.h"
 #include "packed_test_util.h"
 #include "runtime/conv2d.h"
+#include "runtime/engine.h"
 #include "runtime/packed_weights.h"
 #include "tests/compute_types.h"
 
@@ -60,8 +62,8 @@ TEST_CASE("packed weights: a convolution reading its packed entry gives the priv
           "[runtime][packed][conv2d]") {
   for (const DType compute : dit_test::compute_types())
     for (const int64_t k : {3, 1})
-    for (const bool winograd : {false, true}) {  // Winograd's weight layout (f32 3x3) is kept alike
-      if (winograd && (compute != DType::F32 || k != 3)) continue;
+    for (const bool winograd : {false, true}) {  // the Winograd forms' weight layouts (3x3) are kept alike
+      if (winograd && k != 3) continue;
       INFO(dtype_name(compute) << ", " << k << "x" << k << (winograd ? ", Winograd" : ""));
       dit_test::TempDir d;
       const std::string pd = fs::canonical(d.path()).string() + "/packed";
@@ -128,4 +130,12 @@ TEST_CASE("packed weights: a convolution over an unusable optional directory reo
   Conv2dSpec sd = sw;
   sd.winograd = false;
   CHECK(same_bits(run_conv(cw), run_conv(Conv2d(sd, w16, b))));
+  // bf16's Winograd form transforms its weight quickly: a private copy in its layout.
+  if (!compute_supported(DType::BF16)) return;
+  Conv2dSpec sb = sw;
+  sb.compute = DType::BF16;
+  const Conv2d cb(sb, w16, b, nullptr, PackedSource(std::make_shared<PackedWeightDir>(bad, true), "conv"));
+  CHECK(cb.uses_winograd());
+  CHECK_FALSE(cb.weight_shared());
+  CHECK(same_bits(run_conv(cb), run_conv(Conv2d(sb, w16, b))));
 }

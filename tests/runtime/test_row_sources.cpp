@@ -14,6 +14,7 @@
 #include "runtime/conv2d.h"
 #include "runtime/elementwise.h"
 #include "runtime/group_norm.h"
+#include "runtime/engine.h"
 #include "runtime/row_sources.h"
 
 using namespace dit;
@@ -103,8 +104,11 @@ TEST_CASE("row sources: group_norm's and upsample_nearest2x's rows, zeros at the
 
 TEST_CASE("Conv2d::run_rows: a Winograd convolution over a row source gives the bits of one over the rows in memory",
           "[kernels][conv2d][winograd][rows]") {
-  if (!winograd_available()) {
-    WARN("no Winograd kernel on this CPU: run_rows is for Winograd convolutions only");
+  std::vector<DType> computes;  // f32: oneDNN's F(4x4, 3x3); bf16: F(2x2, 3x3) (its input type bf16, as the VAE's)
+  if (winograd_available()) computes.push_back(DType::F32);
+  if (compute_supported(DType::BF16)) computes.push_back(DType::BF16);
+  if (computes.empty()) {
+    WARN("no Winograd form on this CPU: run_rows is for Winograd convolutions only");
     return;
   }
   const std::vector<float> x = kt::randv(size_t((R + 2) * W * C), 21);
@@ -118,11 +122,13 @@ TEST_CASE("Conv2d::run_rows: a Winograd convolution over a row source gives the 
     int64_t rows, width;  // output rows and width of the convolution
     const char* what;
   };
+  for (const DType compute : computes)
   for (const Case& k : {Case{&norm_rows, R, W, "GroupNorm"}, Case{&up_rows, 2 * R, 2 * W, "upsampled"}})
     for (const int64_t piece : {int64_t(0), int64_t(4)})  // one piece; pieces of 4 rows and a tail
       for (const bool acc : {false, true}) {
-        INFO(k.what << ", piece rows " << piece << ", accumulate " << acc);
+        INFO(dtype_name(compute) << ", " << k.what << ", piece rows " << piece << ", accumulate " << acc);
         Conv2dSpec cs;
+        cs.compute = cs.input = compute;
         cs.in_channels = C;
         cs.out_channels = 16;
         cs.height = k.rows + 2;
@@ -137,11 +143,15 @@ TEST_CASE("Conv2d::run_rows: a Winograd convolution over a row source gives the 
         Tensor w = Tensor::empty({16, C, 3, 3});
         std::copy(wv.begin(), wv.end(), w.f32());
         const Conv2d conv(cs, w, Tensor());
+        Conv2dSpec in_memory = cs;  // the same over f32 rows in memory
+        in_memory.input = DType::F32;
+        const Conv2d conv_mem(in_memory, w, Tensor());
         REQUIRE(conv.uses_winograd());
+        REQUIRE(conv_mem.uses_winograd());
         const std::vector<float> in = all_rows(*k.src, k.rows + 2, k.width);
         const std::vector<float> y0 = kt::randv(size_t(k.rows * k.width * 16), 23);
         std::vector<float> want = y0, got = y0;
-        conv.run(in.data(), want.data());
+        conv_mem.run(in.data(), want.data());
         conv.run_rows(*k.src, got.data());
         CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
       }

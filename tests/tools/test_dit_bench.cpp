@@ -429,11 +429,15 @@ TEST_CASE("dit-kernel-bench --only conv times the decoder's direct and Winograd 
     CHECK(row["gflops"].get<double>() > 0);
     if (row["op"] == "conv3x3_nhwc_winograd") {
       ++winograd;
-      CHECK(row["dtype"] == "f32");
-      if (dit::winograd_available()) CHECK(row["impl"].get<std::string>().find("wino") != std::string::npos);
+      const std::string impl = row["impl"].get<std::string>();
+      if (row["dtype"] == "bf16")
+        CHECK(impl.find("winograd_f2x2_bf16") != std::string::npos);  // dit-gen's own F(2x2, 3x3)
+      else if (dit::winograd_available())
+        CHECK(impl.find("wino") != std::string::npos);
     }
     if (row["op"] == "conv3x3_nhwc") ++direct_nhwc;
   }
-  CHECK(winograd == 3);  // 512 channels at 32 x 32, 256 at 128 x 128, 128 at 256 x 256
+  // 512 channels at 32 x 32, 256 at 128 x 128, 128 at 256 x 256, in each compute type
+  CHECK(winograd == 3 * int64_t(compute_types().size()));
   CHECK(direct_nhwc == 3 * int64_t(compute_types().size()));
 }

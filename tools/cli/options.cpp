@@ -65,9 +65,9 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
   app.add_flag("--no-decode", o.no_decode, "skip the VAE decode and the PNG");
   app.add_option("--dtype", o.dtype, "matmul compute type: f32|bf16 (bf16 needs an AVX-512 CPU)")->capture_default_str();
   app.add_option("--vae-dtype", o.vae_dtype,
-                 "the VAE decoder's convolution type: f32|bf16 (default: --dtype's, but f32 for --dtype bf16 on a CPU without "
-                 "AMX with the weight cache on, where f32 convolutions by Winograd's algorithm are faster; bf16 "
-                 "accumulates in f32)");
+                 "the VAE decoder's convolution type: f32|bf16 (default: --dtype's; bf16 multiplies in bf16 and "
+                 "accumulates in f32; with the weight cache on, 3x3 convolutions run by Winograd's algorithm: f32 "
+                 "F(4x4, 3x3), and bf16 F(2x2, 3x3) on CPUs without AMX)");
   app.add_option("--weight-cache", o.weight_cache,
                  "weights stored in another type than --dtype (f16/bf16 checkpoints in f32, f32/f16 linear weights in "
                  "bf16) are converted once into this directory, and the blocks' linear weights packed once into the "

@@ -90,7 +90,10 @@ void open_session(const GenOptions& o, const MeshDegrees& degrees, Session& s) {
                    po.dtype == DType::BF16 && qk_pad_by_default()
                        ? " (attention's Q·Kᵀ over head_dim zero-padded to a multiple of 32)"
                        : "",
-                   dtype_name(s.pipe->vae_dtype()), s.pipe->vae_winograd() ? " (3x3 convolutions by Winograd F(4x4, 3x3))" : "");
+                   dtype_name(s.pipe->vae_dtype()),
+                   !s.pipe->vae_winograd()                ? ""
+                   : s.pipe->vae_dtype() == DType::BF16   ? " (3x3 convolutions by Winograd F(2x2, 3x3))"
+                                                          : " (3x3 convolutions by Winograd F(4x4, 3x3))");
     std::fprintf(stderr, "dit-gen: rank %d: %.0f MB resident after loading\n", s.env.rank, resident_mb());
   }
 }
