@@ -89,7 +89,8 @@ Conv2d::Conv2d(const Conv2dSpec& spec, const Tensor& weight, const Tensor& bias,
   std::ostringstream os;
   os << "Conv2d x[" << s.batch << ", " << s.in_channels << ", " << s.height << ", " << s.width << "] w["
      << s.out_channels << ", " << s.in_channels << ", " << s.kernel << ", " << s.kernel << "] stride " << s.stride
-     << " pad " << s.row_padding() << "x" << s.padding << (s.accumulate ? " accumulate" : "") << " " << dtype_name(s.compute);
+     << " pad " << s.row_padding() << "x" << s.padding << (s.nearest2x_input ? " of nearest2x(x)" : "")
+     << (s.accumulate ? " accumulate" : "") << " " << dtype_name(s.compute);
   m.what = os.str();
   DIT_CHECK(s.batch > 0 && s.in_channels > 0 && s.out_channels > 0 && s.kernel > 0 && s.stride > 0 &&
                 s.padding >= 0 && s.row_padding() >= 0 && s.out_height() > 0 && s.out_width() > 0,
@@ -124,6 +125,7 @@ Conv2d::Conv2d(const Conv2dSpec& spec, const Tensor& weight, const Tensor& bias,
     }
     m.wino.reset();
   }
+  DIT_CHECK(!s.nearest2x_input, m.what << ": a nearest-2x input is computed only by the bf16 Winograd form (none here)");
   const int64_t OH = s.out_height(), OW = s.out_width();
   dnnl_call(m.what.c_str(), [&] {
     auto& eng = Engine::get().engine;

@@ -47,9 +47,17 @@ struct Conv2dSpec {
   // bf16 Winograd form starts its 2-row tiles at even image rows, so a band gets the bits of the
   // whole image's convolution (runtime/conv2d_winograd_bf16.h).
   int64_t image_row = 0;
+  // true: x is the input of a nearest-2× upsampling, [batch, height, width, C] (its halo rows
+  // included), and y = conv(nearest2x(x)) [batch, OH, OW, O] with OH, OW of the upsampled x: the
+  // VAE decoder's upsamplers, without the upsampled x in memory. Only the bf16 Winograd form
+  // computes it (winograd, bf16 compute; its four phases, runtime/conv2d_winograd_bf16.h).
+  bool nearest2x_input = false;
   int64_t row_padding() const { return pad_rows < 0 ? padding : pad_rows; }
-  int64_t out_height() const { return (height + 2 * row_padding() - kernel) / stride + 1; }
-  int64_t out_width() const { return (width + 2 * padding - kernel) / stride + 1; }
+  // The input's rows and columns as convolved: x's, or the upsampled x's (its halo rows 1 each).
+  int64_t conv_height() const { return !nearest2x_input ? height : row_padding() == 0 ? 2 * height - 2 : 2 * height; }
+  int64_t conv_width() const { return nearest2x_input ? 2 * width : width; }
+  int64_t out_height() const { return (conv_height() + 2 * row_padding() - kernel) / stride + 1; }
+  int64_t out_width() const { return (conv_width() + 2 * padding - kernel) / stride + 1; }
 };
 
 // Buffers for the blocked-layout copies of x and y and oneDNN's scratchpad, shared by

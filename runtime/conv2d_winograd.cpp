@@ -55,7 +55,7 @@ bool winograd_available() {
 
 std::unique_ptr<WinogradPlan> WinogradPlan::make(const Conv2dSpec& s, bool has_bias, Conv2dWorkspace& ws) {
   if (s.compute != DType::F32 || s.input != DType::F32 || !s.nhwc || s.kernel != 3 || s.stride != 1 ||
-      s.padding != 1)
+      s.padding != 1 || s.nearest2x_input)
     return nullptr;
   std::unique_ptr<WinogradPlan> p(new WinogradPlan());
   WinogradPlan& m = *p;

@@ -10,6 +10,13 @@
 //   U = G g Gᵀ              (the weight's, once, rounded to bf16)          [16, C, O]
 //   M[k] = V[k] · U[k]      (16 matmuls, bf16 products, f32 sums)          [16, tiles, O]
 //   y = Aᵀ M A + b (+ y)    (output transform, f32)                        2×2 outputs a tile
+// With a nearest-2× upsampled input (Conv2dSpec::nearest2x_input, the VAE's upsamplers) the plan
+// reads x before the upsampling: the output at rows 2r + py, columns 2c + px (phase (py, px)) is a
+// 2×2 convolution of x (the 3×3 kernel's rows and columns summed: w0 and w1 + w2 for phase 0,
+// w0 + w1 and w2 for phase 1), each phase by F(2×2, 2×2) on one 4×4 window of x per 2×2 of x's
+// positions: 36 products for 16 outputs (2.25 an output against F(2×2, 3×3)'s 4 and the direct
+// kernel's 9), and no upsampled x in memory. Transforms: runtime/winograd_bf16_transforms.h.
+//
 // F(2×2, 3×3) rather than oneDNN's f32 F(4×4, 3×3): in bf16 the larger tile's transforms
 // (entries up to 8 and 5) multiply the rounding error about 10×; this one's about 1.6× the
 // direct bf16 kernel's (tests/runtime/test_conv2d_winograd_bf16.cpp checks it against 2.5×).
@@ -38,14 +45,14 @@ namespace dit {
 class WinogradBf16Plan final : public WinogradConv {
  public:
   // The plan for `s` (bf16 compute, x f32 or bf16, channels last, 3×3, stride 1, padding 1,
-  // 0 or 1 rows of padding above and below), its buffers reserved in `ws`; null for other
-  // shapes. Throws dit::Error for oneDNN failures.
+  // 0 or 1 rows of padding above and below; x itself or its nearest-2× upsampling), its buffers
+  // reserved in `ws`; null for other shapes. Throws dit::Error for oneDNN failures.
   static std::unique_ptr<WinogradBf16Plan> make(const Conv2dSpec& s, bool has_bias, Conv2dWorkspace& ws);
 
   const dnnl::memory::desc& weights_desc() const override { return weights_md_; }
   void pack(const float* weight, void* dst) const override;
   bool fast_pack() const override { return true; }
-  std::string layout_key() const override { return "winograd-f2x2-bf16-v1"; }
+  std::string layout_key() const override { return up_ ? "winograd-up2-f2x2-2x2-bf16-v1" : "winograd-f2x2-bf16-v1"; }
   const std::string& impl_name() const override { return impl_name_; }
   void bind(const void* weight, const float* bias) override;
   void run(const void* x, float* y, Conv2dWorkspace& ws) const override;
@@ -66,7 +73,10 @@ class WinogradBf16Plan final : public WinogradConv {
   int64_t batch_ = 1, in_h_ = 0, in_w_ = 0, in_c_ = 0, out_h_ = 0, out_w_ = 0, out_c_ = 0;
   int64_t pad_rows_ = 0;               // rows of zeros above x (0: the halo form)
   int64_t phase_ = 0;                  // Conv2dSpec::image_row's parity: the first tile starts at output row -phase_
-  int64_t tiles_w_ = 0, tiles_h_ = 0;  // tiles across and down the output
+  bool up_ = false;                    // Conv2dSpec::nearest2x_input: four phases of F(2×2, 2×2)
+  int64_t points_ = 16;                // products per channel pair a tile: 16, or 36 with up_
+  int64_t grid_h_ = 0, grid_w_ = 0;    // the positions tiled: y's, or with up_ x's (y's halved)
+  int64_t tiles_w_ = 0, tiles_h_ = 0;  // tiles across and down the grid
   int64_t rows_t_ = 0, tiles_ = 0;     // tile rows a piece and its tiles
   int64_t v_plane_ = 0, m_plane_ = 0;  // elements from one of V's (M's) 16 planes to the next
   bool bf16_input_ = false, accumulate_ = false, row_source_ = false;

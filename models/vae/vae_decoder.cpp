@@ -131,6 +131,7 @@ struct VaeDecoder::Impl {
   };
   struct UpsampleOps {
     Conv2d conv;
+    bool of_x = false;  // conv reads x and upsamples as it goes (Conv2dSpec::nearest2x_input)
     int64_t c = 0, rows = 0, width = 0;  // the input's channels and its band's rows and width
     int x = 0, u = 0, y = 0;             // buffers: x, nearest2x(x) (-1: made piece by piece), conv(.)
   };
@@ -154,7 +155,14 @@ struct VaeDecoder::Impl {
   // (height rows + 2, no zero rows added), a 1×1 one the rows alone.
   // input: the type run() gets (F32 for the latents and the shortcut's x, compute after
   // GroupNorm or the upsampler); an f32 x with bf16 compute is converted inside the convolution.
-  Conv2d conv(const ConvW& cw, int64_t c_in, int64_t rows, int64_t width, bool accumulate, DType input) {
+  // Whether the 3x3 convolution `cw` runs by Winograd (at least 16 channels in and out).
+  bool by_winograd(const ConvW& cw) const {
+    return VaeDecoder::winograd_for(compute, bool(cw.packed)) && cw.in >= 16 && cw.out >= 16;
+  }
+  // nearest2x: the convolution of the band's nearest-2x upsampling, reading the band itself
+  // (rows, width and the input type x's; the bf16 Winograd form only).
+  Conv2d conv(const ConvW& cw, int64_t c_in, int64_t rows, int64_t width, bool accumulate, DType input,
+              bool nearest2x = false) {
     Conv2dSpec s;
     s.batch = 1;
     s.in_channels = c_in;
@@ -177,8 +185,9 @@ struct VaeDecoder::Impl {
     // is slow (5.9 s for the SD VAE's weights on the 2-core VM), so it is made once per machine,
     // not at every preparation, and the bf16 form's weights (16/9 of the weight's bf16 size) are
     // mapped by every rank instead of copied (--weight-cache off: direct).
-    s.winograd = VaeDecoder::winograd_for(compute, bool(cw.packed)) && halo && c_in >= 16 && cw.out >= 16;
-    s.winograd_row_source = s.winograd;  // its input's transform made piece by piece (run_rows)
+    s.winograd = halo && by_winograd(cw);
+    s.nearest2x_input = nearest2x;
+    s.winograd_row_source = s.winograd && !nearest2x;  // its input's transform made piece by piece (run_rows)
     s.image_row = band.begin * (width / w0);  // the band's first row at this resolution (its tiles' grid)
     return Conv2d(s, cw.w, cw.b, conv_ws, cw.packed);
   }
@@ -191,7 +200,7 @@ struct VaeDecoder::Impl {
     const size_t row_bytes = size_t(s.width * s.in_channels) * dtype_size(s.input);
     if (halo) split->exchange_halo(band, rows, row_bytes);
     const void* x = halo ? band : static_cast<const char*>(band) + row_bytes;
-    float* y = f32_rows(out, s.width * s.out_channels);
+    float* y = f32_rows(out, s.out_width() * s.out_channels);
     if (s.input == DType::BF16)
       c.run(static_cast<const uint16_t*>(x), y);
     else
@@ -482,10 +491,14 @@ void VaeDecoder::prepare(int64_t batch, int64_t h, int64_t w, RowSplit* split) {
       u.c = ub.upsampler.in;
       u.rows = rr;
       u.width = ww;
+      // bf16 by Winograd: the upsampled input's convolution as four phases of a 2x2 one over x
+      // (2.25 products per output instead of 4, runtime/conv2d_winograd_bf16.h).
+      u.of_x = m.compute == DType::BF16 && m.by_winograd(ub.upsampler);
+      if (u.of_x) u.conv = m.conv(ub.upsampler, ub.upsampler.in, rr, ww, false, f32, true);
       rr *= 2;
       ww *= 2;
       hh *= 2;
-      u.conv = m.conv(ub.upsampler, ub.upsampler.in, rr, ww, false, m.compute);
+      if (!u.of_x) u.conv = m.conv(ub.upsampler, ub.upsampler.in, rr, ww, false, m.compute);
       u.x = cur;
       u.u = u.conv.uses_winograd() ? -1 : plan.take(Impl::act_bytes(u.c, rr, ww, m.compute));
       if (u.u >= 0) plan.release(u.x);
@@ -556,7 +569,9 @@ void VaeDecoder::Impl::decode_image(const VaeConfig& cfg, const float* latents, 
     for (size_t r = 0; r < ub.resnets.size(); ++r) run_resnet(resnets[ri++]);
     if (ub.has_upsampler) {
       const UpsampleOps& u = upsamplers[ui++];
-      if (u.u >= 0) {
+      if (u.of_x) {
+        run(u.conv, u.x, u.y);
+      } else if (u.u >= 0) {
         upsample_nearest2x(f32_rows(u.x, u.width * u.c), rows_of(u.u, 2 * u.width * u.c, compute), compute, 1, u.rows,
                            u.width, u.c);
         run(u.conv, u.u, u.y);

@@ -28,6 +28,7 @@
 #include "models/vae/vae_decoder.h"
 #include "runtime/json_config.h"
 #include "runtime/randn.h"
+#include "tests/compute_types.h"
 #include "runtime/safetensors.h"
 
 using namespace dit_test;
@@ -66,14 +67,16 @@ TEST_CASE("VAE decoder: with Winograd, GroupNorm and upsampling are read piece b
   const int64_t h = 6, w = 5;
   auto full = [&](int64_t c) { return size_t(4 * h + 2) * size_t(4 * w) * size_t(c) * sizeof(float); };
   dit_test::TempDir tmp;
+  for (const dit::DType compute : compute_types())
   for (const bool cache : {false, true}) {
     dit::WeightStore store = dit::WeightStore::open_dir(dir);
     if (cache) dit::use_weight_cache(store, dit::DType::F32, {tmp.path() + "/wc", false});
-    dit::VaeDecoder vae(cfg, store, dit::DType::F32);
+    dit::VaeDecoder vae(cfg, store, compute);
     vae.prepare(1, h, w);
     const bool winograd = vae.winograd_convolutions() > 0;
-    INFO("weight cache " << cache << ", " << vae.winograd_convolutions() << " Winograd convolutions");
-    if (cache && !winograd) WARN("no Winograd kernel on this CPU: the direct decoder's buffers checked");
+    INFO(dit::dtype_name(compute) << ", weight cache " << cache << ", " << vae.winograd_convolutions()
+                                  << " Winograd convolutions");
+    if (cache && !winograd) WARN("no Winograd form on this CPU: the direct decoder's buffers checked");
     CHECK(vae.activation_bytes() == (winograd ? 2 * full(32) : 3 * full(32)));
   }
 }
