@@ -38,6 +38,22 @@ DIT_MULTIVERSION void input_3x3_t(const T* const* p, int64_t t0, int64_t t1, int
   }
 }
 
+// V = Bᵀ s B of one phase's 3×3 sub-window s (rows a, b, e) into its nine planes at op.
+inline __attribute__((always_inline)) void phase_in(float a0, float a1, float a2, float b0, float b1, float b2,
+                                                    float e0, float e1, float e2, uint16_t* op, int64_t ks, int64_t c) {
+  const float u0 = a0 - b0, u1 = a1 - b1, u2 = a2 - b2;  // Bᵀ s: rows a - b, b, e - b
+  const float w0 = e0 - b0, w1 = e1 - b1, w2 = e2 - b2;
+  op[0 * ks + c] = f32_to_bf16_rne(u0 - u1);  // (Bᵀ s) B: columns 0 - 1, 1, 2 - 1
+  op[1 * ks + c] = f32_to_bf16_rne(u1);
+  op[2 * ks + c] = f32_to_bf16_rne(u2 - u1);
+  op[3 * ks + c] = f32_to_bf16_rne(b0 - b1);
+  op[4 * ks + c] = f32_to_bf16_rne(b1);
+  op[5 * ks + c] = f32_to_bf16_rne(b2 - b1);
+  op[6 * ks + c] = f32_to_bf16_rne(w0 - w1);
+  op[7 * ks + c] = f32_to_bf16_rne(w1);
+  op[8 * ks + c] = f32_to_bf16_rne(w2 - w1);
+}
+
 template <class T>
 DIT_MULTIVERSION void input_up2_t(const T* const* p, int64_t t0, int64_t t1, int64_t ks, int64_t C, uint16_t* v) {
   for (int64_t t = t0; t < t1; ++t) {
@@ -45,24 +61,15 @@ DIT_MULTIVERSION void input_up2_t(const T* const* p, int64_t t0, int64_t t1, int
     uint16_t* o = v + t * C;
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) {
-      float d[4][4];
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j) d[i][j] = load(q[4 * i + j], c);
-      for (int py = 0; py < 2; ++py)
-        for (int px = 0; px < 2; ++px) {
-          float b[3][3];  // Bᵀ s for the sub-window s = d[py.., px..]
-          for (int j = 0; j < 3; ++j) {
-            b[0][j] = d[py][px + j] - d[py + 1][px + j];
-            b[1][j] = d[py + 1][px + j];
-            b[2][j] = d[py + 2][px + j] - d[py + 1][px + j];
-          }
-          uint16_t* op = o + 9 * (2 * py + px) * ks;
-          for (int i = 0; i < 3; ++i) {  // (Bᵀ s) B
-            op[(3 * i + 0) * ks + c] = f32_to_bf16_rne(b[i][0] - b[i][1]);
-            op[(3 * i + 1) * ks + c] = f32_to_bf16_rne(b[i][1]);
-            op[(3 * i + 2) * ks + c] = f32_to_bf16_rne(b[i][2] - b[i][1]);
-          }
-        }
+      const float d00 = load(q[0], c), d01 = load(q[1], c), d02 = load(q[2], c), d03 = load(q[3], c);
+      const float d10 = load(q[4], c), d11 = load(q[5], c), d12 = load(q[6], c), d13 = load(q[7], c);
+      const float d20 = load(q[8], c), d21 = load(q[9], c), d22 = load(q[10], c), d23 = load(q[11], c);
+      const float d30 = load(q[12], c), d31 = load(q[13], c), d32 = load(q[14], c), d33 = load(q[15], c);
+      // phase (py, px): the sub-window at rows py.., columns px.. (written out: GCC vectorises this)
+      phase_in(d00, d01, d02, d10, d11, d12, d20, d21, d22, o, ks, c);
+      phase_in(d01, d02, d03, d11, d12, d13, d21, d22, d23, o + 9 * ks, ks, c);
+      phase_in(d10, d11, d12, d20, d21, d22, d30, d31, d32, o + 18 * ks, ks, c);
+      phase_in(d11, d12, d13, d21, d22, d23, d31, d32, d33, o + 27 * ks, ks, c);
     }
   }
 }
