@@ -60,6 +60,15 @@ struct Conv2dSpec {
   int64_t out_width() const { return (conv_width() + 2 * padding - kernel) / stride + 1; }
 };
 
+// The sizes a convolution's kernels loop over: x [batch, in_h, in_w, in_c] (as given, halo rows
+// included) -> y [batch, out_h, out_w, out_c].
+struct Conv2dShape {
+  int64_t batch = 1, in_h = 0, in_w = 0, in_c = 0, out_h = 0, out_w = 0, out_c = 0;
+  static Conv2dShape of(const Conv2dSpec& s) {
+    return {s.batch, s.height, s.width, s.in_channels, s.out_height(), s.out_width(), s.out_channels};
+  }
+};
+
 // Buffers for the blocked-layout copies of x and y and oneDNN's scratchpad, shared by
 // convolutions that run one after another (a decoder's thirty convolutions need one set,
 // sized for the largest, instead of one each). Sized while the convolutions are built;

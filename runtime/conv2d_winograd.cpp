@@ -37,7 +37,7 @@ std::unique_ptr<WinogradConv> make_winograd(const Conv2dSpec& s, bool has_bias, 
 }
 
 void WinogradPlan::pack(const float* weight, void* dst) const {
-  const memory::desc user({out_c_, in_c_, 3, 3}, dt::f32, tag::oihw);
+  const memory::desc user({shape_.out_c, shape_.in_c, 3, 3}, dt::f32, tag::oihw);
   pack_weight(user, weight, weights_md_, dst);
 }
 
@@ -59,16 +59,10 @@ std::unique_ptr<WinogradPlan> WinogradPlan::make(const Conv2dSpec& s, bool has_b
     return nullptr;
   std::unique_ptr<WinogradPlan> p(new WinogradPlan());
   WinogradPlan& m = *p;
-  m.batch_ = s.batch;
-  m.in_h_ = s.height;
-  m.in_w_ = s.width;
-  m.in_c_ = s.in_channels;
-  m.out_h_ = s.out_height();
-  m.out_w_ = s.out_width();
-  m.out_c_ = s.out_channels;
+  m.shape_ = Conv2dShape::of(s);
   m.halo_ = s.row_padding() == 0;
-  int64_t rows = m.out_h_;
-  if (m.halo_) rows = std::min(m.out_h_, s.winograd_rows > 0 ? s.winograd_rows : default_piece_rows(m.out_w_));
+  int64_t rows = m.shape_.out_h;
+  if (m.halo_) rows = std::min(m.shape_.out_h, s.winograd_rows > 0 ? s.winograd_rows : default_piece_rows(m.shape_.out_w));
   std::ostringstream what;
   what << "Winograd Conv2d x[" << s.batch << ", " << s.height << ", " << s.width << ", " << s.in_channels << "] -> "
        << s.out_channels << " channels";
@@ -79,10 +73,10 @@ std::unique_ptr<WinogradPlan> WinogradPlan::make(const Conv2dSpec& s, bool has_b
   const memory::desc w_any({s.out_channels, s.in_channels, 3, 3}, dt::f32, tag::any);
   dnnl::convolution_forward::primitive_desc pd;
   for (;;) {
-    const int64_t in_rows = m.halo_ ? rows + 2 : m.in_h_;
+    const int64_t in_rows = m.halo_ ? rows + 2 : m.shape_.in_h;
     const memory::dims pad{m.halo_ ? 0 : s.row_padding(), 1};
     const memory::desc src_any({1, s.in_channels, in_rows, s.width}, dt::f32, tag::any);
-    const memory::desc dst_any({1, s.out_channels, rows, m.out_w_}, dt::f32, tag::any);
+    const memory::desc dst_any({1, s.out_channels, rows, m.shape_.out_w}, dt::f32, tag::any);
     try {
       auto d = has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
                                                           dnnl::algorithm::convolution_winograd, src_any, w_any, b_md,
@@ -103,11 +97,11 @@ std::unique_ptr<WinogradPlan> WinogradPlan::make(const Conv2dSpec& s, bool has_b
   m.weights_md_ = pd.weights_desc();
   dnnl_call(what.str().c_str(), [&] {
     m.conv_ = dnnl::convolution_forward(pd);
-    const int64_t in_rows = m.halo_ ? rows + 2 : m.in_h_;
+    const int64_t in_rows = m.halo_ ? rows + 2 : m.shape_.in_h;
     m.user_src_ = memory(memory::desc({1, s.in_channels, in_rows, s.width}, dt::f32, tag::nhwc), eng, nullptr);
     m.src_ = memory(pd.src_desc(), eng, nullptr);
     m.dst_ = memory(pd.dst_desc(), eng, nullptr);
-    m.user_dst_ = memory(memory::desc({1, s.out_channels, rows, m.out_w_}, dt::f32, tag::nhwc), eng, nullptr);
+    m.user_dst_ = memory(memory::desc({1, s.out_channels, rows, m.shape_.out_w}, dt::f32, tag::nhwc), eng, nullptr);
     dnnl::primitive_attr out_attr;  // y = conv(x) + b (+ y: the residual added on the way out)
     if (s.accumulate) {
       dnnl::post_ops po;
@@ -118,11 +112,11 @@ std::unique_ptr<WinogradPlan> WinogradPlan::make(const Conv2dSpec& s, bool has_b
     m.src_in_args_ = {{DNNL_ARG_FROM, m.user_src_}, {DNNL_ARG_TO, m.src_}};
     m.dst_out_ = dnnl::reorder(dnnl::reorder::primitive_desc(m.dst_, m.user_dst_, out_attr));
     m.dst_out_args_ = {{DNNL_ARG_FROM, m.dst_}, {DNNL_ARG_TO, m.user_dst_}};
-    for (int64_t r0 = 0; r0 + rows <= m.out_h_; r0 += rows) m.steps_.push_back({r0, false});
-    m.tail_rows_ = m.out_h_ % rows;
+    for (int64_t r0 = 0; r0 + rows <= m.shape_.out_h; r0 += rows) m.steps_.push_back({r0, false});
+    m.tail_rows_ = m.shape_.out_h % rows;
     if (m.tail_rows_ > 0) {  // the last `rows` rows; the first rows - tail of them are written already
-      m.steps_.push_back({m.out_h_ - rows, true});
-      const memory::dims tail_dims{1, s.out_channels, m.tail_rows_, m.out_w_};
+      m.steps_.push_back({m.shape_.out_h - rows, true});
+      const memory::dims tail_dims{1, s.out_channels, m.tail_rows_, m.shape_.out_w};
       m.dst_tail_view_ = memory(pd.dst_desc().submemory_desc(tail_dims, {0, 0, rows - m.tail_rows_, 0}), eng, nullptr);
       m.user_tail_ = memory(memory::desc(tail_dims, dt::f32, tag::nhwc), eng, nullptr);
       m.tail_out_ = dnnl::reorder(dnnl::reorder::primitive_desc(m.dst_tail_view_, m.user_tail_, out_attr));
@@ -144,7 +138,7 @@ void WinogradPlan::bind(const void* weight, const float* bias) {
   conv_args_ = {{DNNL_ARG_SRC, src_},
                 {DNNL_ARG_WEIGHTS, memory(weights_md_, eng, const_cast<void*>(weight))},
                 {DNNL_ARG_DST, dst_}};
-  if (bias) conv_args_[DNNL_ARG_BIAS] = memory(memory::desc({out_c_}, dt::f32, tag::a), eng, const_cast<float*>(bias));
+  if (bias) conv_args_[DNNL_ARG_BIAS] = memory(memory::desc({shape_.out_c}, dt::f32, tag::a), eng, const_cast<float*>(bias));
   if (scratch_) conv_args_[DNNL_ARG_SCRATCHPAD] = scratch_;
 }
 
@@ -162,10 +156,10 @@ void WinogradPlan::run_piece(const Step& step, float* yn) const {
   execute(src_in_, st, src_in_args_);
   execute(conv_, st, conv_args_);
   if (step.tail) {
-    user_tail_.set_data_handle(yn + (out_h_ - tail_rows_) * out_w_ * out_c_);
+    user_tail_.set_data_handle(yn + (shape_.out_h - tail_rows_) * shape_.out_w * shape_.out_c);
     execute(tail_out_, st, tail_out_args_);
   } else {
-    user_dst_.set_data_handle(yn + step.out_row * out_w_ * out_c_);
+    user_dst_.set_data_handle(yn + step.out_row * shape_.out_w * shape_.out_c);
     execute(dst_out_, st, dst_out_args_);
   }
 }
@@ -173,12 +167,12 @@ void WinogradPlan::run_piece(const Step& step, float* yn) const {
 void WinogradPlan::run(const void* xv, float* y, Conv2dWorkspace& ws) const {
   bind_buffers(ws);
   const float* x = static_cast<const float*>(xv);
-  for (int64_t n = 0; n < batch_; ++n) {
-    const float* xn = x + n * in_h_ * in_w_ * in_c_;
-    float* yn = y + n * out_h_ * out_w_ * out_c_;
+  for (int64_t n = 0; n < shape_.batch; ++n) {
+    const float* xn = x + n * shape_.in_h * shape_.in_w * shape_.in_c;
+    float* yn = y + n * shape_.out_h * shape_.out_w * shape_.out_c;
     for (const Step& step : steps_) {
       // Input rows of output row r: r .. r + 2 in the halo form; the whole image otherwise.
-      user_src_.set_data_handle(const_cast<float*>(xn + (halo_ ? step.out_row : 0) * in_w_ * in_c_));
+      user_src_.set_data_handle(const_cast<float*>(xn + (halo_ ? step.out_row : 0) * shape_.in_w * shape_.in_c));
       run_piece(step, yn);
     }
   }

@@ -32,13 +32,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/conv2d.h"
 #include "runtime/engine.h"
 
 namespace dit {
-
-struct Conv2dSpec;
-class Conv2dWorkspace;
-class RowSource;
 
 // A Winograd form of a convolution, as Conv2d runs it: the weight in the form's own layout
 // (made once by pack, kept by Conv2d: mapped from the weight cache or private), then runs.
@@ -93,7 +90,7 @@ class WinogradPlan final : public WinogradConv {
     int64_t out_row = 0;   // the piece's first output row (its input rows start here in the halo form)
     bool tail = false;     // copy out only its last `tail_rows` rows
   };
-  int64_t batch_ = 1, in_h_ = 0, in_w_ = 0, in_c_ = 0, out_h_ = 0, out_w_ = 0, out_c_ = 0;
+  Conv2dShape shape_;  // x [batch, in_h, in_w, in_c] -> y [batch, out_h, out_w, out_c]
   int64_t rows_ = 0, tail_rows_ = 0;
   bool halo_ = true;
   bool row_source_ = false;

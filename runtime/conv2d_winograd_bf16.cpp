@@ -31,13 +31,7 @@ std::unique_ptr<WinogradBf16Plan> WinogradBf16Plan::make(const Conv2dSpec& s, bo
     return nullptr;
   std::unique_ptr<WinogradBf16Plan> p(new WinogradBf16Plan());
   WinogradBf16Plan& m = *p;
-  m.batch_ = s.batch;
-  m.in_h_ = s.height;
-  m.in_w_ = s.width;
-  m.in_c_ = s.in_channels;
-  m.out_h_ = s.out_height();
-  m.out_w_ = s.out_width();
-  m.out_c_ = s.out_channels;
+  m.shape_ = Conv2dShape::of(s);
   m.pad_rows_ = s.row_padding();
   m.bf16_input_ = s.input == DType::BF16;
   m.accumulate_ = s.accumulate;
@@ -45,12 +39,12 @@ std::unique_ptr<WinogradBf16Plan> WinogradBf16Plan::make(const Conv2dSpec& s, bo
   // 2x2 of them make 4x4 outputs, four phases of 2x2).
   m.up_ = s.nearest2x_input;
   m.points_ = m.up_ ? winograd::kPointsUp2 : winograd::kPoints3x3;
-  m.grid_h_ = m.up_ ? m.out_h_ / 2 : m.out_h_;
-  m.grid_w_ = m.up_ ? m.out_w_ / 2 : m.out_w_;
+  m.grid_h_ = m.up_ ? m.shape_.out_h / 2 : m.shape_.out_h;
+  m.grid_w_ = m.up_ ? m.shape_.out_w / 2 : m.shape_.out_w;
   m.tiles_w_ = (m.grid_w_ + 1) / 2;
   m.phase_ = s.image_row & 1;  // tiles from even rows of the whole image: its first at grid row -phase_
   m.tiles_h_ = (m.grid_h_ + m.phase_ + 1) / 2;
-  const size_t tile_bytes = size_t(m.points_ * (2 * m.in_c_ + 4 * m.out_c_));
+  const size_t tile_bytes = size_t(m.points_ * (2 * m.shape_.in_c + 4 * m.shape_.out_c));
   const int64_t by_bytes = int64_t(kPieceBytes / (tile_bytes * size_t(m.tiles_w_)));
   const int64_t want = s.winograd_rows > 0 ? (s.winograd_rows + 1) / 2 : by_bytes;  // (grid rows)
   m.rows_t_ = std::clamp<int64_t>(want, 1, m.tiles_h_);
@@ -59,7 +53,7 @@ std::unique_ptr<WinogradBf16Plan> WinogradBf16Plan::make(const Conv2dSpec& s, bo
   if (m.tiles_h_ % m.rows_t_ != 0)  // the last full piece, written from where the others stopped
     m.steps_.push_back({m.tiles_h_ - m.rows_t_, m.steps_.empty() ? 0 : m.steps_.back().tile_row + m.rows_t_});
   m.rowp_.assign(size_t(2 * m.rows_t_ + 2), nullptr);
-  m.zeros_.assign(size_t(std::max(m.in_c_, m.out_c_)), 0.f);
+  m.zeros_.assign(size_t(std::max(m.shape_.in_c, m.shape_.out_c)), 0.f);
   m.row_source_ = s.winograd_row_source && m.pad_rows_ == 0 && s.batch == 1 && !m.up_;
 
   std::ostringstream what;
@@ -67,11 +61,11 @@ std::unique_ptr<WinogradBf16Plan> WinogradBf16Plan::make(const Conv2dSpec& s, bo
        << "] -> " << s.out_channels << " channels";
   dnnl_call(what.str().c_str(), [&] {
     auto& eng = Engine::get().engine;
-    m.v_plane_ = m.tiles_ * m.in_c_;
-    m.m_plane_ = m.tiles_ * m.out_c_;
-    const memory::desc v_md({m.points_, m.tiles_, m.in_c_}, dt::bf16, tag::abc);
-    const memory::desc w_any({m.points_, m.in_c_, m.out_c_}, dt::bf16, tag::any);
-    const memory::desc m_md({m.points_, m.tiles_, m.out_c_}, dt::f32, tag::abc);
+    m.v_plane_ = m.tiles_ * m.shape_.in_c;
+    m.m_plane_ = m.tiles_ * m.shape_.out_c;
+    const memory::desc v_md({m.points_, m.tiles_, m.shape_.in_c}, dt::bf16, tag::abc);
+    const memory::desc w_any({m.points_, m.shape_.in_c, m.shape_.out_c}, dt::bf16, tag::any);
+    const memory::desc m_md({m.points_, m.tiles_, m.shape_.out_c}, dt::f32, tag::abc);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(v_md, w_any, m_md), attr, eng);
@@ -83,7 +77,7 @@ std::unique_ptr<WinogradBf16Plan> WinogradBf16Plan::make(const Conv2dSpec& s, bo
     m.v_bytes_ = (v_md.get_size() + 63) / 64 * 64;
     const size_t sp = pd.scratchpad_desc().get_size();
     if (sp) m.scratch_ = memory(pd.scratchpad_desc(), eng, nullptr);
-    const size_t rows_buf = m.row_source_ ? size_t((2 * m.rows_t_ + 2) * m.in_w_ * m.in_c_) * sizeof(float) : 0;
+    const size_t rows_buf = m.row_source_ ? size_t((2 * m.rows_t_ + 2) * m.shape_.in_w * m.shape_.in_c) * sizeof(float) : 0;
     ws.reserve(rows_buf, m_md.get_size(), m.v_bytes_ + sp);
   });
   (void)has_bias;
@@ -93,12 +87,12 @@ std::unique_ptr<WinogradBf16Plan> WinogradBf16Plan::make(const Conv2dSpec& s, bo
 // U for every (o, c) (runtime/winograd_bf16_transforms.h) as [points, C, O] f32, then into the
 // matmul's layout in bf16 (rounded to nearest even by the reorder).
 void WinogradBf16Plan::pack(const float* weight, void* dst) const {
-  Tensor u = Tensor::empty({points_, in_c_, out_c_});
+  Tensor u = Tensor::empty({points_, shape_.in_c, shape_.out_c});
   if (up_)
-    winograd::weights_up2(weight, in_c_, out_c_, u.f32());
+    winograd::weights_up2(weight, shape_.in_c, shape_.out_c, u.f32());
   else
-    winograd::weights_3x3(weight, in_c_, out_c_, u.f32());
-  pack_weight(memory::desc({points_, in_c_, out_c_}, dt::f32, tag::abc), u.f32(), weights_md_, dst);
+    winograd::weights_3x3(weight, shape_.in_c, shape_.out_c, u.f32());
+  pack_weight(memory::desc({points_, shape_.in_c, shape_.out_c}, dt::f32, tag::abc), u.f32(), weights_md_, dst);
 }
 
 void WinogradBf16Plan::bind(const void* weight, const float* bias) {
@@ -117,7 +111,7 @@ void WinogradBf16Plan::bind_buffers(Conv2dWorkspace& ws) const {
 }
 
 void WinogradBf16Plan::run_piece(const Step& step, float* yn, Conv2dWorkspace& ws, bool bf16_rows) const {
-  const int64_t C = in_c_, O = out_c_, W = in_w_;
+  const int64_t C = shape_.in_c, O = shape_.out_c, W = shape_.in_w;
   uint16_t* v = static_cast<uint16_t*>(ws.scratch());
   const float* mt = static_cast<const float*>(ws.dst());
   // Input transform, a band of whole tile rows per call: the tiles' 4x4 window pointers
@@ -163,7 +157,7 @@ void WinogradBf16Plan::run_piece(const Step& step, float* yn, Conv2dWorkspace& w
           for (int b = 0; b < 2; ++b) {
             const int64_t gr = gy + a, gc = 2 * tx + b;
             const int64_t row = up_ ? 2 * gr + py : gr, col = up_ ? 2 * gc + px : gc;
-            y[a][b] = gr >= 0 && gr < grid_h_ && gc < grid_w_ ? yn + (row * out_w_ + col) * O : nullptr;
+            y[a][b] = gr >= 0 && gr < grid_h_ && gc < grid_w_ ? yn + (row * shape_.out_w + col) * O : nullptr;
           }
         if (up_)
           winograd::output_2x2(mp + 9 * ph * ks, ks, O, bias_, y, accumulate_);
@@ -176,17 +170,17 @@ void WinogradBf16Plan::run_piece(const Step& step, float* yn, Conv2dWorkspace& w
 
 void WinogradBf16Plan::run(const void* x, float* y, Conv2dWorkspace& ws) const {
   bind_buffers(ws);
-  const size_t esz = bf16_input_ ? 2 : 4, row_bytes = size_t(in_w_ * in_c_) * esz;
-  for (int64_t n = 0; n < batch_; ++n) {
-    const char* xn = static_cast<const char*>(x) + size_t(n * in_h_) * row_bytes;
-    float* yn = y + n * out_h_ * out_w_ * out_c_;
+  const size_t esz = bf16_input_ ? 2 : 4, row_bytes = size_t(shape_.in_w * shape_.in_c) * esz;
+  for (int64_t n = 0; n < shape_.batch; ++n) {
+    const char* xn = static_cast<const char*>(x) + size_t(n * shape_.in_h) * row_bytes;
+    float* yn = y + n * shape_.out_h * shape_.out_w * shape_.out_c;
     for (const Step& step : steps_) {
       // Grid row r reads input rows r - pad_rows .. r - pad_rows + 2 (x's rows before the
       // upsampling with a nearest-2x input).
       const int64_t first = 2 * step.tile_row - phase_ - pad_rows_;
       for (size_t i = 0; i < rowp_.size(); ++i) {
         const int64_t r = first + int64_t(i);
-        rowp_[i] = r >= 0 && r < in_h_ ? static_cast<const void*>(xn + size_t(r) * row_bytes) : nullptr;
+        rowp_[i] = r >= 0 && r < shape_.in_h ? static_cast<const void*>(xn + size_t(r) * row_bytes) : nullptr;
       }
       run_piece(step, yn, ws, bf16_input_);
     }
@@ -197,12 +191,12 @@ void WinogradBf16Plan::run_rows(const RowSource& x, float* y, Conv2dWorkspace& w
   DIT_CHECK(row_source_, "Conv2d::run_rows on a convolution not built for a row source (Conv2dSpec::winograd_row_source, batch 1, halo rows)");
   bind_buffers(ws);
   float* piece = static_cast<float*>(ws.src());
-  const int64_t row = in_w_ * in_c_;
+  const int64_t row = shape_.in_w * shape_.in_c;
   for (const Step& step : steps_) {
     // The piece's input rows, halo rows included; with an odd first image row the first tile's
     // top row is above x (zeros: only the output row above the band reads it).
     const int64_t first = 2 * step.tile_row - phase_, from = std::max<int64_t>(first, 0);
-    const int64_t count = std::min<int64_t>(first + int64_t(rowp_.size()), in_h_) - from;
+    const int64_t count = std::min<int64_t>(first + int64_t(rowp_.size()), shape_.in_h) - from;
     x.rows(from, count, piece);
     for (size_t i = 0; i < rowp_.size(); ++i) {
       const int64_t r = first + int64_t(i);

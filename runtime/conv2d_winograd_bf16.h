@@ -70,7 +70,7 @@ class WinogradBf16Plan final : public WinogradConv {
   void run_piece(const Step& step, float* yn, Conv2dWorkspace& ws, bool bf16_rows) const;
   void bind_buffers(Conv2dWorkspace& ws) const;
 
-  int64_t batch_ = 1, in_h_ = 0, in_w_ = 0, in_c_ = 0, out_h_ = 0, out_w_ = 0, out_c_ = 0;
+  Conv2dShape shape_;  // x [batch, in_h, in_w, in_c] -> y [batch, out_h, out_w, out_c]
   int64_t pad_rows_ = 0;               // rows of zeros above x (0: the halo form)
   int64_t phase_ = 0;                  // Conv2dSpec::image_row's parity: the first tile starts at output row -phase_
   bool up_ = false;                    // Conv2dSpec::nearest2x_input: four phases of F(2×2, 2×2)

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "kernel_test_util.h"
 #include "runtime/conv2d.h"
+#include "tests/scoped_threads.h"
 
 namespace conv_test {
 
@@ -90,6 +92,27 @@ inline std::vector<float> run(const Conv2d& c, const Data& d, bool accumulate) {
   std::vector<float> y = accumulate ? d.y0 : std::vector<float>(d.y0.size(), 0.f);
   c.run(d.x.data(), y.data());
   return y;
+}
+
+// The convolution of spec s run on 1, 2 and 3 threads gives the same bits.
+inline void check_same_bits_on_threads(const Conv2dSpec& s, const Data& d, bool accumulate) {
+  std::vector<std::vector<float>> ys;
+  for (const int t : {1, 2, 3}) {
+    const dit_test::ScopedThreads threads(t);
+    ys.push_back(run(Conv2d(s, d.wt, d.bt), d, accumulate));
+  }
+  CHECK(std::memcmp(ys[0].data(), ys[1].data(), ys[0].size() * 4) == 0);
+  CHECK(std::memcmp(ys[0].data(), ys[2].data(), ys[0].size() * 4) == 0);
+}
+
+// The input of a band of rows [b, e) of x [1, h, W, C] with its halo rows: x's rows b - 1 .. e,
+// zeros for those outside the image.
+inline std::vector<float> band_input(const std::vector<float>& x, int64_t b, int64_t e, int64_t h, int64_t W,
+                                     int64_t C) {
+  std::vector<float> band(size_t((e - b + 2) * W * C), 0.f);
+  for (int64_t r = std::max<int64_t>(b - 1, 0); r <= std::min(e, h - 1); ++r)
+    std::copy(x.begin() + r * W * C, x.begin() + (r + 1) * W * C, band.begin() + (r - b + 1) * W * C);
+  return band;
 }
 
 }  // namespace conv_test

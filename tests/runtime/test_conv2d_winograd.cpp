@@ -12,7 +12,6 @@
 #include "conv_test_util.h"
 #include "kernel_test_util.h"
 #include "runtime/conv2d.h"
-#include "tests/scoped_threads.h"
 
 using namespace dit;
 
@@ -81,15 +80,8 @@ TEST_CASE("Winograd Conv2d gives the same bits on 1, 2 and 3 threads", "[kernels
   for (const Case& c : {Case{1, 64, 64, 24, 20, true, 8}, Case{1, 128, 64, 9, 16, true, 4}, Case{2, 32, 32, 7, 9, false, 0}})
     for (const bool acc : {false, true}) {
       const Conv2dSpec s = spec_of(c, acc, true);
-      const Data d = data_for(s, 9);
-      std::vector<std::vector<float>> ys;
-      for (const int t : {1, 2, 3}) {
-        const dit_test::ScopedThreads threads(t);
-        ys.push_back(run(Conv2d(s, d.wt, d.bt), d, acc));
-      }
       INFO("ci " << c.ci << " co " << c.co << " h " << c.h << " acc " << acc);
-      CHECK(std::memcmp(ys[0].data(), ys[1].data(), ys[0].size() * 4) == 0);
-      CHECK(std::memcmp(ys[0].data(), ys[2].data(), ys[0].size() * 4) == 0);
+      check_same_bits_on_threads(s, data_for(s, 9), acc);
     }
 }
 

@@ -16,7 +16,6 @@
 #include "kernel_test_util.h"
 #include "runtime/conv2d.h"
 #include "runtime/engine.h"
-#include "tests/scoped_threads.h"
 
 using namespace dit;
 
@@ -138,15 +137,8 @@ TEST_CASE("bf16 Winograd Conv2d gives the same bits on 1, 2 and 3 threads", "[ke
                         Case{2, 32, 32, 7, 9, false, 0}, Case{1, 512, 512, 16, 16, true, 0}})
     for (const bool acc : {false, true}) {
       const Conv2dSpec s = bf16_spec(c, acc, true);
-      const Data d = data_for(s, 9);
-      std::vector<std::vector<float>> ys;
-      for (const int t : {1, 2, 3}) {
-        const dit_test::ScopedThreads threads(t);
-        ys.push_back(run(Conv2d(s, d.wt, d.bt), d, acc));
-      }
       INFO("ci " << c.ci << " co " << c.co << " h " << c.h << " acc " << acc);
-      CHECK(std::memcmp(ys[0].data(), ys[1].data(), ys[0].size() * 4) == 0);
-      CHECK(std::memcmp(ys[0].data(), ys[2].data(), ys[0].size() * 4) == 0);
+      check_same_bits_on_threads(s, data_for(s, 9), acc);
     }
 }
 
@@ -165,10 +157,7 @@ TEST_CASE("bf16 Winograd Conv2d: a band of rows starting at an odd image row giv
     Conv2dSpec bs = bf16_spec(Case{1, C, O, e - b, W, true, piece}, false, true);
     bs.image_row = b;
     Data bd = d;
-    bd.x.assign(size_t((e - b + 2) * W * C), 0.f);
-    for (int64_t r = b - 1; r <= e; ++r)
-      if (r >= 0 && r < whole_case.h)
-        std::copy(d.x.begin() + r * W * C, d.x.begin() + (r + 1) * W * C, bd.x.begin() + (r - b + 1) * W * C);
+    bd.x = band_input(d.x, b, e, whole_case.h, W, C);
     bd.y0.assign(size_t((e - b) * W * O), 0.f);
     const std::vector<float> band = run(Conv2d(bs, d.wt, d.bt), bd, false);
     CHECK(std::memcmp(band.data(), whole.data() + b * W * O, band.size() * 4) == 0);
@@ -239,14 +228,8 @@ TEST_CASE("bf16 Winograd Conv2d of a nearest-2x input: a band from an odd row, a
   Conv2dSpec ws = bf16_spec(whole_case, false, true);
   ws.nearest2x_input = true;
   const Data d = data_for(ws, 19);
-  std::vector<std::vector<float>> by_threads;
-  for (const int t : {1, 2, 3}) {
-    const dit_test::ScopedThreads threads(t);
-    by_threads.push_back(run(Conv2d(ws, d.wt, d.bt), d, false));
-  }
-  const std::vector<float>& whole = by_threads[0];
-  CHECK(std::memcmp(whole.data(), by_threads[1].data(), whole.size() * 4) == 0);
-  CHECK(std::memcmp(whole.data(), by_threads[2].data(), whole.size() * 4) == 0);
+  check_same_bits_on_threads(ws, d, false);
+  const std::vector<float> whole = run(Conv2d(ws, d.wt, d.bt), d, false);
   const int64_t W = whole_case.w, C = whole_case.ci, O = whole_case.co;
   for (const auto [b, e, piece] : {std::array<int64_t, 3>{5, 9, 0}, {0, 3, 0}, {3, 11, 4}, {1, 2, 0}, {7, 11, 2}}) {
     INFO("band of x's rows " << b << " .. " << e - 1 << ", piece rows " << piece);
@@ -254,10 +237,7 @@ TEST_CASE("bf16 Winograd Conv2d of a nearest-2x input: a band from an odd row, a
     bs.nearest2x_input = true;
     bs.image_row = b;
     Data bd = d;
-    bd.x.assign(size_t((e - b + 2) * W * C), 0.f);
-    for (int64_t r = b - 1; r <= e; ++r)
-      if (r >= 0 && r < whole_case.h)
-        std::copy(d.x.begin() + r * W * C, d.x.begin() + (r + 1) * W * C, bd.x.begin() + (r - b + 1) * W * C);
+    bd.x = band_input(d.x, b, e, whole_case.h, W, C);
     bd.y0.assign(size_t(2 * (e - b) * 2 * W * O), 0.f);
     const std::vector<float> band = run(Conv2d(bs, d.wt, d.bt), bd, false);
     CHECK(std::memcmp(band.data(), whole.data() + 2 * b * 2 * W * O, band.size() * 4) == 0);
