@@ -62,7 +62,8 @@ std::unique_ptr<WinogradPlan> WinogradPlan::make(const Conv2dSpec& s, bool has_b
   m.shape_ = Conv2dShape::of(s);
   m.halo_ = s.row_padding() == 0;
   int64_t rows = m.shape_.out_h;
-  if (m.halo_) rows = std::min(m.shape_.out_h, s.winograd_rows > 0 ? s.winograd_rows : default_piece_rows(m.shape_.out_w));
+  if (m.halo_)
+    rows = std::min(m.shape_.out_h, s.winograd_rows > 0 ? s.winograd_rows : default_piece_rows(m.shape_.out_w));
   std::ostringstream what;
   what << "Winograd Conv2d x[" << s.batch << ", " << s.height << ", " << s.width << ", " << s.in_channels << "] -> "
        << s.out_channels << " channels";
@@ -138,7 +139,8 @@ void WinogradPlan::bind(const void* weight, const float* bias) {
   conv_args_ = {{DNNL_ARG_SRC, src_},
                 {DNNL_ARG_WEIGHTS, memory(weights_md_, eng, const_cast<void*>(weight))},
                 {DNNL_ARG_DST, dst_}};
-  if (bias) conv_args_[DNNL_ARG_BIAS] = memory(memory::desc({shape_.out_c}, dt::f32, tag::a), eng, const_cast<float*>(bias));
+  if (bias)
+    conv_args_[DNNL_ARG_BIAS] = memory(memory::desc({shape_.out_c}, dt::f32, tag::a), eng, const_cast<float*>(bias));
   if (scratch_) conv_args_[DNNL_ARG_SCRATCHPAD] = scratch_;
 }
 

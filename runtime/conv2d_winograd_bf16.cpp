@@ -77,7 +77,8 @@ std::unique_ptr<WinogradBf16Plan> WinogradBf16Plan::make(const Conv2dSpec& s, bo
     m.v_bytes_ = (v_md.get_size() + 63) / 64 * 64;
     const size_t sp = pd.scratchpad_desc().get_size();
     if (sp) m.scratch_ = memory(pd.scratchpad_desc(), eng, nullptr);
-    const size_t rows_buf = m.row_source_ ? size_t((2 * m.rows_t_ + 2) * m.shape_.in_w * m.shape_.in_c) * sizeof(float) : 0;
+    const int64_t rows_floats = (2 * m.rows_t_ + 2) * m.shape_.in_w * m.shape_.in_c;
+    const size_t rows_buf = m.row_source_ ? size_t(rows_floats) * sizeof(float) : 0;
     ws.reserve(rows_buf, m_md.get_size(), m.v_bytes_ + sp);
   });
   (void)has_bias;

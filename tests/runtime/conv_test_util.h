@@ -94,8 +94,8 @@ inline std::vector<float> run(const Conv2d& c, const Data& d, bool accumulate) {
   return y;
 }
 
-// The convolution of spec s run on 1, 2 and 3 threads gives the same bits.
-inline void check_same_bits_on_threads(const Conv2dSpec& s, const Data& d, bool accumulate) {
+// The convolution of spec s run on 1, 2 and 3 threads gives the same bits; returns the output.
+inline std::vector<float> check_same_bits_on_threads(const Conv2dSpec& s, const Data& d, bool accumulate) {
   std::vector<std::vector<float>> ys;
   for (const int t : {1, 2, 3}) {
     const dit_test::ScopedThreads threads(t);
@@ -103,6 +103,7 @@ inline void check_same_bits_on_threads(const Conv2dSpec& s, const Data& d, bool 
   }
   CHECK(std::memcmp(ys[0].data(), ys[1].data(), ys[0].size() * 4) == 0);
   CHECK(std::memcmp(ys[0].data(), ys[2].data(), ys[0].size() * 4) == 0);
+  return ys[0];
 }
 
 // The input of a band of rows [b, e) of x [1, h, W, C] with its halo rows: x's rows b - 1 .. e,
