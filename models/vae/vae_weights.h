@@ -1,4 +1,4 @@
-// The AutoencoderKL decoder's weights as models/vae/vae_decoder.cpp reads them (docs/vae.md §2):
+// The AutoencoderKL decoder's weights as models/vae/vae_decoder.cpp loads them (docs/vae.md §2):
 // f32 tensors from the VAE's WeightStore, each convolution with the packed source its weight in
 // the convolution's layout is kept in (runtime/packed_weights.h). Internal to models/vae/.
 #pragma once

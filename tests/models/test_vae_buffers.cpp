@@ -1,5 +1,5 @@
 // The VAE decoder's activation buffers: each of the three is sized for the largest activation
-// the decoder puts in it (models/vae/vae_decoder.cpp, BufferPlan), and the image is the same.
+// the decoder puts in it (models/vae/vae_decoder_impl.h, BufferPlan), and the image is the same.
 //
 // pixart-alpha-tiny's VAE has the SD VAE's shape in small: block_out_channels [8, 16, 16, 16],
 // so its last up block turns 16 channels into 8 at full resolution. There, x (16 channels),
