@@ -17,9 +17,10 @@
 // positions: 36 products for 16 outputs (2.25 an output against F(2×2, 3×3)'s 4 and the direct
 // kernel's 9), and no upsampled x in memory. Transforms: runtime/winograd_bf16_transforms.h.
 //
-// F(2×2, 3×3) rather than oneDNN's f32 F(4×4, 3×3): in bf16 the larger tile's transforms
-// (entries up to 8 and 5) multiply the rounding error about 10×; this one's about 1.6× the
-// direct bf16 kernel's (tests/runtime/test_conv2d_winograd_bf16.cpp checks it against 2.5×).
+// F(2×2, 3×3) rather than oneDNN's f32 F(4×4, 3×3): in bf16 the larger tiles' transforms
+// (entries up to 8 and 5) multiply the rounding error: F(3×3, 3×3) 5.9× and F(4×4, 3×3) 10.6×
+// the direct bf16 kernel's, this one 1.7× (tools/winograd_bf16_error.py;
+// tests/runtime/test_conv2d_winograd_bf16.cpp checks this one against 2.5×).
 //
 // The output is computed over pieces of tile rows (each piece's tiles, V and M of a few MB, stay
 // in cache between the three passes); where the pieces do not divide the tile rows, the last is
