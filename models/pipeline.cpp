@@ -323,10 +323,12 @@ std::vector<Result> Pipeline::generate_batch(const std::vector<Request>& reqs, c
   });
   m.ctx->check_agreement(m.x.f32(), k * n);
   const double denoise = since(t_loop);
-  for (int64_t e = 0; e < k * n; ++e)
-    DIT_CHECK(std::isfinite(m.x.f32()[e]),
-              "the latents are not finite (NaN or infinity) after denoising: the checkpoint's weights or its "
-              "configuration (" << m.info.dir << ") produce non-finite values; no image was written");
+  for (int64_t j = 0; j < k; ++j)
+    for (int64_t e = 0; e < n; ++e)
+      DIT_CHECK(std::isfinite(m.x.f32()[j * n + e]),
+                "the latents are not finite (NaN or infinity) after denoising (guidance scale "
+                    << rs[size_t(j)].guidance << "): the checkpoint's weights or its configuration (" << m.info.dir
+                    << "), or a guidance scale this large, produce non-finite values; no image was written");
 
   for (int64_t j = 0; j < k; ++j) {
     Result& r = res[j];

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "runtime/error.h"
@@ -44,7 +45,9 @@ ResolvedRequest resolve_request(const Request& req, const ModelInfo& info, const
   r.steps = req.steps.value_or(info.default_steps);
   DIT_CHECK(r.steps >= 1 && r.steps <= kMaxSteps, "steps must be in 1.." << kMaxSteps << ", got " << r.steps);
   r.guidance = req.guidance_scale.value_or(info.default_guidance);
-  DIT_CHECK(std::isfinite(r.guidance), "guidance scale must be a finite number");
+  // The step computes in f32: a larger magnitude would be infinite there.
+  DIT_CHECK(std::isfinite(r.guidance) && std::fabs(r.guidance) <= std::numeric_limits<float>::max(),
+            "guidance scale must be a finite number (within a 32-bit float's range), got " << r.guidance);
   r.cfg = r.guidance > 1.0;
   DIT_CHECK(r.cfg || !cfg_split, "--cfg-parallel needs classifier-free guidance, but the guidance scale is "
                                      << r.guidance << " (<= 1 runs one branch only)");

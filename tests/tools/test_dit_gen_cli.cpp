@@ -398,6 +398,11 @@ TEST_CASE("dit-gen refuses values it used to accept silently, before starting an
   // Seeds are 0..2^64-1 as written: -1 and 2^64 used to wrap to 2^64-1.
   expect_gen_failure(kTinyGen + " -p 1 -s -1" + o, "'-1' is not a seed", png);
   expect_gen_failure(kTinyGen + " -p 1 -s 18446744073709551616" + o, "is not a seed", png);
+  // A guidance scale past a float's range is infinite in the f32 step: it used to run and be
+  // reported as the checkpoint's non-finite latents.
+  expect_gen_failure(kTinyGen + " -p 1 -g nan" + o, "guidance scale must be a finite number", png);
+  expect_gen_failure(kTinyGen + " -p 1 -g 1e40" + o, "within a 32-bit float's range), got 1e+40", png);
+  expect_gen_failure(kTinyGen + " -p 1 -g -1e39" + o, "within a 32-bit float's range", png);
   // Negative thread and rank counts used to mean "the default".
   expect_gen_failure(kTinyGen + " -p 1 -t -3" + o, "--threads must be in 1..4096", png);
   expect_gen_failure(kTinyGen + " -p 1 -t 100000" + o, "--threads must be in 1..4096", png);
@@ -439,6 +444,8 @@ TEST_CASE("dit-gen: non-finite weights are reported, not written as a black imag
     dit::write_safetensors(st, all);
   }
   expect_gen_failure("-m " + m + " -p 1 --steps 2 -o " + png, "not finite", png);
+  // The message names the guidance scale, the other thing that can make them so.
+  expect_gen_failure("-m " + m + " -p 1 --steps 2 -g 3 -o " + png, "(guidance scale 3)", png);
 }
 
 // Local ranks run on disjoint cores by default (parallel/placement.h); -v prints them.
