@@ -184,8 +184,9 @@ void VaeDecoder::Impl::allocate(const BufferPlan& plan, int64_t lat, int64_t ima
     buf[i] = plan.bytes[i] > 0 ? Tensor::empty({int64_t(plan.bytes[i] + 3) / 4}) : Tensor();
   int64_t sc_floats = 0;  // the largest piece of a shortcut written over x
   for (const ResnetOps& o : resnets) {
+    if (o.sc_rows == 0) continue;  // no shortcut written over x (o.sc may be empty)
     const Conv2dSpec& s = o.sc.spec();
-    if (o.sc_rows > 0) sc_floats = std::max(sc_floats, s.height * s.width * s.out_channels);
+    sc_floats = std::max(sc_floats, s.height * s.width * s.out_channels);
   }
   sc_piece = sc_floats > 0 ? Tensor::empty({sc_floats}) : Tensor();
   z = Tensor::empty({band.size() + 2, w0, lat});
