@@ -4,6 +4,8 @@
 //
 //   GemmProbe g(1024, 1152, 4608, DType::F32);   // primitive created, inputs packed
 //   std::vector<double> gflops = g.run(5);        // one GFLOP/s figure per timed run
+//   GemmProbe w(1024, 128, 128, DType::BF16, 16); // 16 of them as one batched matmul (the bf16
+//                                                 // Winograd plan's, runtime/conv2d_winograd_bf16.h)
 #pragma once
 
 #include <cstdint>
@@ -17,7 +19,8 @@ namespace dit {
 
 class GemmProbe {
  public:
-  GemmProbe(int64_t M, int64_t K, int64_t N, DType compute);  // dit::Error on oneDNN failure
+  // batch > 1: [batch, M, K] x [batch, K, N], each with its own weights. dit::Error on oneDNN failure.
+  GemmProbe(int64_t M, int64_t K, int64_t N, DType compute, int64_t batch = 1);
   ~GemmProbe();
   GemmProbe(GemmProbe&&) noexcept;
   // One untimed run, then `runs` timed ones: GFLOP/s of each.

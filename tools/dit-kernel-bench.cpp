@@ -19,6 +19,8 @@
 #include "runtime/attention.h"
 #include "runtime/profile.h"
 #include "runtime/conv2d.h"
+#include "runtime/conv2d_winograd_bf16.h"
+#include "runtime/winograd_bf16_transforms.h"
 #include "runtime/engine.h"
 #include "runtime/gemm_probe.h"
 #include "runtime/error.h"
@@ -192,6 +194,26 @@ json bench_attention(int64_t tokens, int64_t B, DType c, int64_t qb = 0, int64_t
   return j;
 }
 
+// The bf16 Winograd plan's batched matmul alone, at the shape of one of its pieces (16 x [the
+// piece's tiles, C] x [C, O], runtime/conv2d_winograd_bf16.h): its GFLOP/s, and the share of
+// the convolution's `sec` the pieces' matmuls would take at that rate ("matmul_share"; the
+// rest is the transforms and the passes' barriers).
+void add_winograd_bf16_matmul(json& row, const Conv2dSpec& s, double sec) {
+  Conv2dWorkspace ws;
+  const std::unique_ptr<WinogradBf16Plan> plan = WinogradBf16Plan::make(s, true, ws);
+  if (!plan) return;
+  const int64_t tiles_w = (s.width + 1) / 2, tiles_h = (s.height - 2 + 1) / 2;  // output tiles, 2x2 each
+  const int64_t rows = plan->piece_tile_rows(), tiles = rows * tiles_w, pieces = (tiles_h + rows - 1) / rows;
+  const int64_t P = winograd::kPoints3x3, C = s.in_channels, O = s.out_channels;
+  std::vector<double> g = GemmProbe(tiles, C, O, DType::BF16, P).run(g_runs);
+  std::sort(g.begin(), g.end());
+  const double gflops = g[g.size() / 2];
+  const double matmul_s = double(pieces) * 2.0 * double(P * tiles * C * O) / (gflops * 1e9);
+  row["matmul_shape"] = {P, tiles, C, O};
+  row["matmul_gflops"] = gflops;
+  row["matmul_share"] = matmul_s / sec;
+}
+
 // A 3x3 convolution at VAE sizes. layout: "blocked" (NCHW x and y reordered to oneDNN's
 // blocked layout and back in each run), "nchw" (in place), "nhwc" (channels last in place:
 // the VAE decoder's direct form; with bf16 compute x is given in bf16, as GroupNorm writes it
@@ -223,8 +245,10 @@ json bench_conv(int64_t ch, int64_t hw, const std::string& layout, DType c) {
       conv.run(x.f32(), y.f32());
   });
   const double fl = 2.0 * ch * ch * 9 * hw * hw;
-  return {{"op", "conv3x3_" + layout}, {"channels", ch}, {"hw", hw}, {"dtype", dtype_name(c)},
-          {"ms", sec * 1e3}, {"gflops", fl / sec / 1e9}, {"impl", conv.impl_info()}};
+  json row = {{"op", "conv3x3_" + layout}, {"channels", ch}, {"hw", hw}, {"dtype", dtype_name(c)},
+              {"ms", sec * 1e3}, {"gflops", fl / sec / 1e9}, {"impl", conv.impl_info()}};
+  if (s.winograd && c == DType::BF16 && conv.uses_winograd()) add_winograd_bf16_matmul(row, s, sec);
+  return row;
 }
 
 // The collectives' copies (parallel/strided_block.h): a Ulysses-like strided block, 576 of every
