@@ -369,6 +369,33 @@ TEST_CASE("dit-comm-bench refuses bad flags with one line naming the flag, befor
   CHECK(r.err.find(c.message) != std::string::npos);
 }
 
+// The bf16 Winograd convolution rows also time the plan's batched matmul alone at one piece's
+// shape: 16 × [tiles, C] × [C, O], the tiles whole rows of 2×2 output tiles.
+TEST_CASE("dit-kernel-bench --only conv: the bf16 Winograd rows give their matmul alone", "[tools][bench]") {
+  const auto doc = json_of(bin("dit-kernel-bench") + " -t 1 --only conv --runs 1 --warmup 0");
+  int with_matmul = 0;
+  for (const auto& row : doc["results"]) {
+    INFO(row.dump());
+    CHECK(row["gflops"].get<double>() > 0);
+    const bool bf16_winograd = row["op"] == "conv3x3_nhwc_winograd" && row["dtype"] == "bf16";
+    CHECK(row.contains("matmul_gflops") == bf16_winograd);
+    if (!bf16_winograd) continue;
+    ++with_matmul;
+    const auto& shape = row["matmul_shape"];
+    REQUIRE(shape.size() == 4);
+    const int64_t ch = row["channels"].get<int64_t>(), half = row["hw"].get<int64_t>() / 2;
+    CHECK(shape[0] == 16);
+    CHECK(shape[1].get<int64_t>() % half == 0);
+    CHECK(shape[1].get<int64_t>() / half >= 1);
+    CHECK(shape[1].get<int64_t>() / half <= half);
+    CHECK(shape[2] == ch);
+    CHECK(shape[3] == ch);
+    CHECK(row["matmul_gflops"].get<double>() > 0);
+    CHECK(row["matmul_share"].get<double>() > 0);
+  }
+  CHECK(with_matmul == (dit_test::bf16_available() ? 3 : 0));
+}
+
 // --bf16-scale-in-qk adds, for each bf16 row, one with the softmax scale in the Q·Kᵀ matmul.
 TEST_CASE("dit-kernel-bench --head-dim times attention at each head size asked for", "[tools][bench]") {
   const auto doc = json_of(bin("dit-kernel-bench") +
