@@ -60,6 +60,11 @@ class WinogradBf16Plan final : public WinogradConv {
   void run_rows(const RowSource& x, float* y, Conv2dWorkspace& ws) const override;
 
   int64_t piece_tile_rows() const { return rows_t_; }  // for the tests
+  // The batched matmul of each piece, [points, tiles, C] x [points, C, O], and the pieces a run
+  // makes of one image (for dit-kernel-bench).
+  int64_t points() const { return points_; }
+  int64_t piece_tiles() const { return tiles_; }
+  int64_t pieces() const { return int64_t(steps_.size()); }
 
  private:
   WinogradBf16Plan() = default;

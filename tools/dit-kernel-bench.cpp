@@ -20,7 +20,6 @@
 #include "runtime/profile.h"
 #include "runtime/conv2d.h"
 #include "runtime/conv2d_winograd_bf16.h"
-#include "runtime/winograd_bf16_transforms.h"
 #include "runtime/engine.h"
 #include "runtime/gemm_probe.h"
 #include "runtime/error.h"
@@ -202,13 +201,11 @@ void add_winograd_bf16_matmul(json& row, const Conv2dSpec& s, double sec) {
   Conv2dWorkspace ws;
   const std::unique_ptr<WinogradBf16Plan> plan = WinogradBf16Plan::make(s, true, ws);
   if (!plan) return;
-  const int64_t tiles_w = (s.width + 1) / 2, tiles_h = (s.height - 2 + 1) / 2;  // output tiles, 2x2 each
-  const int64_t rows = plan->piece_tile_rows(), tiles = rows * tiles_w, pieces = (tiles_h + rows - 1) / rows;
-  const int64_t P = winograd::kPoints3x3, C = s.in_channels, O = s.out_channels;
+  const int64_t P = plan->points(), tiles = plan->piece_tiles(), C = s.in_channels, O = s.out_channels;
   std::vector<double> g = GemmProbe(tiles, C, O, DType::BF16, P).run(g_runs);
   std::sort(g.begin(), g.end());
   const double gflops = g[g.size() / 2];
-  const double matmul_s = double(pieces) * 2.0 * double(P * tiles * C * O) / (gflops * 1e9);
+  const double matmul_s = double(plan->pieces()) * 2.0 * double(P * tiles * C * O) / (gflops * 1e9);
   row["matmul_shape"] = {P, tiles, C, O};
   row["matmul_gflops"] = gflops;
   row["matmul_share"] = matmul_s / sec;
