@@ -47,7 +47,13 @@ std::optional<int> maybe_launch(int argc, char** argv, const LaunchOptions& opts
   if (env.external) return std::nullopt;
   DIT_CHECK(opts.world_size >= 1, "world size must be >= 1, got " << opts.world_size);
   DIT_CHECK(opts.nnodes >= 1, "--nnodes must be >= 1, got " << opts.nnodes);
+  // A malformed --rendezvous is refused even where one process needs none.
+  if (!opts.rendezvous.empty()) parse_rendezvous(opts.rendezvous);
   if (opts.nnodes == 1 && opts.world_size == 1) return std::nullopt;
+  DIT_CHECK(opts.nproc_per_node > 0 || opts.world_size % opts.nnodes == 0,
+            "--nnodes " << opts.nnodes << ": the parallel degrees make " << opts.world_size << " rank"
+                        << (opts.world_size == 1 ? "" : "s") << ", which do not split evenly over " << opts.nnodes
+                        << " machines (give --nproc-per-node, or degrees whose product is a multiple of --nnodes)");
   int nproc = opts.nproc_per_node > 0 ? opts.nproc_per_node : opts.world_size / opts.nnodes;
   DIT_CHECK(nproc >= 1 && nproc * opts.nnodes == opts.world_size,
             "--nnodes " << opts.nnodes << " × --nproc-per-node " << nproc << " = " << nproc * opts.nnodes

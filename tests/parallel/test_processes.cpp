@@ -262,9 +262,19 @@ TEST_CASE("launch environment: DIT_*, mpirun and srun variables - threads per ra
   dit::LaunchOptions bad;
   bad.world_size = 4;
   bad.nnodes = 3;
+  REQUIRE_THROWS_WITH(dit::maybe_launch(1, argv, bad),
+                      Catch::Contains("--nnodes 3: the parallel degrees make 4 ranks, which do not split evenly"));
+  bad.nproc_per_node = 1;
   REQUIRE_THROWS_WITH(dit::maybe_launch(1, argv, bad), Catch::Contains("but the parallel degrees need 4"));
+  bad.nproc_per_node = 0;
   bad.nnodes = 2;
   REQUIRE_THROWS_WITH(dit::maybe_launch(1, argv, bad), Catch::Contains("needs --rendezvous redis://"));
+  // One process needs no rendezvous, but a malformed one is still refused, not ignored.
+  dit::LaunchOptions single;
+  single.rendezvous = "bogus";
+  REQUIRE_THROWS_WITH(dit::maybe_launch(1, argv, single), Catch::Contains("rendezvous 'bogus': expected file:DIR"));
+  single.rendezvous = "file:/tmp/x";
+  CHECK_FALSE(dit::maybe_launch(1, argv, single).has_value());
 
   CHECK(dit::threads_per_rank(5, 4) == 5);
   long cores = sysconf(_SC_NPROCESSORS_ONLN);

@@ -408,6 +408,11 @@ TEST_CASE("dit-gen refuses values it used to accept silently, before starting an
   expect_gen_failure(kTinyGen + " -p 1 -t 100000" + o, "--threads must be in 1..4096", png);
   expect_gen_failure(kTinyGen + " -p 1 --cfg-parallel --nproc-per-node -1" + o, "--nproc-per-node must be in", png);
   expect_gen_failure(kTinyGen + " -p 1 --node-rank 3" + o, "--node-rank 3", png);
+  // A malformed --rendezvous used to be ignored where one process needed none; --nnodes 2 with
+  // one rank used to be reported as "--nproc-per-node 0", a flag not given.
+  expect_gen_failure(kTinyGen + " -p 1 --rendezvous bogus" + o, "rendezvous 'bogus': expected file:DIR", png);
+  expect_gen_failure(kTinyGen + " -p 1 --nnodes 2" + o, "make 1 rank, which do not split evenly over 2 machines",
+                     png);
   // Layouts the model or the machine cannot run are refused before any rank starts (one line,
   // no "starting ranks"): more Ulysses ranks than heads; a thousand local processes.
   expect_gen_failure(kTinyGen + " -p 1 --ulysses 8" + o, "the model has 4 attention heads", png);
