@@ -161,6 +161,7 @@ void check_item_output(const std::string& rel) {
   DIT_CHECK(n.has_filename() && n.filename() != "." && n.filename() != "..",
             "output '" << rel << "' is not a file path");
   DIT_CHECK(n != "results.jsonl", "output 'results.jsonl' is the batch's results file");
+  check_extension(rel, "\"output\"", ".png");
 }
 
 void check_inside_output_dir(const fs::path& output_dir, const fs::path& dir) {

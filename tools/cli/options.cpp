@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -56,12 +58,12 @@ void add_generation_options(CLI::App& app, GenOptions& o) {
       ->check(CLI::PositiveNumber);
   app.add_flag("--no-resolution-binning", o.no_binning,
                "text-to-image: generate at the requested size instead of the nearest aspect-ratio bin");
-  app.add_option("-o,--output", o.output, "output PNG")->capture_default_str()->each([&o](const std::string&) {
+  app.add_option("-o,--output", o.output, "output PNG (a name ending in .png)")->capture_default_str()->each([&o](const std::string&) {
     o.output_given = true;
   });
-  app.add_option("--save-latents", o.save_latents, "also write the final latents (before VAE scaling) as .npy");
+  app.add_option("--save-latents", o.save_latents, "also write the final latents (before VAE scaling) to FILE.npy");
   app.add_option("--save-noise-pred", o.save_noise_pred,
-                 "also write the first step's guided noise prediction as .npy (to compare layouts)");
+                 "also write the first step's guided noise prediction to FILE.npy (to compare layouts)");
   app.add_flag("--no-decode", o.no_decode, "skip the VAE decode and the PNG");
   app.add_option("--dtype", o.dtype, "matmul compute type: f32|bf16 (bf16 needs an AVX-512 CPU)")->capture_default_str();
   app.add_option("--vae-dtype", o.vae_dtype,
@@ -172,7 +174,16 @@ Request GenOptions::request() const {
   return r;
 }
 
-void check_output_path(const std::string& path, const char* flag) {
+void check_extension(const std::string& path, const char* flag, const char* extension) {
+  const std::string ext = std::filesystem::path(path).extension().string();
+  const bool same = ext.size() == std::strlen(extension) &&
+                    std::equal(ext.begin(), ext.end(), extension,
+                               [](char a, char b) { return std::tolower((unsigned char)a) == b; });
+  DIT_CHECK(same, flag << ": '" << printable(path, 200) << "' does not end in " << extension << " (a "
+                       << (std::string(extension) == ".png" ? "PNG image" : "NumPy .npy array") << " is written there)");
+}
+
+void check_output_path(const std::string& path, const char* flag, const char* extension) {
   namespace fs = std::filesystem;
   const fs::path p(path);
   DIT_CHECK(!path.empty() && p.has_filename(), flag << ": '" << path << "' is not a file path");
@@ -180,6 +191,7 @@ void check_output_path(const std::string& path, const char* flag) {
   DIT_CHECK(fs::is_directory(parent), flag << ": directory '" << parent.string() << "' does not exist");
   DIT_CHECK(::access(parent.c_str(), W_OK) == 0, flag << ": directory '" << parent.string() << "' is not writable");
   DIT_CHECK(!fs::is_directory(p), flag << ": '" << path << "' is a directory");
+  if (extension) check_extension(path, flag, extension);
 }
 
 uint64_t parse_seed(const std::string& v, const char* what) {
@@ -212,6 +224,8 @@ void validate(const GenOptions& o) {
     DIT_CHECK(o.output_dir.empty() && !o.overwrite && !o.item_latents,
               "--output-dir, --overwrite and --save-item-latents are for batch mode (--batch FILE)");
     DIT_CHECK(o.dp == 1 && o.micro_batch == 1, "--dp and --micro-batch are for batch mode (--batch FILE)");
+    DIT_CHECK(!o.no_decode || !o.output_given,
+              "-o/--output: no image is written with --no-decode (--save-latents FILE.npy writes the latents)");
   } else {
     DIT_CHECK(!o.output_dir.empty(), "--batch needs --output-dir DIR");
     DIT_CHECK(!o.output_given, "-o/--output is for one image; a batch writes into --output-dir (or per-item \"output\")");

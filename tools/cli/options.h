@@ -71,7 +71,11 @@ void check_layout(const GenOptions& o, const std::string& model_dir, int local_r
 // A seed as the user wrote it: 0..2^64-1, digits only ("-1" and "2^64" are refused, not wrapped).
 uint64_t parse_seed(const std::string& v, const char* what);
 
-// flag: '<path>' must be a writable file path in an existing directory.
-void check_output_path(const std::string& path, const char* flag);
+// flag: '<path>' must be a writable file path in an existing directory; with `extension`
+// (".png", ".npy") its name must end in it, in any case (what is written there is that format).
+void check_output_path(const std::string& path, const char* flag, const char* extension = nullptr);
+
+// flag: '<path>' must end in `extension` (any case): "x.jpg" given to -o would get PNG bytes.
+void check_extension(const std::string& path, const char* flag, const char* extension);
 
 }  // namespace dit::cli
