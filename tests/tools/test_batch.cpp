@@ -232,6 +232,10 @@ TEST_CASE("batch: bad items are recorded as failed and the batch goes on", "[cli
   CHECK(res[2]["error"].get<std::string>().find("malformed JSON") != std::string::npos);
   CHECK(res[3]["error"].get<std::string>().find("multiples of") != std::string::npos);
   CHECK(res[4]["error"].get<std::string>().find("stepz") != std::string::npos);
+  // The keys it could have been, every one of them (listed from the table that applies them).
+  CHECK(res[4]["error"].get<std::string>().find("(expected prompt, negative_prompt, seed, steps, guidance_scale, sampler, "
+                                               "width, height, max_sequence_length, resolution_binning, output)") !=
+        std::string::npos);
   for (int i = 5; i <= 7; ++i) CHECK(res[i]["error"].get<std::string>().find("--output-dir") != std::string::npos);
   CHECK_FALSE(fs::exists(s.path() + "/escape.png"));
   CHECK_FALSE(fs::exists("/tmp/dit-batch-escape.png"));

@@ -72,6 +72,61 @@ std::string get_string(const json& v, const char* key) {
   return v.get<std::string>();
 }
 
+// One key of a JSON Lines item: its name and how its value is applied to the item.
+struct ItemKey {
+  const char* name;
+  void (*apply)(const json& v, BatchItem& it, bool& has_seed);
+};
+
+// The keys, in the order the error for an unknown one lists them.
+const ItemKey kItemKeys[] = {
+    {"prompt",
+     [](const json& v, BatchItem& it, bool&) {
+       if (v.is_number_unsigned() || v.is_number_integer())
+         it.req.prompt = std::to_string(v.get<int64_t>());  // a bare class id
+       else
+         it.req.prompt = get_string(v, "prompt");
+     }},
+    {"negative_prompt", [](const json& v, BatchItem& it, bool&) { it.req.negative_prompt = get_string(v, "negative_prompt"); }},
+    {"seed",
+     [](const json& v, BatchItem& it, bool& has_seed) {
+       DIT_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0),
+                 "\"seed\" must be a non-negative integer, got " << v.dump());
+       it.req.seed = v.get<uint64_t>();
+       has_seed = true;
+     }},
+    {"steps", [](const json& v, BatchItem& it, bool&) { it.req.steps = get_int(v, "steps"); }},
+    {"guidance_scale",
+     [](const json& v, BatchItem& it, bool&) {
+       DIT_CHECK(v.is_number(), "\"guidance_scale\" must be a number, got " << type_of(v) << " " << v.dump());
+       it.req.guidance_scale = v.get<double>();
+     }},
+    {"sampler", [](const json& v, BatchItem& it, bool&) { it.req.sampler = get_string(v, "sampler"); }},
+    {"width", [](const json& v, BatchItem& it, bool&) { it.req.width = get_positive(v, "width"); }},
+    {"height", [](const json& v, BatchItem& it, bool&) { it.req.height = get_positive(v, "height"); }},
+    {"max_sequence_length",
+     [](const json& v, BatchItem& it, bool&) { it.req.max_sequence_length = get_positive(v, "max_sequence_length"); }},
+    {"resolution_binning",
+     [](const json& v, BatchItem& it, bool&) {
+       DIT_CHECK(v.is_boolean(), "\"resolution_binning\" must be true or false, got " << v.dump());
+       it.req.resolution_binning = v.get<bool>();
+     }},
+    {"output",
+     [](const json& v, BatchItem& it, bool&) {
+       const std::string out = get_string(v, "output");
+       check_item_output(out);
+       it.output = out;
+     }},
+};
+
+const ItemKey& item_key(const std::string& key) {
+  for (const ItemKey& k : kItemKeys)
+    if (key == k.name) return k;
+  std::string names;
+  for (const ItemKey& k : kItemKeys) names += std::string(names.empty() ? "" : ", ") + k.name;
+  DIT_FAIL("unknown key \"" << printable(key) << "\" (expected " << names << ")");
+}
+
 // Applies one JSON object's keys to the item (which holds the command-line defaults).
 void apply_json(const std::string& line, BatchItem& it, bool& has_seed) {
   DIT_CHECK(json_depth(line) <= 16, "nested too deeply");
@@ -82,48 +137,11 @@ void apply_json(const std::string& line, BatchItem& it, bool& has_seed) {
     DIT_FAIL("malformed JSON: " << e.what());
   }
   DIT_CHECK(j.is_object(), "expected a JSON object, got " << type_of(j));
-  Request& r = it.req;
   std::string first_error;  // every key is applied (so a failed item still has its prompt and seed)
   for (const auto& [key, v] : j.items()) {
     if (v.is_null()) continue;  // null: as if left out
     try {
-      if (key == "prompt") {
-        if (v.is_number_unsigned() || v.is_number_integer())
-          r.prompt = std::to_string(v.get<int64_t>());  // a bare class id
-        else
-          r.prompt = get_string(v, "prompt");
-      } else if (key == "negative_prompt") {
-        r.negative_prompt = get_string(v, "negative_prompt");
-      } else if (key == "seed") {
-        DIT_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0),
-                  "\"seed\" must be a non-negative integer, got " << v.dump());
-        r.seed = v.get<uint64_t>();
-        has_seed = true;
-      } else if (key == "steps") {
-        r.steps = get_int(v, "steps");
-      } else if (key == "max_sequence_length") {
-        r.max_sequence_length = get_positive(v, "max_sequence_length");
-      } else if (key == "resolution_binning") {
-        DIT_CHECK(v.is_boolean(), "\"resolution_binning\" must be true or false, got " << v.dump());
-        r.resolution_binning = v.get<bool>();
-      } else if (key == "guidance_scale") {
-        DIT_CHECK(v.is_number(), "\"guidance_scale\" must be a number, got " << type_of(v) << " " << v.dump());
-        r.guidance_scale = v.get<double>();
-      } else if (key == "sampler") {
-        r.sampler = get_string(v, "sampler");
-      } else if (key == "width") {
-        r.width = get_positive(v, "width");
-      } else if (key == "height") {
-        r.height = get_positive(v, "height");
-      } else if (key == "output") {
-        const std::string out = get_string(v, "output");
-        check_item_output(out);
-        it.output = out;
-      } else {
-        DIT_FAIL("unknown key \"" << printable(key)
-                                  << "\" (expected prompt, negative_prompt, seed, steps, guidance_scale, sampler, width, "
-                                     "height, max_sequence_length, resolution_binning, output)");
-      }
+      item_key(key).apply(v, it, has_seed);
     } catch (const Error& e) {
       if (first_error.empty()) first_error = e.what();
     } catch (const json::exception& e) {
