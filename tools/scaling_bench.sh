@@ -145,6 +145,11 @@ part kernels 60 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" --runs $kruns 
 # the gate in a pass after a plain matmul instead of as its post-ops.
 if [ $quick = 1 ]; then lruns="--runs 1 --warmup 0"; else lruns="--runs $kruns"; fi
 part kernels 90 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" $lruns --only linear --packed --gate-after-matmul
+# The VAE's 3x3 convolutions at its three sizes: oneDNN's direct kernels (f32, bf16: AMX where
+# the CPU has it) against the Winograd forms (oneDNN's f32 F(4x4, 3x3), dit-gen's bf16 F(2x2,
+# 3x3)): where oneDNN has AMX the decoder keeps the direct bf16 kernel, never measured against
+# this one (VaeDecoder::winograd_for). About 9 s on the 2-core VM.
+part kernels 60 kernels.jsonl "$bin/dit-kernel-bench" -t "$cores" $lruns --only conv
 
 # 2. One machine, 1024 tokens: each layout of R ranks with cores/R threads against serial-all.
 for r in 2 4 8 16; do
@@ -235,11 +240,16 @@ whole() {  # whole ROUND NAME CPUS ARGS...: CPUS a taskset list, or "all"
   jq -nc --arg run "$name" --argjson round "$round" --argjson rc $rc --argjson wall "$(jq -n "$end - $start")" \
     '{part: "whole", run: $run, round: $round, exit: $rc, wall_s: $wall}' >>"$out/whole.jsonl"
 }
+amx=0
+grep -qw amx_bf16 /proc/cpuinfo 2>/dev/null && amx=1
 if [ -f "$gen_model/model_index.json" ] && [ "$cores" -ge 2 ] && command -v taskset >/dev/null; then
-  echo "== $(date -u +%T) whole runs" >>"$log"
+  echo "== $(date -u +%T) whole runs (AMX: $amx)" >>"$log"
   for round in $(seq 1 $((quick == 1 ? 1 : 3))); do
     whole $round f32-all-cores all --dtype f32
     whole $round bf16-all-cores all --dtype bf16
+    # With AMX the bf16 decoder's convolutions stay oneDNN's direct kernel: the same run with
+    # them by dit-gen's Winograd F(2x2, 3x3) (DIT_VAE_WINOGRAD=all), to compare.
+    [ "$amx" = 1 ] && DIT_VAE_WINOGRAD=all whole $round bf16-winograd-all-cores all --dtype bf16
     whole $round one-thread 0,1 -t 1
     whole $round cfg-parallel-two-cores 0,1 --cfg-parallel
   done

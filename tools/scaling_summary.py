@@ -109,6 +109,18 @@ def kernels(docs):
         print(f"- {op}{after} {dt} {tokens} tokens: {g:.0f} GFLOP/s, {g / gemm[dt]:.2f} of the GEMM"
               + ("" if packed is None else f"; weights packed {packed:.0f} ({packed / g:.2f}x)")
               + (f" [{how}]" if how else ""))
+    conv = {}
+    for doc in docs:
+        for r in doc.get("results", []):
+            if r.get("op") in ("conv3x3_nhwc", "conv3x3_nhwc_winograd"):
+                conv[(r["channels"], r["hw"], r["dtype"], r["op"].endswith("winograd"))] = r
+    for (ch, hw, dt, wino), r in sorted(conv.items()):
+        direct = conv.get((ch, hw, dt, False))
+        if not wino or direct is None:
+            continue
+        # effective GFLOP/s (the direct convolution's FLOPs over the time) and the kernels used
+        print(f"- VAE conv 3x3 {ch} channels at {hw}x{hw} {dt}: direct {direct['gflops']:.0f} [{direct.get('impl', '')}], "
+              f"Winograd {r['gflops']:.0f} [{r.get('impl', '')}] ({r['gflops'] / direct['gflops']:.2f}x)")
     for doc in docs:
         for r in doc.get("results", []):
             if r.get("op") == "copy":
@@ -149,6 +161,8 @@ def whole(docs):
     for name, by_round in sorted(runs.items()):
         print(f"- {name}: {', '.join(f'{v:.2f}' for _, v in sorted(by_round.items()))}")
     for a, b, what in (("f32-all-cores", "bf16-all-cores", "bf16 against f32"),
+                       ("bf16-all-cores", "bf16-winograd-all-cores",
+                        "bf16 with the decoder by Winograd against AMX's direct kernel (DIT_VAE_WINOGRAD=all)"),
                        ("one-thread", "cfg-parallel-two-cores", "--cfg-parallel against one thread")):
         if a in runs and b in runs:
             ratios = [runs[a][r] / runs[b][r] for r in sorted(runs[a]) if r in runs[b]]

@@ -80,7 +80,8 @@ class VaeDecoder {
   // by Winograd's algorithm, with the weight cache on (their weights are transformed once into
   // its layout there), unless DIT_VAE_WINOGRAD=off: f32 by oneDNN's F(4×4, 3×3) where oneDNN has
   // it; bf16 by F(2×2, 3×3) with bf16 products (runtime/conv2d_winograd_bf16.h) on CPUs where
-  // oneDNN has no AMX (1.5× its direct bf16 kernel on the AVX512_BF16 VM).
+  // oneDNN has no AMX (1.5× its direct bf16 kernel on the AVX512_BF16 VM), and with AMX too
+  // under DIT_VAE_WINOGRAD=all (to compare the two there).
   static bool winograd_for(DType compute, bool weight_cache);
 
  private:

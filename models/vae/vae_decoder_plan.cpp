@@ -7,29 +7,36 @@
 #include "models/vae/vae_decoder_impl.h"
 #include "runtime/engine.h"
 #include "runtime/environment.h"
+#include "runtime/printable.h"
 
 namespace dit {
 
 namespace {
 
-// DIT_VAE_WINOGRAD=off: every convolution direct (to compare; on by default).
-bool winograd_wanted() {
-  static const bool on = [] {
+// DIT_VAE_WINOGRAD: unset or "on", Winograd as winograd_for() says; "off", every convolution
+// direct; "all", bf16 by Winograd also where oneDNN has AMX (to measure the two there).
+enum class WinogradMode { On, Off, All };
+
+WinogradMode winograd_mode() {
+  static const WinogradMode mode = [] {
     const char* v = env_nonempty("DIT_VAE_WINOGRAD");
-    if (!v || std::string(v) == "on") return true;
-    DIT_CHECK(std::string(v) == "off", "DIT_VAE_WINOGRAD: '" << v << "' (expected on or off)");
-    return false;
+    if (!v || std::string(v) == "on") return WinogradMode::On;
+    if (std::string(v) == "all") return WinogradMode::All;
+    DIT_CHECK(std::string(v) == "off", "DIT_VAE_WINOGRAD: '" << printable(v, 40) << "' (expected on, off or all)");
+    return WinogradMode::Off;
   }();
-  return on;
+  return mode;
 }
 
 }  // namespace
 
 bool VaeDecoder::winograd_for(DType compute, bool weight_cache) {
-  if (!weight_cache || !winograd_wanted()) return false;
+  const WinogradMode mode = winograd_mode();
+  if (!weight_cache || mode == WinogradMode::Off) return false;
   // bf16: F(2x2, 3x3) with bf16 products (runtime/conv2d_winograd_bf16.h), where oneDNN has no
-  // AMX (with AMX its direct bf16 kernel is kept: the two are not measured against each other).
-  if (compute == DType::BF16) return !amx_available() && compute_supported(DType::BF16);
+  // AMX (with AMX its direct bf16 kernel is kept unless DIT_VAE_WINOGRAD=all: the two are not
+  // yet measured against each other there; tools/scaling_bench.sh does).
+  if (compute == DType::BF16) return (mode == WinogradMode::All || !amx_available()) && compute_supported(DType::BF16);
   return winograd_available();
 }
 

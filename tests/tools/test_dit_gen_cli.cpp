@@ -113,6 +113,20 @@ TEST_CASE("dit-gen --vae-dtype: the decoder's convolution type, in the parameter
   CHECK(slurp(s.file("a.npy")) == slurp(s.file("d.npy")));
   CHECK(slurp(s.file("b.png")) != slurp(s.file("d.png")));
   CHECK(slurp(s.file("a.png")) == slurp(s.file("d.png")));
+  // DIT_VAE_WINOGRAD: "all" takes the bf16 Winograd form with AMX too (to compare the two
+  // there), "off" none, anything else is refused before a step runs.
+  RunResult all = run("env DIT_VAE_WINOGRAD=all " + gen(base + " -v -o " + s.file("e.png")));
+  RunResult off = run("env DIT_VAE_WINOGRAD=off " + gen(base + " -v -o " + s.file("f.png")));
+  RunResult bad = run("env DIT_VAE_WINOGRAD=bogus " + gen(base + " -o " + s.file("g.png")));
+  INFO(all.err << off.err << bad.err);
+  REQUIRE(all.code == 0);
+  REQUIRE(off.code == 0);
+  CHECK(all.err.find("VAE bf16 (3x3 convolutions by Winograd F(2x2, 3x3))") != std::string::npos);
+  if (!dit::amx_available()) CHECK(slurp(s.file("e.png")) == slurp(s.file("a.png")));
+  CHECK(off.err.find("compute bf16, VAE bf16\n") != std::string::npos);  // no Winograd named
+  CHECK(bad.code != 0);
+  CHECK(bad.err.find("DIT_VAE_WINOGRAD: 'bogus' (expected on, off or all)") != std::string::npos);
+  CHECK_FALSE(fs::exists(s.file("g.png")));
 }
 
 TEST_CASE("dit-gen: same seed, identical files - another seed, another image", "[cli]") {
