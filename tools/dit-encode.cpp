@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
     }
     if (!ids_only) {
       DIT_CHECK(out_opt->count() > 0, "-o/--output FILE.npy is required (or --ids to print the tokens)");
-      dit::cli::check_output_path(output, "--output");
+      dit::cli::check_output_path(output, "--output", &dit::cli::kNpyOutput);
       dit::cli::check_output_path(mask_path(output), "--output (mask file)");
     }
     dit::PromptEncoder pe = dit::PromptEncoder::open(model, compute);

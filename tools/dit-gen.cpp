@@ -45,9 +45,9 @@ int main(int argc, char** argv) {
     s.env = dit::detect_launch_env(lo);
     validate(o);
     if (o.batch.empty()) {
-      if (!o.no_decode) check_output_path(o.output, "--output", ".png");
-      if (!o.save_latents.empty()) check_output_path(o.save_latents, "--save-latents", ".npy");
-      if (!o.save_noise_pred.empty()) check_output_path(o.save_noise_pred, "--save-noise-pred", ".npy");
+      if (!o.no_decode) check_output_path(o.output, "--output", &kPngOutput);
+      if (!o.save_latents.empty()) check_output_path(o.save_latents, "--save-latents", &kNpyOutput);
+      if (!o.save_noise_pred.empty()) check_output_path(o.save_noise_pred, "--save-noise-pred", &kNpyOutput);
     }
     // The model directory and the layout are checked once here, before any worker starts.
     if (!s.env.external && (o.model.empty() || is_demo_name(o.model)))

@@ -246,6 +246,7 @@ inline std::vector<Case> output_cases() {
        "outside --output-dir", 2},
       {"dit-encode -o a directory", "pixart-tiny", {}, "dit-encode -m {M} -p fox -o {O}", "{O}"},
       {"dit-encode -o /dev/null", "pixart-tiny", {}, "dit-encode -m {M} -p fox -o /dev/null", "/dev/null"},
+      {"dit-encode -o x.txt", "pixart-tiny", {}, "dit-encode -m {M} -p fox -o {O}/e.txt", "does not end in .npy"},
       {"dit-encode -o missing parent", "pixart-tiny", {}, "dit-encode -m {M} -p fox -o {O}/no/e.npy", "{O}/no"},
       {"dit-bench -o missing parent", "", {}, "dit-bench --preset tiny --steps 1 -o {O}/no/b.json", "{O}/no"},
       {"dit-make-model --out /dev/null", "", {}, "dit-make-model --preset tiny --out /dev/null", "/dev/null"},

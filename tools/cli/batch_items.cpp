@@ -179,7 +179,7 @@ void check_item_output(const std::string& rel) {
   DIT_CHECK(n.has_filename() && n.filename() != "." && n.filename() != "..",
             "output '" << rel << "' is not a file path");
   DIT_CHECK(n != "results.jsonl", "output 'results.jsonl' is the batch's results file");
-  check_extension(rel, "\"output\"", ".png");
+  check_extension(rel, "\"output\"", kPngOutput);
 }
 
 void check_inside_output_dir(const fs::path& output_dir, const fs::path& dir) {

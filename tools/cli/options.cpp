@@ -174,16 +174,16 @@ Request GenOptions::request() const {
   return r;
 }
 
-void check_extension(const std::string& path, const char* flag, const char* extension) {
+void check_extension(const std::string& path, const char* flag, const OutputKind& kind) {
   const std::string ext = std::filesystem::path(path).extension().string();
-  const bool same = ext.size() == std::strlen(extension) &&
-                    std::equal(ext.begin(), ext.end(), extension,
+  const bool same = ext.size() == std::strlen(kind.extension) &&
+                    std::equal(ext.begin(), ext.end(), kind.extension,
                                [](char a, char b) { return std::tolower((unsigned char)a) == b; });
-  DIT_CHECK(same, flag << ": '" << printable(path, 200) << "' does not end in " << extension << " (a "
-                       << (std::string(extension) == ".png" ? "PNG image" : "NumPy .npy array") << " is written there)");
+  DIT_CHECK(same, flag << ": '" << printable(path, 200) << "' does not end in " << kind.extension << " ("
+                       << kind.what << " is written there)");
 }
 
-void check_output_path(const std::string& path, const char* flag, const char* extension) {
+void check_output_path(const std::string& path, const char* flag, const OutputKind* kind) {
   namespace fs = std::filesystem;
   const fs::path p(path);
   DIT_CHECK(!path.empty() && p.has_filename(), flag << ": '" << path << "' is not a file path");
@@ -191,7 +191,7 @@ void check_output_path(const std::string& path, const char* flag, const char* ex
   DIT_CHECK(fs::is_directory(parent), flag << ": directory '" << parent.string() << "' does not exist");
   DIT_CHECK(::access(parent.c_str(), W_OK) == 0, flag << ": directory '" << parent.string() << "' is not writable");
   DIT_CHECK(!fs::is_directory(p), flag << ": '" << path << "' is a directory");
-  if (extension) check_extension(path, flag, extension);
+  if (kind) check_extension(path, flag, *kind);
 }
 
 uint64_t parse_seed(const std::string& v, const char* what) {

@@ -71,11 +71,19 @@ void check_layout(const GenOptions& o, const std::string& model_dir, int local_r
 // A seed as the user wrote it: 0..2^64-1, digits only ("-1" and "2^64" are refused, not wrapped).
 uint64_t parse_seed(const std::string& v, const char* what);
 
-// flag: '<path>' must be a writable file path in an existing directory; with `extension`
-// (".png", ".npy") its name must end in it, in any case (what is written there is that format).
-void check_output_path(const std::string& path, const char* flag, const char* extension = nullptr);
+// What a tool writes at a path, for the name's check: its extension and its kind in words.
+struct OutputKind {
+  const char* extension;  // ".png"
+  const char* what;       // "a PNG image"
+};
+inline constexpr OutputKind kPngOutput{".png", "a PNG image"};
+inline constexpr OutputKind kNpyOutput{".npy", "a NumPy .npy array"};
 
-// flag: '<path>' must end in `extension` (any case): "x.jpg" given to -o would get PNG bytes.
-void check_extension(const std::string& path, const char* flag, const char* extension);
+// flag: '<path>' must be a writable file path in an existing directory; with a `kind`, its
+// name must end in the kind's extension.
+void check_output_path(const std::string& path, const char* flag, const OutputKind* kind = nullptr);
+
+// flag: '<path>' must end in kind.extension, in any case ("x.jpg" given to -o would get PNG bytes).
+void check_extension(const std::string& path, const char* flag, const OutputKind& kind);
 
 }  // namespace dit::cli
