@@ -44,11 +44,7 @@ int main(int argc, char** argv) {
   try {
     s.env = dit::detect_launch_env(lo);
     validate(o);
-    if (o.batch.empty()) {
-      if (!o.no_decode) check_output_path(o.output, "--output", &kPngOutput);
-      if (!o.save_latents.empty()) check_output_path(o.save_latents, "--save-latents", &kNpyOutput);
-      if (!o.save_noise_pred.empty()) check_output_path(o.save_noise_pred, "--save-noise-pred", &kNpyOutput);
-    }
+    if (o.batch.empty()) check_single_outputs(o);
     // The model directory and the layout are checked once here, before any worker starts.
     if (!s.env.external && (o.model.empty() || is_demo_name(o.model)))
       ensure_demo_model(o.model);  // the launcher, or a single process

@@ -225,6 +225,8 @@ inline std::vector<Case> output_cases() {
       {"-o without an extension", "dit-tiny", {}, P1 + "-o {O}/x", "does not end in .png"},
       {"--save-latents x.txt", "dit-tiny", {}, P1 + O + " --save-latents {O}/l.txt", "does not end in .npy"},
       {"-o with --no-decode", "dit-tiny", {}, P1 + O + " --no-decode", "--no-decode"},
+      {"--save-latents and --save-noise-pred one file", "dit-tiny", {},
+       P1 + O + " --save-latents {O}/a.npy --save-noise-pred {O}/../out/a.npy", "name the same file"},
       {"--save-latents a directory", "dit-tiny", {}, P1 + O + " --save-latents {O}", "--save-latents"},
       {"--save-latents a FIFO", "dit-tiny", make_fifo("out/f.npy"), P1 + O + " --save-latents {O}/f.npy", "f.npy"},
       {"--save-noise-pred missing parent", "dit-tiny", {}, P1 + O + " --save-noise-pred {O}/no/n.npy",

@@ -194,6 +194,20 @@ void check_output_path(const std::string& path, const char* flag, const OutputKi
   if (kind) check_extension(path, flag, *kind);
 }
 
+void check_single_outputs(const GenOptions& o) {
+  if (!o.no_decode) check_output_path(o.output, "--output", &kPngOutput);
+  if (!o.save_latents.empty()) check_output_path(o.save_latents, "--save-latents", &kNpyOutput);
+  if (!o.save_noise_pred.empty()) check_output_path(o.save_noise_pred, "--save-noise-pred", &kNpyOutput);
+  // The extensions keep -o apart from the two arrays; the arrays could still be one file.
+  if (!o.save_latents.empty() && !o.save_noise_pred.empty()) {
+    std::error_code ec;
+    const auto a = std::filesystem::weakly_canonical(o.save_latents, ec);
+    const auto b = std::filesystem::weakly_canonical(o.save_noise_pred, ec);
+    DIT_CHECK(ec || a != b, "--save-latents and --save-noise-pred name the same file '" << printable(o.save_latents, 200)
+                                                                                        << "' (one would overwrite the other)");
+  }
+}
+
 uint64_t parse_seed(const std::string& v, const char* what) {
   const bool digits = !v.empty() && v.size() <= 20 && v.find_first_not_of("0123456789") == std::string::npos;
   DIT_CHECK(digits && (v.size() < 20 || v <= "18446744073709551615"),

@@ -83,6 +83,10 @@ inline constexpr OutputKind kNpyOutput{".npy", "a NumPy .npy array"};
 // name must end in the kind's extension.
 void check_output_path(const std::string& path, const char* flag, const OutputKind* kind = nullptr);
 
+// One image's files (-o unless --no-decode, --save-latents, --save-noise-pred): each a
+// writable path with its extension, and no two the same file.
+void check_single_outputs(const GenOptions& o);
+
 // flag: '<path>' must end in kind.extension, in any case ("x.jpg" given to -o would get PNG bytes).
 void check_extension(const std::string& path, const char* flag, const OutputKind& kind);
 
