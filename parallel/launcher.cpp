@@ -64,7 +64,6 @@ std::optional<int> maybe_launch(int argc, char** argv, const LaunchOptions& opts
     DIT_CHECK(!opts.rendezvous.empty(),
               "--nnodes " << opts.nnodes << " needs --rendezvous redis://HOST:PORT[/RUN] (a redis-server all "
                                             "machines reach) or file:DIR on a shared filesystem");
-    parse_rendezvous(opts.rendezvous);
   }
   return launch_local_workers(argc, argv, nproc, opts.node_rank * nproc, opts.world_size, opts.rendezvous, opts);
 }
