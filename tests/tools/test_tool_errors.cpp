@@ -13,6 +13,9 @@ TEST_CASE("command-line parse errors are one line naming the tool", "[cli]") {
     const char* message;
   } c = GENERATE(Case{"dit-gen", "-p 1 --no-such-flag", "The following argument was not expected: --no-such-flag"},
                  Case{"dit-gen", "-p 1 --steps abc", "--steps"},
+                 Case{"dit-gen", "-p 1 --steps 2 --steps 3", "--steps: given 2 times; give it once"},
+                 Case{"dit-gen", "-p 1 -W", "--width: expects a value (INT:POSITIVE)"},
+                 Case{"dit-bench", "--steps 1 --steps 2", "--steps: given 2 times; give it once"},
                  Case{"dit-make-model", "--preset tiny", "--out is required"},
                  Case{"dit-make-model", "--preset tiny --out /nonexistent/m --dtype f64", "--dtype"},
                  Case{"dit-bench", "--no-such-flag", "--no-such-flag"},
