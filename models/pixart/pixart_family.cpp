@@ -9,6 +9,7 @@
 #include "models/pixart/pixart_weights.h"
 #include "models/t5/prompt_encoder.h"
 #include "models/t5/t5_config.h"
+#include "models/t5/t5_text.h"
 #include "runtime/error.h"
 #include "runtime/json_config.h"
 #include "runtime/safetensors.h"
@@ -25,7 +26,8 @@ class T5Conditioner final : public Conditioner {
   T5Conditioner(PromptEncoder pe, bool release_pages) : pe_(std::move(pe)), release_(release_pages) {}
 
   PromptInfo resolve(const std::string& prompt, bool negative, int max_length) const override {
-    const T5Tokens t = pe_.tokenize(prompt, max_length, false);  // checks UTF-8 and the length
+    check_utf8(prompt, negative ? "negative prompt" : "prompt");  // the error names which text
+    const T5Tokens t = pe_.tokenize(prompt, max_length, false);  // checks the length
     DIT_CHECK(negative || t.length > 1, "the prompt is empty: give a text (e.g. \"a red fox in the snow\")");
     PromptInfo p;
     p.tokens = int(t.length);

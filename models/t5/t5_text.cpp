@@ -12,15 +12,16 @@
 namespace dit {
 namespace {
 
-// Decodes UTF-8 strictly; throws naming the first bad byte's offset.
-std::u32string decode(const std::string& s) {
+// Decodes UTF-8 strictly; throws naming `what` (the prompt, the negative prompt) and the first
+// bad byte's offset.
+std::u32string decode(const std::string& s, const char* what_text = "prompt") {
   std::u32string out;
   out.reserve(s.size());
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   const size_t n = s.size();
   auto fail = [&](size_t at, const char* what) {
     char buf[160];
-    std::snprintf(buf, sizeof buf, "prompt is not valid UTF-8: %s at byte %zu (0x%02x)", what, at, p[at]);
+    std::snprintf(buf, sizeof buf, "%s is not valid UTF-8: %s at byte %zu (0x%02x)", what_text, what, at, p[at]);
     throw Error(buf);
   };
   for (size_t i = 0; i < n;) {
@@ -126,7 +127,7 @@ char32_t lower_sigma(const std::u32string& s, size_t i, locale_t loc) {
 
 }  // namespace
 
-void check_utf8(const std::string& text) { decode(text); }
+void check_utf8(const std::string& text, const char* what) { decode(text, what); }
 
 bool python_isspace(char32_t c) {
   return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 || c == 0x1680 ||

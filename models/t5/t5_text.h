@@ -25,8 +25,9 @@
 
 namespace dit {
 
-// Throws dit::Error (naming the byte offset) unless `text` is valid UTF-8.
-void check_utf8(const std::string& text);
+// Throws dit::Error "<what> is not valid UTF-8: ..." (naming the byte offset) unless `text` is
+// valid UTF-8.
+void check_utf8(const std::string& text, const char* what = "prompt");
 // Python's str.lower() on UTF-8 text (see above).
 std::string python_lower(const std::string& text);
 // Python's str.strip() with no arguments on UTF-8 text.

@@ -109,7 +109,9 @@ TEST_CASE("dit-gen PixArt: bad input is one line and no file", "[cli][pixart]") 
   const std::string out = s.file("x.png");
   expect_failure(kSigma + " -p '' -o " + out, "--prompt is required", out);
   expect_failure(kSigma + " -p '   ' --steps 1 -o " + out, "the prompt is empty", out);
-  expect_failure(kSigma + " -p \"$(printf '\\377\\376 fox')\" --steps 1 -o " + out, "not valid UTF-8", out);
+  expect_failure(kSigma + " -p \"$(printf '\\377\\376 fox')\" --steps 1 -o " + out, "prompt is not valid UTF-8", out);
+  expect_failure(kSigma + " -p fox -n \"$(printf 'a\\300\\200')\" --steps 1 -o " + out,
+                 "negative prompt is not valid UTF-8: overlong encoding at byte 1", out);
   expect_failure(kSigma + " -p fox --steps 1 -W 100 -H 60 --no-resolution-binning -o " + out, "multiples of 16", out);
   expect_failure(kSigma + " -p fox --steps 1 --max-sequence-length 100000 -o " + out, "max sequence length", out);
   expect_failure(" -m " + data_path("dit-tiny") + " -p 3 -n 'blurry' --steps 1 -o " + out, "--negative-prompt", out);
