@@ -19,17 +19,16 @@ namespace dit {
 inline std::string cli_error_message(const CLI::ParseError& e) {
   const std::string what = e.what();
   if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) == nullptr) return what;
-  static const std::regex at_most_once(R"(^(.+): At Most 1 required but received (\d+)$)");
   static const std::regex at_most(R"(^(.+): At Most (\d+) required but received (\d+)$)");
   static const std::regex at_least(R"(^(.+): At least (\d+) required but received (\d+)$)");
-  static const std::regex missing_one(R"(^(.+): 1 required (\S+) missing$)");
   static const std::regex missing(R"(^(.+): (\d+) required (\S+) missing$)");
   std::smatch m;
-  if (std::regex_match(what, m, at_most_once)) return m.str(1) + ": given " + m.str(2) + " times; give it once";
-  if (std::regex_match(what, m, at_most)) return m.str(1) + ": at most " + m.str(2) + " values, got " + m.str(3);
+  if (std::regex_match(what, m, at_most))
+    return m.str(1) + (m.str(2) == "1" ? ": given " + m.str(3) + " times; give it once"
+                                       : ": at most " + m.str(2) + " values, got " + m.str(3));
   if (std::regex_match(what, m, at_least)) return m.str(1) + ": at least " + m.str(2) + " values, got " + m.str(3);
-  if (std::regex_match(what, m, missing_one)) return m.str(1) + ": expects a value (" + m.str(2) + ")";
-  if (std::regex_match(what, m, missing)) return m.str(1) + ": expects " + m.str(2) + " values (" + m.str(3) + ")";
+  if (std::regex_match(what, m, missing))
+    return m.str(1) + ": expects " + (m.str(2) == "1" ? "a value" : m.str(2) + " values") + " (" + m.str(3) + ")";
   return what;
 }
 

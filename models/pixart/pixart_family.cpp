@@ -26,8 +26,10 @@ class T5Conditioner final : public Conditioner {
   T5Conditioner(PromptEncoder pe, bool release_pages) : pe_(std::move(pe)), release_(release_pages) {}
 
   PromptInfo resolve(const std::string& prompt, bool negative, int max_length) const override {
-    check_utf8(prompt, negative ? "negative prompt" : "prompt");  // the error names which text
-    const T5Tokens t = pe_.tokenize(prompt, max_length, false);  // checks the length
+    // The tokenizer refuses text that is not UTF-8 too (for every caller), as "prompt": checked
+    // first here so that the error names which of the request's two texts it is.
+    check_utf8(prompt, negative ? "negative prompt" : "prompt");
+    const T5Tokens t = pe_.tokenize(prompt, max_length, false);  // and the length
     DIT_CHECK(negative || t.length > 1, "the prompt is empty: give a text (e.g. \"a red fox in the snow\")");
     PromptInfo p;
     p.tokens = int(t.length);
